@@ -1,0 +1,70 @@
+// Element types of weights and the conversions between them. Activations are always fp32.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace jambo {
+
+enum class DType : uint8_t { F32, BF16, F16 };
+
+inline int64_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+
+inline std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "F32";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+  }
+  return "?";
+}
+
+struct bf16 {
+  uint16_t bits;
+};
+struct f16 {
+  uint16_t bits;
+};
+
+inline float to_float(float value) { return value; }
+
+inline float to_float(bf16 value) {
+  uint32_t bits = uint32_t(value.bits) << 16;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+// IEEE half to float, exact for every value including subnormals, inf and NaN.
+inline float to_float(f16 value) {
+  const uint32_t sign = uint32_t(value.bits & 0x8000) << 16;
+  const uint32_t exponent = (value.bits >> 10) & 0x1f;
+  const uint32_t mantissa = value.bits & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: value = mantissa * 2^-24
+    float magnitude = float(mantissa) * (1.0f / 16777216.0f);
+    std::memcpy(&bits, &magnitude, 4);
+    bits |= sign;
+  }
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+// Round to nearest even, as PyTorch does; NaN stays NaN.
+inline bf16 to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((bits >> 16) | 0x40)};
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return bf16{uint16_t(bits >> 16)};
+}
+
+}  // namespace jambo

@@ -1,0 +1,84 @@
+// The weights of a Jamba model as typed views, one struct per layer part. Views point into the
+// safetensors mmap (or into random storage made by --random-weights); shapes are checked at load.
+#pragma once
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+namespace jambo {
+
+struct AttentionWeights {
+  TensorView q_proj;  // [nh*hd, H]
+  TensorView k_proj;  // [nkv*hd, H]
+  TensorView v_proj;  // [nkv*hd, H]
+  TensorView o_proj;  // [H, nh*hd]
+};
+
+struct MambaWeights {
+  TensorView in_proj;       // [2*Di, H]; rows 0..Di-1 -> u, Di..2Di-1 -> gate z
+  TensorView in_proj_bias;  // [2*Di] or empty
+  TensorView conv_weight;   // [Di, 1, K]
+  TensorView conv_bias;     // [Di] or empty
+  TensorView x_proj;        // [R + 2N, Di]; output split (dt, B, C)
+  TensorView dt_norm;       // [R]
+  TensorView b_norm;        // [N]
+  TensorView c_norm;        // [N]
+  TensorView dt_proj;       // [Di, R]
+  TensorView dt_proj_bias;  // [Di]
+  TensorView A_log;         // [Di, N]
+  TensorView D;             // [Di]
+  TensorView out_proj;      // [H, Di]
+  TensorView out_proj_bias; // [H] or empty
+};
+
+// One SwiGLU MLP: down(silu(gate(x)) * up(x)). For fused checkpoints gate and up are row slices
+// of experts.gate_up_proj[e].
+struct MlpWeights {
+  TensorView gate_proj;  // [I, H]
+  TensorView up_proj;    // [I, H]
+  TensorView down_proj;  // [H, I]
+};
+
+struct MoeWeights {
+  TensorView router;               // [E, H]
+  std::vector<MlpWeights> experts; // [E]
+};
+
+struct LayerWeights {
+  MixerKind mixer = MixerKind::Mamba;
+  FfnKind ffn = FfnKind::Dense;
+  TensorView input_norm;     // [H]
+  TensorView pre_ff_norm;    // [H]
+  AttentionWeights attention;  // when mixer == Attention
+  MambaWeights mamba;          // when mixer == Mamba
+  MlpWeights mlp;              // when ffn == Dense
+  MoeWeights moe;              // when ffn == Moe
+};
+
+struct ModelWeights {
+  TensorView embed_tokens;   // [V, H]
+  std::vector<LayerWeights> layers;
+  TensorView final_norm;     // [H]
+  TensorView lm_head;        // [V, H]; the embedding itself when tied
+  int64_t bytes_total = 0;   // bytes of all weights the forward reads (for GB/s figures)
+};
+
+// A loaded model: its config, its weights and whatever owns their memory.
+struct Model {
+  JambaConfig config;
+  ModelWeights weights;
+  std::shared_ptr<void> storage;  // keeps the mmaps or random buffers alive
+};
+
+// Loads config.json and model.safetensors (or a sharded index) from a folder. Warns on stderr about
+// tensors the model does not use. Throws jambo::Error naming the file and tensor or field.
+Model load_model(const std::filesystem::path& folder);
+
+// A model with the folder's config.json and seeded random weights, scaled like a trained model.
+Model make_random_model(const JambaConfig& config, DType dtype, uint64_t seed);
+
+}  // namespace jambo
