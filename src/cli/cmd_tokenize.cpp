@@ -1,0 +1,53 @@
+// jambo tokenize / detokenize: text on stdin to JSON ids on stdout, and back. Only tokenizer.json is needed.
+#include "cli/common.h"
+
+#include <iostream>
+#include <iterator>
+
+namespace jambo::cli {
+namespace {
+
+std::string read_stdin() {
+  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+void run_tokenize(const std::string& folder, bool no_special) {
+  const Tokenizer tokenizer = Tokenizer::load(folder);
+  fmt::print("{}\n", nlohmann::json(tokenizer.encode(read_stdin(), !no_special)).dump());
+}
+
+void run_detokenize(const std::string& folder, bool skip_special) {
+  const Tokenizer tokenizer = Tokenizer::load(folder);
+  nlohmann::json ids;
+  try {
+    ids = nlohmann::json::parse(read_stdin());
+  } catch (const nlohmann::json::parse_error& error) {
+    fail("stdin: malformed JSON: {}", error.what());
+  }
+  JAMBO_REQUIRE(ids.is_array(), "stdin: expected a JSON array of token ids");
+  std::vector<int32_t> tokens;
+  for (const nlohmann::json& id : ids) {
+    JAMBO_REQUIRE(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < tokenizer.vocab_size(),
+                  "stdin: {} is not a token id of this tokenizer (vocabulary size {})", id.dump(), tokenizer.vocab_size());
+    tokens.push_back(id.get<int32_t>());
+  }
+  fmt::print("{}", tokenizer.decode(tokens, skip_special));
+}
+
+}  // namespace
+
+void add_tokenize_commands(CLI::App& app) {
+  auto folder = std::make_shared<std::string>();
+  auto flag = std::make_shared<bool>(false);
+  CLI::App* tokenize = app.add_subcommand("tokenize", "text on stdin -> JSON token ids on stdout");
+  tokenize->add_option("--model", *folder, "folder with tokenizer.json")->required();
+  tokenize->add_flag("--no-special", *flag, "do not add BOS/EOS (the post-processor)");
+  tokenize->callback([folder, flag] { run_tokenize(*folder, *flag); });
+
+  CLI::App* detokenize = app.add_subcommand("detokenize", "JSON token ids on stdin -> text on stdout");
+  detokenize->add_option("--model", *folder, "folder with tokenizer.json")->required();
+  detokenize->add_flag("--skip-special", *flag, "leave special tokens out of the text");
+  detokenize->callback([folder, flag] { run_detokenize(*folder, *flag); });
+}
+
+}  // namespace jambo::cli

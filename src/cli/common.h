@@ -1,0 +1,53 @@
+// Pieces every subcommand shares: usage errors (exit code 2), model loading options, JSON output.
+#pragma once
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "engine/logprobs.h"
+#include "model/tokenizer.h"
+#include "model/weights.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace jambo::cli {
+
+// A bad option value found after parsing; main() reports it like a parse error (exit code 2).
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+// --model DIR, plus --random-weights to build the folder's config.json with random weights.
+struct ModelOptions {
+  std::string folder;
+  bool random_weights = false;
+  std::string random_dtype = "bf16";
+  uint64_t random_seed = 0;
+
+  void add_to(CLI::App& command, bool allow_random_weights);
+  Model load() const;
+  // The folder's tokenizer, or nullopt when it has no tokenizer.json.
+  std::optional<Tokenizer> load_tokenizer() const;
+};
+
+// A CPU backend with one state slot and room for max_tokens tokens of KV cache.
+struct SingleSequenceBackend {
+  std::unique_ptr<Backend> backend;
+  CacheConfig cache;
+};
+SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens);
+
+// [[id, logprob], ...] for top_logprobs fields.
+nlohmann::json top_logprobs_json(const std::vector<TokenLogprob>& entries);
+
+void add_score_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_tokenize_commands(CLI::App& app);
+void add_bench_command(CLI::App& app);
+
+}  // namespace jambo::cli

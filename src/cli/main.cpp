@@ -1,0 +1,34 @@
+// The `jambo` command. Exit codes: 0 success, 1 a model, file or input could not be used (the message
+// says which), 2 a bad option or value.
+#include "cli/common.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+  CLI::App app{"jambo: an inference engine for Jamba hybrid Mamba/attention models"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+  jambo::cli::add_score_command(app);
+  jambo::cli::add_generate_command(app);
+  jambo::cli::add_tokenize_commands(app);
+  jambo::cli::add_bench_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForAllHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::ParseError& error) {
+    fmt::print(stderr, "jambo: error: {} (see --help)\n", error.what());
+    return 2;
+  } catch (const jambo::cli::UsageError& error) {
+    fmt::print(stderr, "jambo: error: {} (see --help)\n", error.what());
+    return 2;
+  } catch (const jambo::Error& error) {
+    fmt::print(stderr, "jambo: error: {}\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,53 @@
+// Runs one request at a time through a backend, in slot 0 and KV blocks 0..n-1: the plain reference
+// path used by `jambo score` and `jambo generate` (and later by `jambo compare` to re-score samples).
+#pragma once
+
+#include "backend/backend.h"
+#include "engine/logprobs.h"
+#include "engine/sampler.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace jambo {
+
+struct ScoredSequence {
+  std::vector<std::optional<double>> logprobs;          // [T]; position 0 has none
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // [T] each [K]; position 0 empty
+};
+
+struct GenerationResult {
+  std::vector<int32_t> ids;                             // generated ids (the prompt excluded)
+  std::vector<double> logprobs;                         // [num generated]
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // [num generated][K]
+  std::string finish_reason;                            // "stop" (EOS) or "length"
+};
+
+class SequenceRunner {
+ public:
+  // The backend must have at least one state slot and num_kv_blocks blocks of kv_block_size.
+  // max_chunk_tokens bounds the tokens of one prefill step (0: the whole prompt at once).
+  SequenceRunner(Backend& backend, const CacheConfig& cache, int64_t max_chunk_tokens = 0);
+
+  int64_t max_sequence_length() const { return cache_.num_kv_blocks * cache_.kv_block_size; }
+
+  ScoredSequence score(std::span<const int32_t> tokens, int64_t num_top_logprobs);
+
+  // on_token is called with each generated id as soon as it is sampled.
+  GenerationResult generate(std::span<const int32_t> prompt, const SamplingParams& params,
+                            const std::function<void(int32_t)>& on_token = {});
+
+ private:
+  // Feeds tokens [first, first + count) of the sequence; returns the step's logits.
+  const StepLogits& step(std::span<const int32_t> sequence, int64_t first, int64_t count, bool all_logits);
+
+  Backend& backend_;
+  CacheConfig cache_;
+  int64_t max_chunk_tokens_;
+  std::vector<int32_t> block_table_;  // [num_kv_blocks] identity: logical block i is physical block i
+  StepLogits logits_;
+};
+
+}  // namespace jambo

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# End-to-end tests of the `jambo` command: exit codes, error messages and output formats.
+# Usage: tests/cli_test.sh path/to/jambo   (run from the repository root)
+set -uo pipefail
+jambo=$1
+demo=models/jambo-demo
+fixture=$(ls -d tests/fixtures/models/*/ | head -n 1)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok:   $*"; }
+
+# expect_exit CODE NAME COMMAND...: runs COMMAND, checks its exit code; stderr goes to $work/err.
+expect_exit() {
+  local want=$1 name=$2; shift 2
+  "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  if [[ $got -eq $want ]]; then pass "$name"; else fail "$name: exit $got, expected $want; stderr: $(cat "$work/err")"; fi
+}
+expect_stderr() {  # expect_stderr NAME TEXT: the last command's stderr contains TEXT in one line
+  if grep -qF -- "$2" "$work/err" && [[ $(wc -l <"$work/err") -le 1 ]]; then pass "$1"
+  else fail "$1: stderr lacks '$2' or is not one line: $(cat "$work/err")"; fi
+}
+
+# --help everywhere
+for sub in "" score generate tokenize detokenize bench; do
+  expect_exit 0 "help ${sub:-top}" "$jambo" $sub --help
+done
+
+# bad options and values: one line, exit code 2
+expect_exit 2 "unknown subcommand" "$jambo" frobnicate
+expect_exit 2 "unknown option" "$jambo" score --model "$demo" --input x --bogus
+expect_stderr "unknown option named" "--bogus"
+expect_exit 2 "missing required option" "$jambo" score --input x
+expect_stderr "missing option named" "--model"
+expect_exit 2 "non-numeric value" "$jambo" generate --model "$demo" --prompt hi --max-tokens lots
+expect_exit 2 "bad temperature" "$jambo" generate --model "$demo" --prompt hi --temperature -1
+expect_stderr "bad temperature named" "temperature"
+expect_exit 2 "bad prompt ids" "$jambo" generate --model "$demo" --prompt-ids 1,x,3
+expect_exit 2 "no prompt" "$jambo" generate --model "$demo"
+
+# bad model folders: exit code 1 with the loader's message
+expect_exit 1 "missing model folder" "$jambo" generate --model "$work/nowhere" --prompt-ids 1
+expect_stderr "missing folder named" "nowhere"
+mkdir -p "$work/badconfig" && echo '{"hidden_size": 64,' >"$work/badconfig/config.json"
+expect_exit 1 "malformed config.json" "$jambo" generate --model "$work/badconfig" --prompt-ids 1
+expect_stderr "malformed config named" "config.json"
+
+# score: input order, null first logprob, top_logprobs shape
+printf '{"id": "b", "tokens": [5, 9, 3, 7]}\n{"id": 1, "tokens": [4]}\n' >"$work/in.jsonl"
+expect_exit 0 "score" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --output "$work/scores.jsonl" --top-logprobs 3
+if jq -e -s 'length == 2 and .[0].id == "b" and (.[0].logprobs | length) == 4 and .[0].logprobs[0] == null
+             and (.[0].logprobs[1] | type) == "number" and .[0].top_logprobs[0] == null
+             and (.[0].top_logprobs[1] | length) == 3 and .[1].id == 1 and .[1].logprobs == [null]' \
+     "$work/scores.jsonl" >/dev/null; then pass "score output format"; else fail "score output format: $(cat "$work/scores.jsonl")"; fi
+printf '{"id": 1, "tokens": [1, 2]}\nnot json\n' >"$work/bad.jsonl"
+expect_exit 1 "score malformed line" "$jambo" score --model "$fixture" --input "$work/bad.jsonl"
+expect_stderr "malformed line named" "bad.jsonl:2"
+printf '{"id": 1, "tokens": [1, 99999999]}\n' >"$work/oov.jsonl"
+expect_exit 1 "score out-of-vocabulary id" "$jambo" score --model "$fixture" --input "$work/oov.jsonl"
+expect_stderr "out-of-vocabulary id named" "99999999"
+
+# tokenize works on a folder holding only tokenizer.json; detokenize inverts it
+mkdir -p "$work/tok" && cp "$demo/tokenizer.json" "$work/tok/"
+printf 'Hello, world!' | "$jambo" tokenize --model "$work/tok" >"$work/ids.json" 2>"$work/err" \
+  && pass "tokenize with tokenizer.json only" || fail "tokenize: $(cat "$work/err")"
+text=$("$jambo" detokenize --model "$work/tok" --skip-special <"$work/ids.json")
+[[ $text == "Hello, world!" ]] && pass "detokenize round trip" || fail "detokenize round trip gave '$text'"
+
+# generate --json: the documented fields; greedy is deterministic; seeded sampling is reproducible
+expect_exit 0 "generate json" "$jambo" generate --model "$demo" --prompt "The" --max-tokens 8 --logprobs 2 --json
+if jq -e '(.prompt_ids | length) > 0 and (.ids | length) > 0 and (.logprobs | length) == (.ids | length)
+          and (.top_logprobs[0] | length) == 2 and (.text | type) == "string"
+          and (.finish_reason == "stop" or .finish_reason == "length")' "$work/out" >/dev/null
+then pass "generate json fields"; else fail "generate json fields: $(cat "$work/out")"; fi
+a=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 12 --temperature 0.9 --seed 5 --json | jq -c .ids)
+b=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 12 --temperature 0.9 --seed 5 --json | jq -c .ids)
+[[ -n $a && $a == "$b" ]] && pass "seeded sampling reproducible" || fail "seeded sampling: $a vs $b"
+streamed=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 12)
+json_text=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 12 --json | jq -r .text)
+[[ $streamed == "$json_text" ]] && pass "streamed text equals json text" || fail "streamed '$streamed' vs json '$json_text'"
+
+# bench runs on random weights from a config.json alone
+mkdir -p "$work/shape" && cp "$fixture/config.json" "$work/shape/"
+expect_exit 0 "bench random weights" "$jambo" bench --model "$work/shape" --random-weights --prompt-tokens 8 --decode-tokens 2 --repeats 1
+grep -q "tok/s" "$work/out" && pass "bench prints tok/s" || fail "bench output: $(cat "$work/out")"
+
+echo "$failures failure(s)"
+[[ $failures -eq 0 ]]
