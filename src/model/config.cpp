@@ -1,0 +1,231 @@
+// config.json -> JambaConfig (spec §1.1), layer kinds (spec §1.2) and validation.
+#include "model/config.h"
+
+#include "core/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace jambo {
+namespace {
+
+void require_positive(const std::string& source, const char* field, int64_t value) {
+  JAMBO_REQUIRE(value > 0, "{}: field '{}' = {} must be positive", source, field, value);
+}
+
+void require_offset_below_period(const std::string& source, const char* offset_field,
+                                 int64_t offset, const char* period_field, int64_t period) {
+  JAMBO_REQUIRE(offset >= 0 && offset < period,
+                "{}: field '{}' = {} must be at least 0 and less than '{}' ({})", source,
+                offset_field, offset, period_field, period);
+}
+
+// Reads config.json fields with type checks; each error names the file and the field.
+class FieldReader {
+ public:
+  FieldReader(const nlohmann::json& object, std::string source)
+      : object_(object), source_(std::move(source)) {}
+
+  bool has(const char* field) const { return object_.contains(field); }
+  bool is_null(const char* field) const { return has(field) && object_.at(field).is_null(); }
+
+  void read(const char* field, int64_t& out) const {
+    if (has(field)) out = as_integer(field, object_.at(field));
+  }
+
+  void read(const char* field, bool& out) const {
+    if (!has(field)) return;
+    const nlohmann::json& value = object_.at(field);
+    JAMBO_REQUIRE(value.is_boolean(), "{}: field '{}' must be true or false, got {}", source_,
+                  field, value.dump());
+    out = value.get<bool>();
+  }
+
+  void read(const char* field, double& out) const {
+    if (!has(field)) return;
+    const nlohmann::json& value = object_.at(field);
+    JAMBO_REQUIRE(value.is_number(), "{}: field '{}' must be a number, got {}", source_, field,
+                  value.dump());
+    out = value.get<double>();
+  }
+
+  void read(const char* field, std::string& out) const {
+    if (!has(field)) return;
+    const nlohmann::json& value = object_.at(field);
+    JAMBO_REQUIRE(value.is_string(), "{}: field '{}' must be a string, got {}", source_, field,
+                  value.dump());
+    out = value.get<std::string>();
+  }
+
+  // A token id that may be null (no such token): null reads as -1.
+  void read_optional_token(const char* field, int64_t& out) const {
+    if (is_null(field)) {
+      out = -1;
+    } else {
+      read(field, out);
+    }
+  }
+
+  // eos_token_id: an integer, a list of integers, or null (no EOS).
+  void read_token_list(const char* field, std::vector<int64_t>& out) const {
+    if (!has(field)) return;
+    const nlohmann::json& value = object_.at(field);
+    out.clear();
+    if (value.is_null()) return;
+    if (!value.is_array()) {
+      out.push_back(as_integer(field, value));
+      return;
+    }
+    for (const nlohmann::json& item : value) out.push_back(as_integer(field, item));
+  }
+
+  // mamba_dt_rank: "auto" (kept as 0, resolved by finalize) or a positive integer.
+  void read_dt_rank(const char* field, int64_t& out) const {
+    if (!has(field)) return;
+    const nlohmann::json& value = object_.at(field);
+    if (value.is_string()) {
+      JAMBO_REQUIRE(value.get<std::string>() == "auto",
+                    "{}: field '{}' must be \"auto\" or a positive integer, got {}", source_,
+                    field, value.dump());
+      out = 0;
+      return;
+    }
+    out = as_integer(field, value);
+    require_positive(source_, field, out);
+  }
+
+ private:
+  int64_t as_integer(const char* field, const nlohmann::json& value) const {
+    JAMBO_REQUIRE(value.is_number_integer(), "{}: field '{}' must be an integer, got {}", source_,
+                  field, value.dump());
+    return value.get<int64_t>();
+  }
+
+  const nlohmann::json& object_;
+  std::string source_;
+};
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  JAMBO_REQUIRE(file.good(), "{}: cannot open the file", path.string());
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+void JambaConfig::finalize(const std::string& source) {
+  JAMBO_REQUIRE(model_type == "jamba", "{}: field 'model_type' = \"{}\" is not supported (expected \"jamba\")",
+                source, model_type);
+  JAMBO_REQUIRE(hidden_act == "silu", "{}: field 'hidden_act' = \"{}\" is not supported (expected \"silu\")",
+                source, hidden_act);
+  require_positive(source, "vocab_size", vocab_size);
+  require_positive(source, "hidden_size", hidden_size);
+  require_positive(source, "intermediate_size", intermediate_size);
+  require_positive(source, "num_hidden_layers", num_hidden_layers);
+  require_positive(source, "num_attention_heads", num_attention_heads);
+  require_positive(source, "num_key_value_heads", num_key_value_heads);
+  require_positive(source, "num_experts", num_experts);
+  require_positive(source, "expert_layer_period", expert_layer_period);
+  require_positive(source, "attn_layer_period", attn_layer_period);
+  require_positive(source, "mamba_d_state", mamba_d_state);
+  require_positive(source, "mamba_d_conv", mamba_d_conv);
+  require_positive(source, "mamba_expand", mamba_expand);
+  JAMBO_REQUIRE(mamba_dt_rank >= 0, "{}: field 'mamba_dt_rank' = {} must be positive or \"auto\"",
+                source, mamba_dt_rank);
+  JAMBO_REQUIRE(rms_norm_eps >= 0.0, "{}: field 'rms_norm_eps' = {} must not be negative", source,
+                rms_norm_eps);
+  require_offset_below_period(source, "expert_layer_offset", expert_layer_offset,
+                              "expert_layer_period", expert_layer_period);
+  require_offset_below_period(source, "attn_layer_offset", attn_layer_offset, "attn_layer_period",
+                              attn_layer_period);
+  JAMBO_REQUIRE(hidden_size % num_attention_heads == 0,
+                "{}: field 'hidden_size' = {} is not divisible by 'num_attention_heads' = {}", source,
+                hidden_size, num_attention_heads);
+  JAMBO_REQUIRE(num_attention_heads % num_key_value_heads == 0,
+                "{}: field 'num_attention_heads' = {} is not divisible by 'num_key_value_heads' = {}",
+                source, num_attention_heads, num_key_value_heads);
+
+  head_dim = hidden_size / num_attention_heads;
+  mamba_d_inner = mamba_expand * hidden_size;
+  if (mamba_dt_rank == 0) mamba_dt_rank = (hidden_size + 15) / 16;  // "auto"
+  mixer_kinds.assign(num_hidden_layers, MixerKind::Mamba);
+  ffn_kinds.assign(num_hidden_layers, FfnKind::Dense);
+  for (int64_t layer = 0; layer < num_hidden_layers; ++layer) {
+    if (layer % attn_layer_period == attn_layer_offset) mixer_kinds[layer] = MixerKind::Attention;
+    if (layer % expert_layer_period == expert_layer_offset && num_experts > 1)
+      ffn_kinds[layer] = FfnKind::Moe;
+  }
+  const bool has_moe = std::count(ffn_kinds.begin(), ffn_kinds.end(), FfnKind::Moe) > 0;
+  JAMBO_REQUIRE(!has_moe || (num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts),
+                "{}: field 'num_experts_per_tok' = {} must be between 1 and 'num_experts' = {}",
+                source, num_experts_per_tok, num_experts);
+}
+
+int64_t JambaConfig::num_mamba_layers() const {
+  return std::count(mixer_kinds.begin(), mixer_kinds.end(), MixerKind::Mamba);
+}
+
+int64_t JambaConfig::num_attention_layers() const {
+  return std::count(mixer_kinds.begin(), mixer_kinds.end(), MixerKind::Attention);
+}
+
+bool JambaConfig::is_eos(int64_t token) const {
+  return std::find(eos_token_ids.begin(), eos_token_ids.end(), token) != eos_token_ids.end();
+}
+
+JambaConfig load_config(const std::filesystem::path& config_json) {
+  const std::string source = config_json.string();
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(read_text_file(config_json));
+  } catch (const nlohmann::json::parse_error& error) {
+    fail("{}: malformed JSON: {}", source, error.what());
+  }
+  JAMBO_REQUIRE(root.is_object(), "{}: expected a JSON object at the top level", source);
+
+  // Unknown fields are ignored, as transformers does.
+  const FieldReader fields(root, source);
+  JambaConfig config;
+  fields.read("model_type", config.model_type);
+  fields.read("vocab_size", config.vocab_size);
+  fields.read("tie_word_embeddings", config.tie_word_embeddings);
+  fields.read("hidden_size", config.hidden_size);
+  fields.read("intermediate_size", config.intermediate_size);
+  fields.read("num_hidden_layers", config.num_hidden_layers);
+  fields.read("num_attention_heads", config.num_attention_heads);
+  if (fields.is_null("num_key_value_heads")) {
+    config.num_key_value_heads = config.num_attention_heads;
+  } else {
+    fields.read("num_key_value_heads", config.num_key_value_heads);
+  }
+  fields.read("hidden_act", config.hidden_act);
+  fields.read("rms_norm_eps", config.rms_norm_eps);
+  fields.read_optional_token("pad_token_id", config.pad_token_id);
+  fields.read_optional_token("bos_token_id", config.bos_token_id);
+  fields.read_token_list("eos_token_id", config.eos_token_ids);
+  fields.read("num_experts_per_tok", config.num_experts_per_tok);
+  fields.read("num_local_experts", config.num_experts);
+  fields.read("num_experts", config.num_experts);
+  fields.read("expert_layer_period", config.expert_layer_period);
+  fields.read("expert_layer_offset", config.expert_layer_offset);
+  fields.read("attn_layer_period", config.attn_layer_period);
+  fields.read("attn_layer_offset", config.attn_layer_offset);
+  fields.read("mamba_d_state", config.mamba_d_state);
+  fields.read("mamba_d_conv", config.mamba_d_conv);
+  fields.read("mamba_expand", config.mamba_expand);
+  fields.read_dt_rank("mamba_dt_rank", config.mamba_dt_rank);
+  fields.read("mamba_conv_bias", config.mamba_conv_bias);
+  fields.read("mamba_proj_bias", config.mamba_proj_bias);
+  fields.read("max_position_embeddings", config.max_position_embeddings);
+  fields.read("dtype", config.torch_dtype);  // transformers 5.x name
+  fields.read("torch_dtype", config.torch_dtype);
+  config.finalize(source);
+  return config;
+}
+
+}  // namespace jambo

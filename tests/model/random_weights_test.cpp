@@ -1,0 +1,169 @@
+// make_random_model: shapes, scales, determinism across thread counts, dtype conversions.
+#include "model/weights.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace jambo {
+namespace {
+
+// A small config with every tensor kind: attention at layer 1, MoE at odd layers, biases on.
+JambaConfig small_config() {
+  JambaConfig config;
+  config.vocab_size = 300;
+  config.hidden_size = 64;
+  config.intermediate_size = 96;
+  config.num_hidden_layers = 4;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  config.num_experts = 4;
+  config.num_experts_per_tok = 2;
+  config.attn_layer_period = 2;
+  config.attn_layer_offset = 1;
+  config.mamba_proj_bias = true;
+  return config;
+}
+
+std::vector<float> values(const TensorView& view) {
+  std::vector<float> out(view.numel());
+  for (int64_t i = 0; i < view.numel(); ++i) out[i] = view.at(i);
+  return out;
+}
+
+bool same_bytes(const TensorView& a, const TensorView& b) {
+  return a.numel() == b.numel() && a.dtype == b.dtype &&
+         std::memcmp(a.data, b.data, a.numel() * dtype_size(a.dtype)) == 0;
+}
+
+// Every tensor of a model, in a fixed order, to compare two models whole.
+std::vector<const TensorView*> all_tensors(const ModelWeights& w) {
+  std::vector<const TensorView*> out = {&w.embed_tokens, &w.final_norm, &w.lm_head};
+  for (const LayerWeights& layer : w.layers) {
+    for (const TensorView* v : {&layer.input_norm, &layer.pre_ff_norm, &layer.attention.q_proj,
+                                &layer.attention.k_proj, &layer.attention.v_proj,
+                                &layer.attention.o_proj, &layer.mamba.in_proj,
+                                &layer.mamba.in_proj_bias, &layer.mamba.conv_weight,
+                                &layer.mamba.conv_bias, &layer.mamba.x_proj, &layer.mamba.dt_norm,
+                                &layer.mamba.b_norm, &layer.mamba.c_norm, &layer.mamba.dt_proj,
+                                &layer.mamba.dt_proj_bias, &layer.mamba.A_log, &layer.mamba.D,
+                                &layer.mamba.out_proj, &layer.mamba.out_proj_bias,
+                                &layer.mlp.gate_proj, &layer.mlp.up_proj, &layer.mlp.down_proj,
+                                &layer.moe.router})
+      out.push_back(v);
+    for (const MlpWeights& expert : layer.moe.experts)
+      for (const TensorView* v : {&expert.gate_proj, &expert.up_proj, &expert.down_proj}) out.push_back(v);
+  }
+  return out;
+}
+
+bool same_model_bytes(const Model& a, const Model& b) {
+  const auto left = all_tensors(a.weights), right = all_tensors(b.weights);
+  for (size_t i = 0; i < left.size(); ++i) {
+    if (left[i]->empty() != right[i]->empty()) return false;
+    if (!left[i]->empty() && !same_bytes(*left[i], *right[i])) return false;
+  }
+  return true;
+}
+
+// Parameter count of small_config() written out by hand from spec §2.1.
+int64_t expected_parameter_count(const JambaConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, E = c.num_experts;
+  const int64_t Di = 2 * H, N = 16, K = 4, R = (H + 15) / 16, hd = H / c.num_attention_heads;
+  const int64_t mamba = 2 * Di * H + 2 * Di + Di * K + Di + (R + 2 * N) * Di + R + 2 * N + Di * R +
+                        Di + Di * N + Di + H * Di + H;
+  const int64_t attention = 2 * H * H + 2 * (c.num_key_value_heads * hd) * H;
+  const int64_t dense = 3 * I * H, moe = E * H + E * 3 * I * H;
+  // layers: 0 mamba+dense, 1 attention+moe, 2 mamba+dense, 3 attention+moe; norms 2H per layer
+  return 2 * V * H + H + 4 * 2 * H + 2 * mamba + 2 * attention + 2 * dense + 2 * moe;
+}
+
+TEST(RandomWeights, ShapesAndByteCountFollowTheSpec) {
+  const Model model = make_random_model(small_config(), DType::BF16, 7);
+  const JambaConfig& c = model.config;
+  EXPECT_EQ(model.weights.bytes_total, 2 * expected_parameter_count(c));
+  ASSERT_EQ(model.weights.layers.size(), 4u);
+  const LayerWeights& mamba = model.weights.layers[0];
+  EXPECT_EQ(mamba.mixer, MixerKind::Mamba);
+  EXPECT_EQ(mamba.ffn, FfnKind::Dense);
+  EXPECT_EQ(mamba.mamba.conv_weight.shape, (std::vector<int64_t>{128, 1, 4}));
+  EXPECT_EQ(mamba.mamba.x_proj.shape, (std::vector<int64_t>{4 + 32, 128}));
+  EXPECT_EQ(mamba.mamba.in_proj_bias.shape, (std::vector<int64_t>{256}));
+  const LayerWeights& attention = model.weights.layers[1];
+  EXPECT_EQ(attention.mixer, MixerKind::Attention);
+  EXPECT_EQ(attention.ffn, FfnKind::Moe);
+  EXPECT_EQ(attention.attention.k_proj.shape, (std::vector<int64_t>{32, 64}));
+  ASSERT_EQ(attention.moe.experts.size(), 4u);
+  EXPECT_EQ(attention.moe.experts[3].down_proj.shape, (std::vector<int64_t>{64, 96}));
+  EXPECT_EQ(model.weights.lm_head.name, "lm_head.weight");
+  EXPECT_NE(model.weights.lm_head.data, model.weights.embed_tokens.data);
+}
+
+TEST(RandomWeights, OptionalTensorsFollowTheConfigSwitches) {
+  JambaConfig config = small_config();
+  config.mamba_proj_bias = false;
+  config.mamba_conv_bias = false;
+  config.tie_word_embeddings = true;
+  const Model model = make_random_model(config, DType::F32, 7);
+  const MambaWeights& mamba = model.weights.layers[0].mamba;
+  EXPECT_TRUE(mamba.in_proj_bias.empty());
+  EXPECT_TRUE(mamba.out_proj_bias.empty());
+  EXPECT_TRUE(mamba.conv_bias.empty());
+  EXPECT_EQ(model.weights.lm_head.data, model.weights.embed_tokens.data);
+  const int64_t without_biases = expected_parameter_count(config) - 2 * (2 * 128 + 128 + 64);
+  EXPECT_EQ(model.weights.bytes_total, 4 * (without_biases - config.vocab_size * 64));
+}
+
+TEST(RandomWeights, ScalesLikeATrainedModel) {
+  const Model model = make_random_model(small_config(), DType::F32, 11);
+  const MambaWeights& mamba = model.weights.layers[0].mamba;
+  // Linear weights: standard deviation 1/sqrt(fan_in).
+  const std::vector<float> in_proj = values(mamba.in_proj);
+  double sum_squares = 0;
+  for (float v : in_proj) sum_squares += double(v) * v;
+  EXPECT_NEAR(std::sqrt(sum_squares / in_proj.size()), 1.0 / 8.0, 0.005);
+  // A_log = log(1..N) on every row.
+  for (int64_t row : {0, 127})
+    for (int64_t n = 0; n < 16; ++n) EXPECT_FLOAT_EQ(mamba.A_log.at(row * 16 + n), std::log(n + 1.0f));
+  // softplus(dt bias) in [1e-3, 1e-1]; norms and D near 1.
+  for (float bias : values(mamba.dt_proj_bias)) {
+    const double dt = std::log1p(std::exp(double(bias)));
+    EXPECT_GE(dt, 0.999e-3);
+    EXPECT_LE(dt, 1.001e-1);
+  }
+  for (float v : values(mamba.D)) EXPECT_NEAR(v, 1.0f, 0.1f);
+  for (float v : values(model.weights.final_norm)) EXPECT_NEAR(v, 1.0f, 0.1f);
+}
+
+TEST(RandomWeights, SameSeedSameBytesForAnyThreadCount) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Model one_thread = make_random_model(small_config(), DType::BF16, 42);
+  omp_set_num_threads(2);
+  const Model two_threads = make_random_model(small_config(), DType::BF16, 42);
+  const Model other_seed = make_random_model(small_config(), DType::BF16, 43);
+  omp_set_num_threads(saved_threads);
+  EXPECT_TRUE(same_model_bytes(one_thread, two_threads));
+  EXPECT_FALSE(same_bytes(one_thread.weights.embed_tokens, other_seed.weights.embed_tokens));
+}
+
+TEST(RandomWeights, HalfPrecisionModelsRoundTheF32Values) {
+  const Model f32 = make_random_model(small_config(), DType::F32, 5);
+  const Model b16 = make_random_model(small_config(), DType::BF16, 5);
+  const Model f16 = make_random_model(small_config(), DType::F16, 5);
+  const TensorView& exact = f32.weights.layers[2].mamba.x_proj;
+  const TensorView& bf = b16.weights.layers[2].mamba.x_proj;
+  const TensorView& half = f16.weights.layers[2].mamba.x_proj;
+  for (int64_t i = 0; i < exact.numel(); ++i) {
+    EXPECT_EQ(bf.at(i), to_float(to_bf16(exact.at(i))));
+    // round to nearest: within half an ulp (2^-11 relative, or 2^-25 absolute for subnormals)
+    EXPECT_LE(std::fabs(half.at(i) - exact.at(i)),
+              std::max(std::fabs(exact.at(i)) * 0x1p-11f, 0x1p-25f));
+  }
+}
+
+}  // namespace
+}  // namespace jambo
