@@ -1,7 +1,7 @@
 // make_random_model: shapes, scales, determinism across thread counts, dtype conversions.
+#include "checkpoint_builder.h"
 #include "model/weights.h"
 
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -10,6 +10,9 @@
 
 namespace jambo {
 namespace {
+
+using model_test::all_tensors;
+using model_test::values_of;
 
 // A small config with every tensor kind: attention at layer 1, MoE at odd layers, biases on.
 JambaConfig small_config() {
@@ -28,36 +31,9 @@ JambaConfig small_config() {
   return config;
 }
 
-std::vector<float> values(const TensorView& view) {
-  std::vector<float> out(view.numel());
-  for (int64_t i = 0; i < view.numel(); ++i) out[i] = view.at(i);
-  return out;
-}
-
 bool same_bytes(const TensorView& a, const TensorView& b) {
   return a.numel() == b.numel() && a.dtype == b.dtype &&
          std::memcmp(a.data, b.data, a.numel() * dtype_size(a.dtype)) == 0;
-}
-
-// Every tensor of a model, in a fixed order, to compare two models whole.
-std::vector<const TensorView*> all_tensors(const ModelWeights& w) {
-  std::vector<const TensorView*> out = {&w.embed_tokens, &w.final_norm, &w.lm_head};
-  for (const LayerWeights& layer : w.layers) {
-    for (const TensorView* v : {&layer.input_norm, &layer.pre_ff_norm, &layer.attention.q_proj,
-                                &layer.attention.k_proj, &layer.attention.v_proj,
-                                &layer.attention.o_proj, &layer.mamba.in_proj,
-                                &layer.mamba.in_proj_bias, &layer.mamba.conv_weight,
-                                &layer.mamba.conv_bias, &layer.mamba.x_proj, &layer.mamba.dt_norm,
-                                &layer.mamba.b_norm, &layer.mamba.c_norm, &layer.mamba.dt_proj,
-                                &layer.mamba.dt_proj_bias, &layer.mamba.A_log, &layer.mamba.D,
-                                &layer.mamba.out_proj, &layer.mamba.out_proj_bias,
-                                &layer.mlp.gate_proj, &layer.mlp.up_proj, &layer.mlp.down_proj,
-                                &layer.moe.router})
-      out.push_back(v);
-    for (const MlpWeights& expert : layer.moe.experts)
-      for (const TensorView* v : {&expert.gate_proj, &expert.up_proj, &expert.down_proj}) out.push_back(v);
-  }
-  return out;
 }
 
 bool same_model_bytes(const Model& a, const Model& b) {
@@ -121,7 +97,7 @@ TEST(RandomWeights, ScalesLikeATrainedModel) {
   const Model model = make_random_model(small_config(), DType::F32, 11);
   const MambaWeights& mamba = model.weights.layers[0].mamba;
   // Linear weights: standard deviation 1/sqrt(fan_in).
-  const std::vector<float> in_proj = values(mamba.in_proj);
+  const std::vector<float> in_proj = values_of(mamba.in_proj);
   double sum_squares = 0;
   for (float v : in_proj) sum_squares += double(v) * v;
   EXPECT_NEAR(std::sqrt(sum_squares / in_proj.size()), 1.0 / 8.0, 0.005);
@@ -129,13 +105,13 @@ TEST(RandomWeights, ScalesLikeATrainedModel) {
   for (int64_t row : {0, 127})
     for (int64_t n = 0; n < 16; ++n) EXPECT_FLOAT_EQ(mamba.A_log.at(row * 16 + n), std::log(n + 1.0f));
   // softplus(dt bias) in [1e-3, 1e-1]; norms and D near 1.
-  for (float bias : values(mamba.dt_proj_bias)) {
+  for (float bias : values_of(mamba.dt_proj_bias)) {
     const double dt = std::log1p(std::exp(double(bias)));
     EXPECT_GE(dt, 0.999e-3);
     EXPECT_LE(dt, 1.001e-1);
   }
-  for (float v : values(mamba.D)) EXPECT_NEAR(v, 1.0f, 0.1f);
-  for (float v : values(model.weights.final_norm)) EXPECT_NEAR(v, 1.0f, 0.1f);
+  for (float v : values_of(mamba.D)) EXPECT_NEAR(v, 1.0f, 0.1f);
+  for (float v : values_of(model.weights.final_norm)) EXPECT_NEAR(v, 1.0f, 0.1f);
 }
 
 TEST(RandomWeights, SameSeedSameBytesForAnyThreadCount) {

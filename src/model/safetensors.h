@@ -1,0 +1,43 @@
+// Reading Hugging Face safetensors checkpoints: one memory-mapped file (model.safetensors) or a
+// sharded set (model.safetensors.index.json). Every header is validated before any data is used:
+// dtypes, shapes, data ranges inside the file, no overlaps. Errors name the file and the tensor.
+#pragma once
+
+#include "core/tensor.h"
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace jambo {
+
+class Checkpoint {
+ public:
+  // Opens folder/model.safetensors.index.json (sharded) or else folder/model.safetensors.
+  static Checkpoint open(const std::filesystem::path& folder);
+
+  // The tensor, or nullptr when the checkpoint has no tensor of that name.
+  const TensorView* find(const std::string& name) const;
+
+  // The tensor, which must exist and have the expected shape.
+  TensorView get(const std::string& name, const std::vector<int64_t>& expected_shape) const;
+
+  std::vector<std::string> names() const;  // sorted
+  // The file an error about a missing tensor should name (the index when sharded).
+  const std::string& source() const { return source_; }
+  // Keeps the memory maps alive; views stay valid while a copy of it exists.
+  std::shared_ptr<void> storage() const { return files_; }
+
+ private:
+  struct Entry {
+    TensorView view;
+    std::string file;  // the file holding it, for messages
+  };
+  std::map<std::string, Entry> tensors_;
+  std::string source_;
+  std::shared_ptr<void> files_;
+};
+
+}  // namespace jambo
