@@ -1,0 +1,183 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/ffn.h"
+#include "backend/cpu/mamba.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/state_memory.h"
+#include "backend/cpu/vector_ops.h"
+#include "core/error.h"
+
+#include <set>
+
+namespace jambo {
+namespace {
+
+using cpu::Matrix;
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const Model& model, const CacheConfig& cache);
+
+  const JambaConfig& config() const override { return model_.config; }
+  void forward(std::span<const BatchRow> rows, StepLogits& logits) override;
+  void copy_state(int64_t from_slot, int64_t to_slot) override { states_.copy(from_slot, to_slot); }
+  void poison_state(int64_t slot) override { states_.poison(slot); }
+
+ private:
+  void validate(std::span<const BatchRow> rows) const;
+  Matrix embed(std::span<const BatchRow> rows) const;
+  void run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
+                 Matrix& hidden);
+  void run_mixer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
+                 const Matrix& normed, Matrix& mixed);
+  void compute_logits(std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
+                      const Matrix& hidden, StepLogits& logits) const;
+
+  Model model_;
+  std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
+  cpu::StatePool states_;
+  cpu::KvCache kv_cache_;
+};
+
+std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
+  std::vector<int64_t> indices;
+  int64_t num_mamba = 0;
+  int64_t num_attention = 0;
+  for (MixerKind kind : config.mixer_kinds)
+    indices.push_back(kind == MixerKind::Attention ? num_attention++ : num_mamba++);
+  return indices;
+}
+
+CpuBackend::CpuBackend(const Model& model, const CacheConfig& cache)
+    : model_(model),
+      index_in_kind_(indices_within_kind(model.config)),
+      states_(model.config, cache.num_state_slots),
+      kv_cache_(model.config, cache) {}
+
+void CpuBackend::validate(std::span<const BatchRow> rows) const {
+  const JambaConfig& config = model_.config;
+  std::set<int64_t> slots_in_step;
+  for (const BatchRow& row : rows) {
+    const int64_t id = row.request_id;
+    JAMBO_REQUIRE(!row.tokens.empty(), "request {}: a step row needs at least one token", id);
+    for (int32_t token : row.tokens)
+      JAMBO_REQUIRE(token >= 0 && token < config.vocab_size, "request {}: token {} is outside the vocabulary [0, {})",
+                    id, token, config.vocab_size);
+    JAMBO_REQUIRE(row.start_position >= 0, "request {}: negative start position {}", id, row.start_position);
+    // Law 1: a zero state can only start a sequence, and a sequence can only start from zero.
+    JAMBO_REQUIRE(row.has_initial_state == (row.start_position > 0),
+                  "request {}: has_initial_state is {} at start position {} (state exists iff start > 0)", id,
+                  row.has_initial_state, row.start_position);
+    JAMBO_REQUIRE(row.slot >= 0 && row.slot < states_.num_slots(), "request {}: state slot {} is out of range [0, {})",
+                  id, row.slot, states_.num_slots());
+    JAMBO_REQUIRE(slots_in_step.insert(row.slot).second, "request {}: state slot {} is used by two rows of one step",
+                  id, row.slot);
+    if (config.num_attention_layers() == 0) continue;
+    const int64_t end_position = row.start_position + int64_t(row.tokens.size());
+    const int64_t num_blocks_needed = (end_position + kv_cache_.block_size() - 1) / kv_cache_.block_size();
+    JAMBO_REQUIRE(int64_t(row.block_table.size()) >= num_blocks_needed,
+                  "request {}: block table has {} blocks but positions up to {} need {}", id, row.block_table.size(),
+                  end_position, num_blocks_needed);
+    for (int64_t i = 0; i < num_blocks_needed; ++i)
+      JAMBO_REQUIRE(row.block_table[i] >= 0 && row.block_table[i] < kv_cache_.num_blocks(),
+                    "request {}: KV block {} (logical block {}) is out of range [0, {})", id, row.block_table[i], i,
+                    kv_cache_.num_blocks());
+  }
+}
+
+Matrix CpuBackend::embed(std::span<const BatchRow> rows) const {
+  const TensorView& table = model_.weights.embed_tokens;  // [V, H]
+  const int64_t hidden_size = model_.config.hidden_size;
+  int64_t num_tokens = 0;
+  for (const BatchRow& row : rows) num_tokens += int64_t(row.tokens.size());
+  Matrix hidden(num_tokens, hidden_size);
+  int64_t t = 0;
+  for (const BatchRow& row : rows) {
+    for (int32_t token : row.tokens) {
+      const int64_t first = element_offset(token, hidden_size);
+      float* out = hidden.row(t++);
+      for (int64_t i = 0; i < hidden_size; ++i) out[i] = table.at(first + i);
+    }
+  }
+  return hidden;
+}
+
+void CpuBackend::run_mixer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
+                           const Matrix& normed, Matrix& mixed) {
+  const LayerWeights& weights = model_.weights.layers[layer];
+  const int64_t kind_index = index_in_kind_[layer];
+  if (model_.config.mixer_kinds[layer] == MixerKind::Attention) {
+    std::vector<cpu::AttentionRow> attention_rows;
+    for (size_t r = 0; r < rows.size(); ++r)
+      attention_rows.push_back({first_tokens[r], int64_t(rows[r].tokens.size()), rows[r].start_position,
+                                rows[r].block_table});
+    cpu::attention_mixer(weights.attention, model_.config, kv_cache_, kind_index, normed, attention_rows, mixed);
+    return;
+  }
+  std::vector<cpu::MambaRow> mamba_rows;
+  for (size_t r = 0; r < rows.size(); ++r)
+    mamba_rows.push_back({first_tokens[r], int64_t(rows[r].tokens.size()), rows[r].has_initial_state,
+                          states_.conv_tail(rows[r].slot, kind_index), states_.ssm_state(rows[r].slot, kind_index)});
+  cpu::mamba_mixer(weights.mamba, model_.config, normed, mamba_rows, mixed);
+}
+
+// Pre-norm decoder layer (spec §3.2): h += mixer(norm(h)); h += ffn(norm(h)).
+void CpuBackend::run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
+                           Matrix& hidden) {
+  const LayerWeights& weights = model_.weights.layers[layer];
+  const float eps = float(model_.config.rms_norm_eps);
+  Matrix normed, update;  // [num_tokens, H]
+  cpu::rms_norm_rows(hidden, weights.input_norm, eps, normed);
+  run_mixer(layer, rows, first_tokens, normed, update);
+  cpu::add_in_place(hidden, update);
+
+  cpu::rms_norm_rows(hidden, weights.pre_ff_norm, eps, normed);
+  if (model_.config.ffn_kinds[layer] == FfnKind::Moe)
+    cpu::sparse_moe(weights.moe, model_.config.num_experts_per_tok, normed, update);
+  else
+    cpu::dense_mlp(weights.mlp, normed, update);
+  cpu::add_in_place(hidden, update);
+}
+
+void CpuBackend::compute_logits(std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
+                                const Matrix& hidden, StepLogits& logits) const {
+  std::vector<int64_t> selected_tokens;  // [num_vectors] the tokens whose logits are asked for
+  logits.first_vector.clear();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    logits.first_vector.push_back(int64_t(selected_tokens.size()));
+    const int64_t num_tokens = int64_t(rows[r].tokens.size());
+    for (int64_t t = rows[r].all_logits ? 0 : num_tokens - 1; t < num_tokens; ++t)
+      selected_tokens.push_back(first_tokens[r] + t);
+  }
+  const int64_t num_vectors = int64_t(selected_tokens.size());
+  Matrix normed(num_vectors, hidden.num_cols());  // [num_vectors, H]
+  for (int64_t v = 0; v < num_vectors; ++v)
+    cpu::rms_norm(hidden.row(selected_tokens[v]), model_.weights.final_norm, float(model_.config.rms_norm_eps),
+                  normed.row(v));
+  logits.vocab_size = model_.config.vocab_size;
+  logits.values.assign(size_t(element_offset(num_vectors, logits.vocab_size)), 0.0f);
+  cpu::matmul(normed.data(), num_vectors, model_.weights.lm_head, logits.values.data());
+}
+
+void CpuBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
+  validate(rows);
+  std::vector<int64_t> first_tokens;  // [num_rows] index of each row's first token in the step
+  int64_t num_tokens = 0;
+  for (const BatchRow& row : rows) {
+    first_tokens.push_back(num_tokens);
+    num_tokens += int64_t(row.tokens.size());
+  }
+  Matrix hidden = embed(rows);  // [num_tokens, H]
+  for (int64_t layer = 0; layer < model_.config.num_hidden_layers; ++layer)
+    run_layer(layer, rows, first_tokens, hidden);
+  compute_logits(rows, first_tokens, hidden, logits);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const Model& model, const CacheConfig& cache) {
+  return std::make_unique<CpuBackend>(model, cache);
+}
+
+}  // namespace jambo

@@ -1,0 +1,89 @@
+#include "backend/cpu/state_memory.h"
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+namespace jambo::cpu {
+
+MappedFloats::MappedFloats(int64_t num_elements, const char* purpose) {
+  JAMBO_REQUIRE(num_elements >= 0, "{}: negative size {}", purpose, num_elements);
+  num_bytes_ = element_offset(num_elements, sizeof(float));
+  if (num_bytes_ == 0) return;
+  void* mapping = mmap(nullptr, size_t(num_bytes_), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  JAMBO_REQUIRE(mapping != MAP_FAILED, "{}: cannot reserve {} bytes: {}", purpose, num_bytes_, std::strerror(errno));
+  data_ = static_cast<float*>(mapping);
+}
+
+MappedFloats::~MappedFloats() {
+  if (data_ != nullptr) munmap(data_, size_t(num_bytes_));
+}
+
+StatePool::StatePool(const JambaConfig& config, int64_t num_slots)
+    : num_slots_(num_slots),
+      conv_tail_size_(config.mamba_d_inner * (config.mamba_d_conv - 1)),
+      layer_stride_(config.mamba_d_inner * (config.mamba_d_conv - 1 + config.mamba_d_state)),
+      slot_stride_(config.num_mamba_layers() * layer_stride_),
+      memory_(element_offset(num_slots, slot_stride_), "recurrent-state pool") {
+  JAMBO_REQUIRE(num_slots > 0, "the recurrent-state pool needs at least one slot, got {}", num_slots);
+}
+
+void StatePool::require_slot(int64_t slot, const char* action) const {
+  JAMBO_REQUIRE(slot >= 0 && slot < num_slots_, "{}: state slot {} is out of range [0, {})", action, slot, num_slots_);
+}
+
+float* StatePool::slot_begin(int64_t slot) { return memory_.data() + element_offset(slot, slot_stride_); }
+
+float* StatePool::conv_tail(int64_t slot, int64_t mamba_layer) {
+  return slot_begin(slot) + element_offset(mamba_layer, layer_stride_);
+}
+
+float* StatePool::ssm_state(int64_t slot, int64_t mamba_layer) {
+  return conv_tail(slot, mamba_layer) + conv_tail_size_;
+}
+
+void StatePool::copy(int64_t from_slot, int64_t to_slot) {
+  require_slot(from_slot, "copy_state");
+  require_slot(to_slot, "copy_state");
+  if (from_slot == to_slot) return;
+  std::copy_n(slot_begin(from_slot), slot_stride_, slot_begin(to_slot));
+}
+
+void StatePool::poison(int64_t slot) {
+  require_slot(slot, "poison_state");
+  std::fill_n(slot_begin(slot), slot_stride_, std::numeric_limits<float>::quiet_NaN());
+}
+
+KvCache::KvCache(const JambaConfig& config, const CacheConfig& cache)
+    : num_blocks_(cache.num_kv_blocks),
+      block_size_(cache.kv_block_size),
+      token_stride_(config.num_key_value_heads * config.head_dim),
+      half_stride_(cache.kv_block_size * token_stride_),
+      layer_stride_(2 * half_stride_),
+      block_stride_(config.num_attention_layers() * layer_stride_),
+      memory_(element_offset(cache.num_kv_blocks, block_stride_), "KV cache") {
+  JAMBO_REQUIRE(cache.kv_block_size > 0, "kv_block_size must be positive, got {}", cache.kv_block_size);
+  JAMBO_REQUIRE(cache.num_kv_blocks >= 0, "num_kv_blocks must not be negative, got {}", cache.num_kv_blocks);
+}
+
+float* KvCache::entry(int64_t block, int64_t attention_layer, int64_t key_or_value, int64_t position_in_block) {
+  return memory_.data() + element_offset(block, block_stride_) + element_offset(attention_layer, layer_stride_) +
+         element_offset(key_or_value, half_stride_) + element_offset(position_in_block, token_stride_);
+}
+
+float* KvCache::key(int64_t block, int64_t attention_layer, int64_t position_in_block) {
+  return entry(block, attention_layer, 0, position_in_block);
+}
+
+float* KvCache::value(int64_t block, int64_t attention_layer, int64_t position_in_block) {
+  return entry(block, attention_layer, 1, position_in_block);
+}
+
+}  // namespace jambo::cpu

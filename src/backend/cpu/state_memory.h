@@ -1,0 +1,73 @@
+// The memory a request keeps between steps: recurrent-state slots and the paged KV cache.
+// Both live in anonymous MAP_NORESERVE mappings, so a pool reserved far beyond what is used costs
+// only the pages touched (a test can place a slot past 2^32 elements). Every offset into them is
+// formed by element_offset (DESIGN.md law 3).
+#pragma once
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+#include <cstdint>
+
+namespace jambo::cpu {
+
+// An anonymous, lazily committed, zero-filled fp32 buffer.
+class MappedFloats {
+ public:
+  MappedFloats(int64_t num_elements, const char* purpose);
+  ~MappedFloats();
+  MappedFloats(const MappedFloats&) = delete;
+  MappedFloats& operator=(const MappedFloats&) = delete;
+
+  float* data() const { return data_; }
+
+ private:
+  float* data_ = nullptr;
+  int64_t num_bytes_ = 0;
+};
+
+// Per slot and per Mamba layer: the conv tail (the last K-1 inputs u) and the SSM state, fp32.
+class StatePool {
+ public:
+  StatePool(const JambaConfig& config, int64_t num_slots);
+
+  int64_t num_slots() const { return num_slots_; }
+  float* conv_tail(int64_t slot, int64_t mamba_layer);  // [Di, K-1], oldest input first
+  float* ssm_state(int64_t slot, int64_t mamba_layer);  // [Di, N]
+  void copy(int64_t from_slot, int64_t to_slot);
+  void poison(int64_t slot);  // fills the slot with NaN
+
+ private:
+  float* slot_begin(int64_t slot);
+  void require_slot(int64_t slot, const char* action) const;
+
+  int64_t num_slots_;
+  int64_t conv_tail_size_;  // Di * (K-1)
+  int64_t layer_stride_;    // Di * (K-1 + N)
+  int64_t slot_stride_;     // num_mamba_layers * layer_stride_
+  MappedFloats memory_;     // [num_slots, num_mamba_layers, Di * (K-1 + N)]
+};
+
+// [num_kv_blocks, num_attention_layers, 2 (key, value), kv_block_size, nkv, hd], fp32.
+class KvCache {
+ public:
+  KvCache(const JambaConfig& config, const CacheConfig& cache);
+
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  float* key(int64_t block, int64_t attention_layer, int64_t position_in_block);    // [nkv, hd]
+  float* value(int64_t block, int64_t attention_layer, int64_t position_in_block);  // [nkv, hd]
+
+ private:
+  float* entry(int64_t block, int64_t attention_layer, int64_t key_or_value, int64_t position_in_block);
+
+  int64_t num_blocks_;
+  int64_t block_size_;
+  int64_t token_stride_;  // nkv * hd
+  int64_t half_stride_;   // block_size * token_stride_ (all keys, or all values, of one layer)
+  int64_t layer_stride_;  // 2 * half_stride_
+  int64_t block_stride_;  // num_attention_layers * layer_stride_
+  MappedFloats memory_;
+};
+
+}  // namespace jambo::cpu

@@ -1,0 +1,36 @@
+// Small fp32 element-wise and per-row operations of the forward (spec §3.3, §3.5).
+#pragma once
+
+#include "backend/cpu/matrix.h"
+#include "core/tensor.h"
+
+#include <cmath>
+
+namespace jambo::cpu {
+
+inline float silu(float a) { return a / (1.0f + std::exp(-a)); }
+
+// PyTorch's softplus with beta 1 and threshold 20.
+inline float softplus(float a) { return a > 20.0f ? a : std::log1p(std::exp(a)); }
+
+// out = weight * (x / sqrt(mean(x^2) + eps)), summed in index order.
+void rms_norm(const float* x,             // [n]
+              const TensorView& weight,   // [n]
+              float eps,
+              float* out);                // [n]; may alias x
+
+// rms_norm over every row of x.
+void rms_norm_rows(const Matrix& x,            // [T, n]
+                   const TensorView& weight,   // [n]
+                   float eps,
+                   Matrix& out);               // [T, n]
+
+// y[t, :] += bias; nothing when the bias is absent (empty view).
+void add_bias(Matrix& y,                  // [T, n]
+              const TensorView& bias);    // [n] or empty
+
+// y += x, element-wise (the residual additions).
+void add_in_place(Matrix& y,              // [T, n]
+                  const Matrix& x);       // [T, n]
+
+}  // namespace jambo::cpu
