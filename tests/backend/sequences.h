@@ -56,7 +56,7 @@ inline std::vector<int32_t> random_tokens(int64_t count, int64_t vocab_size, uin
 }
 
 // Runs one step where sequences[i] feeds num_tokens[i] tokens with logits for all of them;
-// appends each sequence's logits to outputs[i] (when outputs is not empty).
+// appends each sequence's logits to outputs[i] (when given and not null).
 inline void step(Backend& backend, std::vector<Sequence*> sequences, std::vector<int64_t> num_tokens,
                  std::vector<Logits*> outputs = {}) {
   std::vector<BatchRow> rows;
@@ -65,7 +65,7 @@ inline void step(Backend& backend, std::vector<Sequence*> sequences, std::vector
   backend.forward(rows, logits);
   for (size_t i = 0; i < sequences.size(); ++i) {
     sequences[i]->num_computed += num_tokens[i];
-    if (outputs.empty()) continue;
+    if (outputs.empty() || outputs[i] == nullptr) continue;
     for (int64_t t = 0; t < num_tokens[i]; ++t) {
       const std::span<const float> vector = logits.row(int64_t(i), t);
       outputs[i]->emplace_back(vector.begin(), vector.end());

@@ -1,0 +1,123 @@
+// The backend's state memory: copy and poison, 64-bit slot offsets, and the checks on step rows.
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "random_tensors.h"
+#include "sequences.h"
+#include "test_models.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace jambo {
+namespace {
+
+using testing::Logits;
+using testing::Sequence;
+
+class StateTest : public ::testing::Test {
+ protected:
+  Model model_ = make_random_model(testing::small_config(), DType::BF16, 9);
+  std::vector<int32_t> tokens_ = testing::random_tokens(12, model_.config.vocab_size, 4);
+};
+
+// n samples of one prompt: the prompt's state copied into a second slot continues identically.
+TEST_F(StateTest, CopiedStateContinuesLikeTheOriginal) {
+  auto backend = make_cpu_backend(model_, testing::test_cache(2));
+  Sequence original(0, tokens_);
+  testing::step(*backend, {&original}, {11});
+  backend->copy_state(0, 1);
+  Sequence copy = original;  // same KV blocks: the shared position is rewritten with equal values
+  copy.slot = 1;
+  Logits from_original, from_copy;
+  testing::step(*backend, {&original}, {1}, {&from_original});
+  testing::step(*backend, {&copy}, {1}, {&from_copy});
+  EXPECT_TRUE(testing::bitwise_equal(from_copy[0].data(), from_original[0].data(), model_.config.vocab_size));
+}
+
+// Law 2's loud failure: continuing from a poisoned slot gives NaN, not plausible numbers.
+TEST_F(StateTest, ContinuingFromPoisonedSlotGivesNaN) {
+  auto backend = make_cpu_backend(model_, testing::test_cache(1));
+  Sequence sequence(0, tokens_);
+  testing::step(*backend, {&sequence}, {5});
+  backend->poison_state(0);
+  Logits logits;
+  testing::step(*backend, {&sequence}, {1}, {&logits});
+  EXPECT_TRUE(std::isnan(logits[0][0]));
+}
+
+// Law 3: a slot whose state starts past element 2^32 works, and does not alias the slot that a
+// 32-bit offset would wrap to.
+TEST_F(StateTest, SlotBeyondTwoToThe32ElementsKeepsItsOwnState) {
+  const JambaConfig& config = model_.config;
+  const int64_t slot_elements =
+      config.num_mamba_layers() * config.mamba_d_inner * (config.mamba_d_conv - 1 + config.mamba_d_state);
+  const int64_t high_slot = (int64_t(1) << 32) / slot_elements + 1;
+  const int64_t wrapped_slot = (high_slot * slot_elements % (int64_t(1) << 32)) / slot_elements;
+  ASSERT_GT(high_slot * slot_elements, int64_t(1) << 32);
+  CacheConfig cache = testing::test_cache(2);
+  cache.num_state_slots = high_slot + 1;
+  auto backend = make_cpu_backend(model_, cache);
+
+  Logits expected;
+  {
+    auto small_backend = make_cpu_backend(model_, testing::test_cache(1));
+    expected = testing::run_in_chunks(*small_backend, Sequence(0, tokens_), {12});
+  }
+  Sequence high(0, tokens_), neighbour(1, testing::random_tokens(12, config.vocab_size, 8));
+  high.slot = high_slot;
+  neighbour.slot = wrapped_slot;
+  Logits logits;
+  for (int64_t chunk : {4, 4, 4}) testing::step(*backend, {&high, &neighbour}, {chunk, chunk}, {&logits, nullptr});
+  ASSERT_EQ(logits.size(), expected.size());
+  for (size_t t = 0; t < logits.size(); ++t)
+    EXPECT_TRUE(testing::bitwise_equal(logits[t].data(), expected[t].data(), config.vocab_size)) << "position " << t;
+}
+
+void expect_rejected(Backend& backend, const BatchRow& row, const std::string& expected_words) {
+  StepLogits logits;
+  try {
+    backend.forward(std::span<const BatchRow>(&row, 1), logits);
+    ADD_FAILURE() << "a row with " << expected_words << " was accepted";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("request 100"), std::string::npos) << message;
+    EXPECT_NE(message.find(expected_words), std::string::npos) << message;
+  }
+}
+
+TEST_F(StateTest, MalformedRowsAreRejectedNamingTheRequest) {
+  auto backend = make_cpu_backend(model_, testing::test_cache(1));
+  const Sequence sequence(0, tokens_);
+  BatchRow row = sequence.row(6, false);
+  row.slot = 1;
+  expect_rejected(*backend, row, "slot 1 is out of range");
+
+  row = sequence.row(6, false);
+  row.block_table = row.block_table.subspan(0, 1);
+  expect_rejected(*backend, row, "block table has 1 blocks");
+
+  row = sequence.row(6, false);
+  const std::vector<int32_t> bad_blocks = {0, 99};
+  row.block_table = bad_blocks;
+  expect_rejected(*backend, row, "KV block 99");
+
+  row = sequence.row(6, false);
+  const std::vector<int32_t> bad_tokens = {1, int32_t(model_.config.vocab_size)};
+  row.tokens = bad_tokens;
+  expect_rejected(*backend, row, "outside the vocabulary");
+
+  row = sequence.row(6, false);
+  row.has_initial_state = true;
+  expect_rejected(*backend, row, "has_initial_state");
+
+  row = sequence.row(0, false);
+  expect_rejected(*backend, row, "at least one token");
+
+  const BatchRow twice[] = {sequence.row(2, false), sequence.row(3, false)};
+  StepLogits logits;
+  EXPECT_THROW(backend->forward(twice, logits), Error);
+}
+
+}  // namespace
+}  // namespace jambo
