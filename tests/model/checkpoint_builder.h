@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -21,8 +22,11 @@ class TempFolder {
  public:
   TempFolder() {
     const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            fmt::format("jambo-{}-{}-{}", ::getpid(), test->test_suite_name(), test->name());
+    static int num_made = 0;  // several folders in one test must differ
+    std::string name = fmt::format("jambo-{}-{}-{}-{}", ::getpid(), test->test_suite_name(),
+                                   test->name(), num_made++);
+    std::replace(name.begin(), name.end(), '/', '_');  // parameterized tests have '/' in names
+    path_ = fs::temp_directory_path() / name;
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -184,7 +188,9 @@ inline std::vector<const TensorView*> all_tensors(const ModelWeights& w) {
   return out;
 }
 
+// The values of a view in fp32; none for an empty (absent) view.
 inline std::vector<float> values_of(const TensorView& view) {
+  if (view.empty()) return {};
   std::vector<float> out(view.numel());
   for (int64_t i = 0; i < view.numel(); ++i) out[i] = view.at(i);
   return out;
