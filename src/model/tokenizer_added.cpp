@@ -1,0 +1,124 @@
+#include "model/tokenizer_added.h"
+
+#include <algorithm>
+
+#include "model/unicode.h"
+
+namespace jambo::tokenizer_detail {
+namespace {
+
+// The first character after pos / the last one before pos, or 0 at the ends.
+char32_t char_after(std::string_view text, size_t pos) {
+  return pos < text.size() ? unicode::decode_utf8(text, pos).code_point : 0;
+}
+
+char32_t char_before(std::string_view text, size_t pos) {
+  if (pos == 0) return 0;
+  size_t begin = pos - 1;
+  while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80) --begin;
+  return unicode::decode_utf8(text, begin).code_point;
+}
+
+// Where the run of white space that ends at pos begins, and where the one starting at pos ends.
+size_t whitespace_run_begin(std::string_view text, size_t pos) {
+  while (pos > 0 && unicode::is_whitespace(char_before(text, pos))) {
+    pos -= unicode::to_utf8(char_before(text, pos)).size();
+  }
+  return pos;
+}
+
+size_t whitespace_run_end(std::string_view text, size_t pos) {
+  while (pos < text.size() && unicode::is_whitespace(char_after(text, pos))) {
+    pos += unicode::decode_utf8(text, pos).num_bytes;
+  }
+  return pos;
+}
+
+// single_word: the token must not touch a word character (\w) on either side.
+bool is_single_word(std::string_view text, size_t begin, size_t end) {
+  const bool free_before = begin == 0 || !unicode::is_word_char(char_before(text, begin));
+  const bool free_after = end == text.size() || !unicode::is_word_char(char_after(text, end));
+  return free_before && free_after;
+}
+
+}  // namespace
+
+void AddedVocabulary::Matcher::add(std::string pattern, size_t token_index) {
+  if (pattern.empty()) return;
+  auto& bucket = patterns_by_first_byte_[static_cast<unsigned char>(pattern[0])];
+  bucket.push_back({std::move(pattern), token_index});
+  // Longest first; among equally long patterns the earlier one wins, as in HF's automaton.
+  std::stable_sort(bucket.begin(), bucket.end(),
+                   [](const Pattern& a, const Pattern& b) { return a.text.size() > b.text.size(); });
+}
+
+std::vector<AddedVocabulary::Matcher::Match> AddedVocabulary::Matcher::find_all(std::string_view text) const {
+  std::vector<Match> matches;
+  for (size_t pos = 0; pos < text.size();) {
+    const Pattern* found = nullptr;
+    for (const Pattern& pattern : patterns_by_first_byte_[static_cast<unsigned char>(text[pos])]) {
+      if (text.substr(pos).starts_with(pattern.text)) {
+        found = &pattern;
+        break;
+      }
+    }
+    if (!found) {
+      ++pos;
+      continue;
+    }
+    matches.push_back({pos, pos + found->text.size(), found->token_index});
+    pos += found->text.size();
+  }
+  return matches;
+}
+
+// As HF's AddedVocabulary::find_matches: a single_word token that touches a word is skipped (the
+// search does not look inside it again); lstrip/rstrip widen the token over adjacent white space.
+std::vector<Segment> AddedVocabulary::Matcher::split(std::string_view text, bool at_text_start,
+                                                     const std::vector<AddedToken>& tokens) const {
+  std::vector<Segment> segments;
+  size_t done = 0;
+  for (const Match& match : find_all(text)) {
+    const AddedToken& token = tokens[match.token_index];
+    if (token.single_word && !is_single_word(text, match.begin, match.end)) continue;
+    const size_t begin = token.lstrip ? std::max(whitespace_run_begin(text, match.begin), done) : match.begin;
+    const size_t end = token.rstrip ? whitespace_run_end(text, match.end) : match.end;
+    if (done < begin) segments.push_back({std::string(text.substr(done, begin - done)), std::nullopt, at_text_start && done == 0});
+    segments.push_back({std::string(text.substr(begin, end - begin)), token.id, at_text_start && begin == 0});
+    done = end;
+  }
+  if (done < text.size()) segments.push_back({std::string(text.substr(done)), std::nullopt, at_text_start && done == 0});
+  return segments;
+}
+
+void AddedVocabulary::add(AddedToken token, const Normalizer& normalizer) {
+  if (index_by_content_.contains(token.content)) return;
+  const size_t index = tokens_.size();
+  if (token.normalized) {
+    normalized_matcher_.add(normalizer.normalize(token.content), index);
+  } else {
+    raw_matcher_.add(token.content, index);
+  }
+  index_by_content_[token.content] = index;
+  index_by_id_[token.id] = index;
+  tokens_.push_back(std::move(token));
+}
+
+const AddedToken* AddedVocabulary::find(int32_t id) const {
+  auto it = index_by_id_.find(id);
+  return it == index_by_id_.end() ? nullptr : &tokens_[it->second];
+}
+
+std::optional<int32_t> AddedVocabulary::find(std::string_view content) const {
+  auto it = index_by_content_.find(std::string(content));
+  if (it == index_by_content_.end()) return std::nullopt;
+  return tokens_[it->second].id;
+}
+
+int64_t AddedVocabulary::max_id() const {
+  int64_t max_id = -1;
+  for (const AddedToken& token : tokens_) max_id = std::max<int64_t>(max_id, token.id);
+  return max_id;
+}
+
+}  // namespace jambo::tokenizer_detail

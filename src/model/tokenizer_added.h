@@ -1,0 +1,108 @@
+// The "added_tokens" of tokenizer.json: tokens found in the text before the model sees it, with
+// HF's matching rules (leftmost-longest, single_word, lstrip, rstrip; "normalized" tokens are
+// matched in the normalized text, the others in the raw text).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "model/tokenizer_json.h"
+#include "model/tokenizer_normalize.h"
+
+namespace jambo::tokenizer_detail {
+
+struct AddedToken {
+  int32_t id = 0;
+  std::string content;
+  bool single_word = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool normalized = true;
+  bool special = false;
+};
+
+// A stretch of text: either one added token or text for the rest of the pipeline.
+struct Segment {
+  std::string text;
+  std::optional<int32_t> token_id;
+  bool at_text_start;  // begins at offset 0 of the input
+};
+
+class AddedVocabulary {
+ public:
+  AddedVocabulary() = default;
+  // model_id: the id the model vocabulary gives a token's content, which wins over the file's id.
+  template <typename ModelIdLookup>
+  AddedVocabulary(const JsonField& added_tokens, const Normalizer& normalizer, ModelIdLookup model_id);
+
+  // Cuts text at the added tokens of one kind: raw-text tokens (before normalization) or
+  // normalized ones (in normalized text).
+  std::vector<Segment> split_raw(std::string_view text, bool at_text_start) const {
+    return raw_matcher_.split(text, at_text_start, tokens_);
+  }
+  std::vector<Segment> split_normalized(std::string_view text, bool at_text_start) const {
+    return normalized_matcher_.split(text, at_text_start, tokens_);
+  }
+
+  const AddedToken* find(int32_t id) const;
+  std::optional<int32_t> find(std::string_view content) const;
+  int64_t max_id() const;
+
+ private:
+  // Leftmost-longest, non-overlapping search for a set of patterns (HF uses Aho-Corasick).
+  class Matcher {
+   public:
+    void add(std::string pattern, size_t token_index);
+    std::vector<Segment> split(std::string_view text, bool at_text_start,
+                               const std::vector<AddedToken>& tokens) const;
+
+   private:
+    struct Pattern {
+      std::string text;
+      size_t token_index;
+    };
+    struct Match {
+      size_t begin, end, token_index;
+    };
+    std::vector<Match> find_all(std::string_view text) const;
+    std::vector<Pattern> patterns_by_first_byte_[256];  // longest first
+  };
+
+  void add(AddedToken token, const Normalizer& normalizer);
+
+  std::vector<AddedToken> tokens_;
+  std::unordered_map<int32_t, size_t> index_by_id_;
+  std::unordered_map<std::string, size_t> index_by_content_;
+  Matcher raw_matcher_;
+  Matcher normalized_matcher_;
+};
+
+template <typename ModelIdLookup>
+AddedVocabulary::AddedVocabulary(const JsonField& added_tokens, const Normalizer& normalizer,
+                                 ModelIdLookup model_id) {
+  // HF builds its matchers from the special tokens first, then the others, each in file order.
+  std::vector<AddedToken> specials, others;
+  for (size_t i = 0; i < added_tokens.size(); ++i) {
+    const JsonField entry = added_tokens.at(i);
+    AddedToken token;
+    token.content = entry.at("content").as_string();
+    token.id = static_cast<int32_t>(entry.at("id").as_int());
+    if (token.id < 0) entry.at("id").fail("negative id");
+    if (auto id = model_id(token.content)) token.id = *id;
+    token.single_word = entry.bool_or("single_word", false);
+    token.lstrip = entry.bool_or("lstrip", false);
+    token.rstrip = entry.bool_or("rstrip", false);
+    token.special = entry.bool_or("special", false);
+    token.normalized = entry.bool_or("normalized", !token.special);
+    if (token.content.empty()) continue;  // HF ignores empty added tokens
+    (token.special ? specials : others).push_back(std::move(token));
+  }
+  for (AddedToken& token : specials) add(std::move(token), normalizer);
+  for (AddedToken& token : others) add(std::move(token), normalizer);
+}
+
+}  // namespace jambo::tokenizer_detail

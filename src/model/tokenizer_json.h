@@ -1,0 +1,57 @@
+// Reading tokenizer.json: a JSON value together with the file and the field path it came from, so
+// that every error names both (e.g. "tokenizer.json: field 'model.merges[3]': ...").
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace jambo::tokenizer_detail {
+
+class JsonField {
+ public:
+  JsonField(const nlohmann::json& value, std::string file, std::string path)
+      : value_(&value), file_(std::move(file)), path_(std::move(path)) {}
+
+  const nlohmann::json& json() const { return *value_; }
+  const std::string& file() const { return file_; }
+  bool is_null() const { return value_->is_null(); }
+
+  JsonField at(std::string_view key) const;                    // required member
+  std::optional<JsonField> find(std::string_view key) const;  // absent or null: nullopt
+  JsonField at(size_t index) const;                            // array element
+  size_t size() const;                                         // of an array
+
+  std::string as_string() const;
+  char32_t as_char() const;  // a string of exactly one character
+  bool as_bool() const;
+  int64_t as_int() const;
+
+  // Optional members with defaults.
+  bool bool_or(std::string_view key, bool fallback) const;
+  std::string string_or(std::string_view key, std::string fallback) const;
+
+  // The "type" member, for the tagged unions of tokenizer.json.
+  std::string type() const { return at("type").as_string(); }
+
+  [[noreturn]] void fail(std::string_view problem) const;
+
+ private:
+  JsonField child(const nlohmann::json& value, std::string path) const {
+    return JsonField(value, file_, std::move(path));
+  }
+  void require_object() const;
+
+  const nlohmann::json* value_;
+  std::string file_;
+  std::string path_;
+};
+
+// Reads and parses a JSON file; a missing file or malformed JSON throws jambo::Error naming it.
+nlohmann::json read_json_file(const std::filesystem::path& path);
+
+}  // namespace jambo::tokenizer_detail

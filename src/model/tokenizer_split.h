@@ -1,0 +1,33 @@
+// Cutting text at pattern matches, as HF's NormalizedString::split with its delimiter behaviours,
+// and the two patterns the pre-tokenizers use: a literal string and the GPT-2 word pattern.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace jambo::tokenizer_detail {
+
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+struct ByteRange {
+  size_t begin;
+  size_t end;
+};
+
+// matches: sorted and non-overlapping. invert swaps matches and the text between them. Empty pieces
+// are dropped.
+std::vector<std::string> split_at_matches(std::string_view text, const std::vector<ByteRange>& matches,
+                                          SplitBehavior behavior, bool invert);
+
+// Non-overlapping occurrences of a non-empty literal, leftmost first.
+std::vector<ByteRange> find_literal(std::string_view text, std::string_view literal);
+
+// Matches of the GPT-2 pattern
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// as a backtracking regex engine finds them, left to right. text must be valid UTF-8.
+std::vector<ByteRange> find_gpt2_words(std::string_view text);
+inline constexpr std::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+}  // namespace jambo::tokenizer_detail
