@@ -1,9 +1,12 @@
 // Seeded random weights scaled like a trained Jamba, for benchmarks and tests without a checkpoint.
-// Each tensor is filled in fixed-size chunks, each chunk from its own seed (derived from the model
-// seed, the tensor name and the chunk index), so the bytes do not depend on the thread count.
+// Element i of a tensor is a function of (model seed, tensor name, i) only, so the bytes do not
+// depend on the thread count or on how the work is split into chunks.
 #include "core/error.h"
 #include "model/weight_layout.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -16,14 +19,36 @@ constexpr float kLogitStd = 4.0f;
 // A uniform variable on [-a, a] has standard deviation a / sqrt(3).
 const float kSqrt3 = std::sqrt(3.0f);
 
-struct RandomStorage {
-  std::vector<std::unique_ptr<std::byte[]>> buffers;  // one per tensor
+constexpr int64_t kTensorAlignment = 64;  // a cache line, for vector loads
+
+// One anonymous mapping for all tensors, backed by huge pages where the kernel allows: filling
+// hundreds of MB page by page would otherwise spend most of its time in page faults.
+class RandomStorage {
+ public:
+  explicit RandomStorage(int64_t num_bytes) : num_bytes_(std::max<int64_t>(num_bytes, 1)) {
+    data_ = ::mmap(nullptr, size_t(num_bytes_), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    JAMBO_REQUIRE(data_ != MAP_FAILED, "cannot allocate {} bytes for random weights", num_bytes_);
+    ::madvise(data_, size_t(num_bytes_), MADV_HUGEPAGE);  // a hint; failure is harmless
+  }
+  ~RandomStorage() { ::munmap(data_, size_t(num_bytes_)); }
+  RandomStorage(const RandomStorage&) = delete;
+  RandomStorage& operator=(const RandomStorage&) = delete;
+
+  std::byte* at(int64_t offset) const { return static_cast<std::byte*>(data_) + offset; }
+
+ private:
+  void* data_;
+  int64_t num_bytes_;
 };
 
-// splitmix64: a fast generator whose outputs are well mixed even for adjacent seeds.
-uint64_t next_random(uint64_t& state) {
-  state += 0x9e3779b97f4a7c15ull;
-  uint64_t z = state;
+int64_t aligned_size(int64_t num_bytes) {
+  return (num_bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+}
+
+// Element `index` of a random stream: splitmix64's output function applied to a counter. Each
+// element depends only on (stream, index), so fill loops have no carried state and vectorize.
+uint64_t random_bits(uint64_t stream, int64_t index) {
+  uint64_t z = stream + uint64_t(index + 1) * 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -63,24 +88,19 @@ bf16 from_float<bf16>(float value) { return to_bf16(value); }
 template <>
 f16 from_float<f16>(float value) { return to_f16(value); }
 
-// How one tensor's elements are drawn.
+// How one tensor's elements are drawn: offset + amplitude * noise, noise uniform on [-1, 1),
+// except for A_log and the dt bias, which follow Mamba's initialisation.
 struct Initializer {
   WeightRole role;
+  float offset;     // 1 for norm weights and D, else 0
   float amplitude;  // half-width of the uniform noise
   int64_t cols;     // last dimension
 
-  float value(int64_t index, float noise) const {
-    switch (role) {
-      case WeightRole::Norm:
-      case WeightRole::SkipD: return 1.0f + amplitude * noise;
-      case WeightRole::ALog: return std::log(float(index % cols + 1));  // A = -(1..N), as Mamba
-      case WeightRole::DtBias: return inverse_softplus_of_time_step(noise);
-      default: return amplitude * noise;
-    }
-  }
+  bool is_affine() const { return role != WeightRole::ALog && role != WeightRole::DtBias; }
 
-  // Mamba's init: dt log-uniform in [1e-3, 1e-1]; the bias is softplus^-1(dt).
-  static float inverse_softplus_of_time_step(float noise) {
+  float special_value(int64_t index, float noise) const {
+    if (role == WeightRole::ALog) return std::log(float(index % cols + 1));  // A = -(1..N)
+    // dt log-uniform in [1e-3, 1e-1]; the bias is softplus^-1(dt).
     const float fraction = 0.5f * (noise + 1.0f);
     const float dt = std::exp(std::log(1e-3f) + fraction * (std::log(1e-1f) - std::log(1e-3f)));
     return dt + std::log(-std::expm1(-dt));
@@ -91,43 +111,46 @@ Initializer make_initializer(const WeightSlot& slot, const JambaConfig& config) 
   const int64_t fan_in = slot.shape.back();
   const float unit_std = kSqrt3;  // amplitude giving standard deviation 1
   const float logit_scale = kSqrt3 * kLogitStd / std::sqrt(float(config.hidden_size));
-  float amplitude = 0.0f;
+  Initializer init{slot.role, 0.0f, 0.0f, fan_in};
   switch (slot.role) {
     case WeightRole::Embedding:
-      amplitude = config.tie_word_embeddings ? logit_scale : unit_std;
+      init.amplitude = config.tie_word_embeddings ? logit_scale : unit_std;
       break;
-    case WeightRole::LmHead: amplitude = logit_scale; break;
-    case WeightRole::Linear: amplitude = unit_std / std::sqrt(float(fan_in)); break;
+    case WeightRole::LmHead: init.amplitude = logit_scale; break;
+    case WeightRole::Linear: init.amplitude = unit_std / std::sqrt(float(fan_in)); break;
+    case WeightRole::Bias: init.amplitude = 0.1f; break;
     case WeightRole::Norm:
-    case WeightRole::SkipD:
-    case WeightRole::Bias: amplitude = 0.1f; break;
+    case WeightRole::SkipD: init = {slot.role, 1.0f, 0.1f, fan_in}; break;
     case WeightRole::DtBias:
     case WeightRole::ALog: break;
   }
-  return Initializer{slot.role, amplitude, fan_in};
+  return init;
 }
 
 template <typename T>
-void fill_chunk(T* out, int64_t begin, int64_t end, const Initializer& init, uint64_t seed) {
-  uint64_t state = seed;
-  for (int64_t i = begin; i < end; ++i) {
-    out[i] = from_float<T>(init.value(i, uniform_symmetric(next_random(state))));
+void fill_range(T* out, int64_t begin, int64_t end, const Initializer& init, uint64_t stream) {
+  if (init.is_affine()) {
+    for (int64_t i = begin; i < end; ++i)
+      out[i] = from_float<T>(init.offset + init.amplitude * uniform_symmetric(random_bits(stream, i)));
+    return;
   }
+  for (int64_t i = begin; i < end; ++i)
+    out[i] = from_float<T>(init.special_value(i, uniform_symmetric(random_bits(stream, i))));
 }
 
+// A piece of one tensor, the unit of parallel work.
 struct Chunk {
-  const WeightSlot* slot;
+  void* data;
   Initializer init;
   int64_t begin, end;  // element range
-  uint64_t seed;
+  uint64_t stream;     // the tensor's random stream
 };
 
 void fill(const Chunk& chunk, DType dtype) {
-  void* data = const_cast<void*>(chunk.slot->target->data);
   switch (dtype) {
-    case DType::F32: fill_chunk(static_cast<float*>(data), chunk.begin, chunk.end, chunk.init, chunk.seed); break;
-    case DType::BF16: fill_chunk(static_cast<bf16*>(data), chunk.begin, chunk.end, chunk.init, chunk.seed); break;
-    case DType::F16: fill_chunk(static_cast<f16*>(data), chunk.begin, chunk.end, chunk.init, chunk.seed); break;
+    case DType::F32: fill_range(static_cast<float*>(chunk.data), chunk.begin, chunk.end, chunk.init, chunk.stream); break;
+    case DType::BF16: fill_range(static_cast<bf16*>(chunk.data), chunk.begin, chunk.end, chunk.init, chunk.stream); break;
+    case DType::F16: fill_range(static_cast<f16*>(chunk.data), chunk.begin, chunk.end, chunk.init, chunk.stream); break;
   }
 }
 
@@ -137,26 +160,26 @@ Model make_random_model(const JambaConfig& config, DType dtype, uint64_t seed) {
   Model model;
   model.config = config;
   model.config.finalize("random model config");
-  auto storage = std::make_shared<RandomStorage>();
   const std::vector<WeightSlot> slots = list_weight_slots(model.config, model.weights);
+  int64_t num_bytes = 0;
+  for (const WeightSlot& slot : slots) {
+    int64_t numel = 1;
+    for (int64_t extent : slot.shape) numel *= extent;
+    num_bytes += aligned_size(numel * dtype_size(dtype));
+  }
+  auto storage = std::make_shared<RandomStorage>(num_bytes);
 
   std::vector<Chunk> chunks;
+  int64_t offset = 0;
   for (const WeightSlot& slot : slots) {
-    TensorView& view = *slot.target;
-    view.dtype = dtype;
-    view.shape = slot.shape;
-    view.name = slot.name;
-    const int64_t numel = view.numel();
-    storage->buffers.emplace_back(new std::byte[numel * dtype_size(dtype)]);
-    view.data = storage->buffers.back().get();
+    std::byte* const data = storage->at(offset);
+    *slot.target = TensorView{data, dtype, slot.shape, slot.name};
+    const int64_t numel = slot.target->numel();
+    offset += aligned_size(numel * dtype_size(dtype));
     const Initializer init = make_initializer(slot, model.config);
-    uint64_t tensor_seed = seed ^ hash_name(slot.name);
-    const uint64_t chunk_seed_base = next_random(tensor_seed);
-    for (int64_t begin = 0; begin < numel; begin += kChunkElements) {
-      uint64_t chunk_state = chunk_seed_base + uint64_t(begin);
-      chunks.push_back(Chunk{&slot, init, begin, std::min(numel, begin + kChunkElements),
-                             next_random(chunk_state)});
-    }
+    const uint64_t stream = random_bits(seed, int64_t(hash_name(slot.name) >> 1));
+    for (int64_t begin = 0; begin < numel; begin += kChunkElements)
+      chunks.push_back(Chunk{data, init, begin, std::min(numel, begin + kChunkElements), stream});
   }
 #pragma omp parallel for schedule(dynamic, 4)
   for (size_t i = 0; i < chunks.size(); ++i) fill(chunks[i], dtype);
