@@ -116,40 +116,44 @@ std::string read_text_file(const std::filesystem::path& path) {
   return text.str();
 }
 
+// Every constraint that does not need the derived fields.
+void require_valid_fields(const JambaConfig& c, const std::string& source) {
+  JAMBO_REQUIRE(c.model_type == "jamba", "{}: field 'model_type' = \"{}\" is not supported (expected \"jamba\")",
+                source, c.model_type);
+  JAMBO_REQUIRE(c.hidden_act == "silu", "{}: field 'hidden_act' = \"{}\" is not supported (expected \"silu\")",
+                source, c.hidden_act);
+  require_positive(source, "vocab_size", c.vocab_size);
+  require_positive(source, "hidden_size", c.hidden_size);
+  require_positive(source, "intermediate_size", c.intermediate_size);
+  require_positive(source, "num_hidden_layers", c.num_hidden_layers);
+  require_positive(source, "num_attention_heads", c.num_attention_heads);
+  require_positive(source, "num_key_value_heads", c.num_key_value_heads);
+  require_positive(source, "num_experts", c.num_experts);
+  require_positive(source, "expert_layer_period", c.expert_layer_period);
+  require_positive(source, "attn_layer_period", c.attn_layer_period);
+  require_positive(source, "mamba_d_state", c.mamba_d_state);
+  require_positive(source, "mamba_d_conv", c.mamba_d_conv);
+  require_positive(source, "mamba_expand", c.mamba_expand);
+  JAMBO_REQUIRE(c.mamba_dt_rank >= 0, "{}: field 'mamba_dt_rank' = {} must be positive or \"auto\"",
+                source, c.mamba_dt_rank);
+  JAMBO_REQUIRE(c.rms_norm_eps >= 0.0, "{}: field 'rms_norm_eps' = {} must not be negative", source,
+                c.rms_norm_eps);
+  require_offset_below_period(source, "expert_layer_offset", c.expert_layer_offset,
+                              "expert_layer_period", c.expert_layer_period);
+  require_offset_below_period(source, "attn_layer_offset", c.attn_layer_offset, "attn_layer_period",
+                              c.attn_layer_period);
+  JAMBO_REQUIRE(c.hidden_size % c.num_attention_heads == 0,
+                "{}: field 'hidden_size' = {} is not divisible by 'num_attention_heads' = {}", source,
+                c.hidden_size, c.num_attention_heads);
+  JAMBO_REQUIRE(c.num_attention_heads % c.num_key_value_heads == 0,
+                "{}: field 'num_attention_heads' = {} is not divisible by 'num_key_value_heads' = {}",
+                source, c.num_attention_heads, c.num_key_value_heads);
+}
+
 }  // namespace
 
 void JambaConfig::finalize(const std::string& source) {
-  JAMBO_REQUIRE(model_type == "jamba", "{}: field 'model_type' = \"{}\" is not supported (expected \"jamba\")",
-                source, model_type);
-  JAMBO_REQUIRE(hidden_act == "silu", "{}: field 'hidden_act' = \"{}\" is not supported (expected \"silu\")",
-                source, hidden_act);
-  require_positive(source, "vocab_size", vocab_size);
-  require_positive(source, "hidden_size", hidden_size);
-  require_positive(source, "intermediate_size", intermediate_size);
-  require_positive(source, "num_hidden_layers", num_hidden_layers);
-  require_positive(source, "num_attention_heads", num_attention_heads);
-  require_positive(source, "num_key_value_heads", num_key_value_heads);
-  require_positive(source, "num_experts", num_experts);
-  require_positive(source, "expert_layer_period", expert_layer_period);
-  require_positive(source, "attn_layer_period", attn_layer_period);
-  require_positive(source, "mamba_d_state", mamba_d_state);
-  require_positive(source, "mamba_d_conv", mamba_d_conv);
-  require_positive(source, "mamba_expand", mamba_expand);
-  JAMBO_REQUIRE(mamba_dt_rank >= 0, "{}: field 'mamba_dt_rank' = {} must be positive or \"auto\"",
-                source, mamba_dt_rank);
-  JAMBO_REQUIRE(rms_norm_eps >= 0.0, "{}: field 'rms_norm_eps' = {} must not be negative", source,
-                rms_norm_eps);
-  require_offset_below_period(source, "expert_layer_offset", expert_layer_offset,
-                              "expert_layer_period", expert_layer_period);
-  require_offset_below_period(source, "attn_layer_offset", attn_layer_offset, "attn_layer_period",
-                              attn_layer_period);
-  JAMBO_REQUIRE(hidden_size % num_attention_heads == 0,
-                "{}: field 'hidden_size' = {} is not divisible by 'num_attention_heads' = {}", source,
-                hidden_size, num_attention_heads);
-  JAMBO_REQUIRE(num_attention_heads % num_key_value_heads == 0,
-                "{}: field 'num_attention_heads' = {} is not divisible by 'num_key_value_heads' = {}",
-                source, num_attention_heads, num_key_value_heads);
-
+  require_valid_fields(*this, source);
   head_dim = hidden_size / num_attention_heads;
   mamba_d_inner = mamba_expand * hidden_size;
   if (mamba_dt_rank == 0) mamba_dt_rank = (hidden_size + 15) / 16;  // "auto"
@@ -160,6 +164,7 @@ void JambaConfig::finalize(const std::string& source) {
     if (layer % expert_layer_period == expert_layer_offset && num_experts > 1)
       ffn_kinds[layer] = FfnKind::Moe;
   }
+  // top-k matters only when some layer routes.
   const bool has_moe = std::count(ffn_kinds.begin(), ffn_kinds.end(), FfnKind::Moe) > 0;
   JAMBO_REQUIRE(!has_moe || (num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts),
                 "{}: field 'num_experts_per_tok' = {} must be between 1 and 'num_experts' = {}",

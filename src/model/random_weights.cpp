@@ -8,18 +8,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 namespace jambo {
 namespace {
 
-constexpr int64_t kChunkElements = int64_t(1) << 16;
+constexpr int64_t kChunkElements = int64_t(1) << 16;  // the unit of parallel work
+constexpr int64_t kTensorAlignment = 64;              // a cache line, for vector loads
 // Logits have about this standard deviation, so next-token distributions are peaked.
 constexpr float kLogitStd = 4.0f;
 // A uniform variable on [-a, a] has standard deviation a / sqrt(3).
 const float kSqrt3 = std::sqrt(3.0f);
-
-constexpr int64_t kTensorAlignment = 64;  // a cache line, for vector loads
 
 // One anonymous mapping for all tensors, backed by huge pages where the kernel allows: filling
 // hundreds of MB page by page would otherwise spend most of its time in page faults.
