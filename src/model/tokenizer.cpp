@@ -69,8 +69,7 @@ Tokenizer::Impl::Impl(const JsonField& root, const std::optional<JsonField>& con
       model(read_model(root)),
       decoder(optional_component<Decoder>(root, "decoder")) {
   if (auto added_tokens = root.find("added_tokens")) {
-    added = AddedVocabulary(*added_tokens, normalizer,
-                            [this](std::string_view content) { return model.token_to_id(content); });
+    added = AddedVocabulary(*added_tokens, normalizer, model);
   }
   bos_id = config_token_id(config, "bos_token");
   eos_id = config_token_id(config, "eos_token");

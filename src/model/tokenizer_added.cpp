@@ -43,13 +43,36 @@ bool is_single_word(std::string_view text, size_t begin, size_t end) {
 
 }  // namespace
 
+AddedVocabulary::AddedVocabulary(const JsonField& added_tokens, const Normalizer& normalizer,
+                                 const BpeModel& model) {
+  // HF builds its matchers from the special tokens first, then the others, each in file order.
+  std::vector<AddedToken> specials, others;
+  for (size_t i = 0; i < added_tokens.size(); ++i) {
+    const JsonField entry = added_tokens.at(i);
+    AddedToken token;
+    token.content = entry.at("content").as_string();
+    token.id = static_cast<int32_t>(entry.at("id").as_int());
+    if (token.id < 0) entry.at("id").fail("negative id");
+    if (auto id = model.token_to_id(token.content)) token.id = *id;
+    token.single_word = entry.bool_or("single_word", false);
+    token.lstrip = entry.bool_or("lstrip", false);
+    token.rstrip = entry.bool_or("rstrip", false);
+    token.special = entry.bool_or("special", false);
+    token.normalized = entry.bool_or("normalized", !token.special);
+    if (token.content.empty()) continue;  // HF ignores empty added tokens
+    (token.special ? specials : others).push_back(std::move(token));
+  }
+  for (AddedToken& token : specials) add(std::move(token), normalizer);
+  for (AddedToken& token : others) add(std::move(token), normalizer);
+}
+
 void AddedVocabulary::Matcher::add(std::string pattern, size_t token_index) {
   if (pattern.empty()) return;
   auto& bucket = patterns_by_first_byte_[static_cast<unsigned char>(pattern[0])];
-  bucket.push_back({std::move(pattern), token_index});
   // Longest first; among equally long patterns the earlier one wins, as in HF's automaton.
-  std::stable_sort(bucket.begin(), bucket.end(),
-                   [](const Pattern& a, const Pattern& b) { return a.text.size() > b.text.size(); });
+  auto position = std::upper_bound(bucket.begin(), bucket.end(), pattern.size(),
+                                   [](size_t size, const Pattern& other) { return size > other.text.size(); });
+  bucket.insert(position, {std::move(pattern), token_index});
 }
 
 std::vector<AddedVocabulary::Matcher::Match> AddedVocabulary::Matcher::find_all(std::string_view text) const {

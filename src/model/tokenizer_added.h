@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "model/tokenizer_bpe.h"
 #include "model/tokenizer_json.h"
 #include "model/tokenizer_normalize.h"
 
@@ -35,9 +36,8 @@ struct Segment {
 class AddedVocabulary {
  public:
   AddedVocabulary() = default;
-  // model_id: the id the model vocabulary gives a token's content, which wins over the file's id.
-  template <typename ModelIdLookup>
-  AddedVocabulary(const JsonField& added_tokens, const Normalizer& normalizer, ModelIdLookup model_id);
+  // As HF, a token whose content is in the model's vocabulary takes the model's id.
+  AddedVocabulary(const JsonField& added_tokens, const Normalizer& normalizer, const BpeModel& model);
 
   // Cuts text at the added tokens of one kind: raw-text tokens (before normalization) or
   // normalized ones (in normalized text).
@@ -80,29 +80,5 @@ class AddedVocabulary {
   Matcher raw_matcher_;
   Matcher normalized_matcher_;
 };
-
-template <typename ModelIdLookup>
-AddedVocabulary::AddedVocabulary(const JsonField& added_tokens, const Normalizer& normalizer,
-                                 ModelIdLookup model_id) {
-  // HF builds its matchers from the special tokens first, then the others, each in file order.
-  std::vector<AddedToken> specials, others;
-  for (size_t i = 0; i < added_tokens.size(); ++i) {
-    const JsonField entry = added_tokens.at(i);
-    AddedToken token;
-    token.content = entry.at("content").as_string();
-    token.id = static_cast<int32_t>(entry.at("id").as_int());
-    if (token.id < 0) entry.at("id").fail("negative id");
-    if (auto id = model_id(token.content)) token.id = *id;
-    token.single_word = entry.bool_or("single_word", false);
-    token.lstrip = entry.bool_or("lstrip", false);
-    token.rstrip = entry.bool_or("rstrip", false);
-    token.special = entry.bool_or("special", false);
-    token.normalized = entry.bool_or("normalized", !token.special);
-    if (token.content.empty()) continue;  // HF ignores empty added tokens
-    (token.special ? specials : others).push_back(std::move(token));
-  }
-  for (AddedToken& token : specials) add(std::move(token), normalizer);
-  for (AddedToken& token : others) add(std::move(token), normalizer);
-}
 
 }  // namespace jambo::tokenizer_detail

@@ -8,7 +8,7 @@
 namespace jambo::tokenizer_detail {
 
 BpeModel::BpeModel(const JsonField& model) : file_(model.file()) {
-  if (auto dropout = model.find("dropout"); dropout && dropout->json().get<double>() != 0.0) {
+  if (auto dropout = model.find("dropout"); dropout && dropout->as_number() != 0.0) {
     dropout->fail("BPE dropout is not supported (inference needs deterministic merges)");
   }
   if (auto unk = model.find("unk_token")) unk_token_ = unk->as_string();

@@ -65,6 +65,11 @@ int64_t JsonField::as_int() const {
   return value_->get<int64_t>();
 }
 
+double JsonField::as_number() const {
+  if (!value_->is_number()) fail("expected a number");
+  return value_->get<double>();
+}
+
 bool JsonField::bool_or(std::string_view key, bool fallback) const {
   auto field = find(key);
   return field ? field->as_bool() : fallback;

@@ -30,6 +30,7 @@ class JsonField {
   char32_t as_char() const;  // a string of exactly one character
   bool as_bool() const;
   int64_t as_int() const;
+  double as_number() const;
 
   // Optional members with defaults.
   bool bool_or(std::string_view key, bool fallback) const;
