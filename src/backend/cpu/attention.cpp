@@ -28,7 +28,50 @@ void store_keys_and_values(KvCache& kv_cache, int64_t attention_layer, const Att
   }
 }
 
-// context[t, head] = sum_j softmax_j(q · k_j * hd^-0.5) v_j over the row's positions j <= p(t).
+// The keys and values of one row in one attention layer, by position in the sequence.
+struct RowKeysAndValues {
+  KvCache& kv_cache;
+  int64_t attention_layer;
+  std::span<const int32_t> block_table;
+
+  const float* key(int64_t position) const {  // [nkv, hd]
+    return kv_cache.key(block_table[position / kv_cache.block_size()], attention_layer,
+                        position % kv_cache.block_size());
+  }
+  const float* value(int64_t position) const {  // [nkv, hd]
+    return kv_cache.value(block_table[position / kv_cache.block_size()], attention_layer,
+                          position % kv_cache.block_size());
+  }
+};
+
+// out = sum_j softmax_j(query · k_j * scale) v_j over positions j = 0..num_keys-1, in order.
+void attend_one_query(const float* query,             // [hd]
+                      const RowKeysAndValues& keys_and_values,
+                      int64_t kv_offset,              // offset of the KV head within [nkv, hd]
+                      int64_t num_keys, int64_t head_dim, float scale,
+                      std::vector<float>& scores,     // scratch, [num_keys]
+                      float* out) {                   // [hd]
+  scores.resize(size_t(num_keys));
+  float max_score = -INFINITY;
+  for (int64_t j = 0; j < num_keys; ++j) {
+    scores[j] = dot(query, keys_and_values.key(j) + kv_offset, head_dim) * scale;
+    max_score = std::max(max_score, scores[j]);
+  }
+  float total = 0.0f;
+  for (int64_t j = 0; j < num_keys; ++j) {
+    scores[j] = std::exp(scores[j] - max_score);
+    total += scores[j];
+  }
+  std::fill_n(out, head_dim, 0.0f);
+  for (int64_t j = 0; j < num_keys; ++j) {
+    const float probability = scores[j] / total;
+    const float* value = keys_and_values.value(j) + kv_offset;
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += probability * value[d];
+  }
+}
+
+// Every query of the row attends to its own position and the ones before it. Query head h reads
+// KV head h / (nh / nkv).
 void attend(const JambaConfig& config, KvCache& kv_cache, int64_t attention_layer, const AttentionRow& row,
             const Matrix& queries,  // [num_tokens, nh*hd]
             Matrix& context) {      // [num_tokens, nh*hd]
@@ -36,42 +79,17 @@ void attend(const JambaConfig& config, KvCache& kv_cache, int64_t attention_laye
   const int64_t head_dim = config.head_dim;
   const int64_t heads_per_kv_head = num_heads / config.num_key_value_heads;
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  const int64_t block_size = kv_cache.block_size();
+  const RowKeysAndValues keys_and_values{kv_cache, attention_layer, row.block_table};
 #pragma omp parallel
   {
-    std::vector<float> weights;  // [num_keys] attention weights of one query
+    std::vector<float> scores;
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < row.num_tokens * num_heads; ++item) {
       const int64_t t = item / num_heads;
       const int64_t head = item % num_heads;
-      const int64_t kv_offset = element_offset(head / heads_per_kv_head, head_dim);
-      const int64_t num_keys = row.start_position + t + 1;
-      const float* query = queries.row(row.first_token + t) + element_offset(head, head_dim);
-      auto key_at = [&](int64_t j) {
-        return kv_cache.key(row.block_table[j / block_size], attention_layer, j % block_size) + kv_offset;
-      };
-      auto value_at = [&](int64_t j) {
-        return kv_cache.value(row.block_table[j / block_size], attention_layer, j % block_size) + kv_offset;
-      };
-
-      weights.resize(size_t(num_keys));
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < num_keys; ++j) {
-        weights[j] = dot(query, key_at(j), head_dim) * scale;
-        max_score = std::max(max_score, weights[j]);
-      }
-      float total = 0.0f;
-      for (int64_t j = 0; j < num_keys; ++j) {
-        weights[j] = std::exp(weights[j] - max_score);
-        total += weights[j];
-      }
-      float* out = context.row(row.first_token + t) + element_offset(head, head_dim);
-      std::fill_n(out, head_dim, 0.0f);
-      for (int64_t j = 0; j < num_keys; ++j) {
-        const float weight = weights[j] / total;
-        const float* value = value_at(j);
-        for (int64_t d = 0; d < head_dim; ++d) out[d] += weight * value[d];
-      }
+      attend_one_query(queries.row(row.first_token + t) + element_offset(head, head_dim), keys_and_values,
+                       element_offset(head / heads_per_kv_head, head_dim), row.start_position + t + 1, head_dim,
+                       scale, scores, context.row(row.first_token + t) + element_offset(head, head_dim));
     }
   }
 }

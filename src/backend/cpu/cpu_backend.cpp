@@ -26,6 +26,8 @@ class CpuBackend final : public Backend {
 
  private:
   void validate(std::span<const BatchRow> rows) const;
+  void validate_row(const BatchRow& row) const;
+  void validate_block_table(const BatchRow& row) const;
   Matrix embed(std::span<const BatchRow> rows) const;
   void run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
                  Matrix& hidden);
@@ -55,34 +57,42 @@ CpuBackend::CpuBackend(const Model& model, const CacheConfig& cache)
       states_(model.config, cache.num_state_slots),
       kv_cache_(model.config, cache) {}
 
+void CpuBackend::validate_row(const BatchRow& row) const {
+  const int64_t id = row.request_id;
+  const int64_t vocab_size = model_.config.vocab_size;
+  JAMBO_REQUIRE(!row.tokens.empty(), "request {}: a step row needs at least one token", id);
+  for (int32_t token : row.tokens)
+    JAMBO_REQUIRE(token >= 0 && token < vocab_size, "request {}: token {} is outside the vocabulary [0, {})", id,
+                  token, vocab_size);
+  JAMBO_REQUIRE(row.start_position >= 0, "request {}: negative start position {}", id, row.start_position);
+  // Law 1: a zero state can only start a sequence, and a sequence can only start from zero.
+  JAMBO_REQUIRE(row.has_initial_state == (row.start_position > 0),
+                "request {}: has_initial_state is {} at start position {} (state exists iff start > 0)", id,
+                row.has_initial_state, row.start_position);
+  JAMBO_REQUIRE(row.slot >= 0 && row.slot < states_.num_slots(), "request {}: state slot {} is out of range [0, {})",
+                id, row.slot, states_.num_slots());
+}
+
+void CpuBackend::validate_block_table(const BatchRow& row) const {
+  const int64_t id = row.request_id;
+  const int64_t end_position = row.start_position + int64_t(row.tokens.size());
+  const int64_t num_blocks_needed = (end_position + kv_cache_.block_size() - 1) / kv_cache_.block_size();
+  JAMBO_REQUIRE(int64_t(row.block_table.size()) >= num_blocks_needed,
+                "request {}: block table has {} blocks but positions up to {} need {}", id, row.block_table.size(),
+                end_position, num_blocks_needed);
+  for (int64_t i = 0; i < num_blocks_needed; ++i)
+    JAMBO_REQUIRE(row.block_table[i] >= 0 && row.block_table[i] < kv_cache_.num_blocks(),
+                  "request {}: KV block {} (logical block {}) is out of range [0, {})", id, row.block_table[i], i,
+                  kv_cache_.num_blocks());
+}
+
 void CpuBackend::validate(std::span<const BatchRow> rows) const {
-  const JambaConfig& config = model_.config;
   std::set<int64_t> slots_in_step;
   for (const BatchRow& row : rows) {
-    const int64_t id = row.request_id;
-    JAMBO_REQUIRE(!row.tokens.empty(), "request {}: a step row needs at least one token", id);
-    for (int32_t token : row.tokens)
-      JAMBO_REQUIRE(token >= 0 && token < config.vocab_size, "request {}: token {} is outside the vocabulary [0, {})",
-                    id, token, config.vocab_size);
-    JAMBO_REQUIRE(row.start_position >= 0, "request {}: negative start position {}", id, row.start_position);
-    // Law 1: a zero state can only start a sequence, and a sequence can only start from zero.
-    JAMBO_REQUIRE(row.has_initial_state == (row.start_position > 0),
-                  "request {}: has_initial_state is {} at start position {} (state exists iff start > 0)", id,
-                  row.has_initial_state, row.start_position);
-    JAMBO_REQUIRE(row.slot >= 0 && row.slot < states_.num_slots(), "request {}: state slot {} is out of range [0, {})",
-                  id, row.slot, states_.num_slots());
+    validate_row(row);
     JAMBO_REQUIRE(slots_in_step.insert(row.slot).second, "request {}: state slot {} is used by two rows of one step",
-                  id, row.slot);
-    if (config.num_attention_layers() == 0) continue;
-    const int64_t end_position = row.start_position + int64_t(row.tokens.size());
-    const int64_t num_blocks_needed = (end_position + kv_cache_.block_size() - 1) / kv_cache_.block_size();
-    JAMBO_REQUIRE(int64_t(row.block_table.size()) >= num_blocks_needed,
-                  "request {}: block table has {} blocks but positions up to {} need {}", id, row.block_table.size(),
-                  end_position, num_blocks_needed);
-    for (int64_t i = 0; i < num_blocks_needed; ++i)
-      JAMBO_REQUIRE(row.block_table[i] >= 0 && row.block_table[i] < kv_cache_.num_blocks(),
-                    "request {}: KV block {} (logical block {}) is out of range [0, {})", id, row.block_table[i], i,
-                    kv_cache_.num_blocks());
+                  row.request_id, row.slot);
+    if (model_.config.num_attention_layers() > 0) validate_block_table(row);
   }
 }
 
