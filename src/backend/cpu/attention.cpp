@@ -70,26 +70,35 @@ void attend_one_query(const float* query,             // [hd]
   }
 }
 
-// Every query of the row attends to its own position and the ones before it. Query head h reads
-// KV head h / (nh / nkv).
-void attend(const JambaConfig& config, KvCache& kv_cache, int64_t attention_layer, const AttentionRow& row,
-            const Matrix& queries,  // [num_tokens, nh*hd]
-            Matrix& context) {      // [num_tokens, nh*hd]
+// A token of the step: its row and its index within the row's tokens.
+struct StepToken {
+  const AttentionRow* row;
+  int64_t index_in_row;
+};
+
+// Every query attends to its own position and the ones before it in its row, all queries of the
+// step in one parallel loop. Query head h reads KV head h / (nh / nkv).
+void attend(const JambaConfig& config, KvCache& kv_cache, int64_t attention_layer,
+            const std::vector<StepToken>& tokens,  // [num_tokens]
+            const Matrix& queries,                 // [num_tokens, nh*hd]
+            Matrix& context) {                     // [num_tokens, nh*hd]
   const int64_t num_heads = config.num_attention_heads;
   const int64_t head_dim = config.head_dim;
   const int64_t heads_per_kv_head = num_heads / config.num_key_value_heads;
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  const RowKeysAndValues keys_and_values{kv_cache, attention_layer, row.block_table};
 #pragma omp parallel
   {
     std::vector<float> scores;
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < row.num_tokens * num_heads; ++item) {
-      const int64_t t = item / num_heads;
+#pragma omp for schedule(dynamic, 4)  // queries late in long rows cost more
+    for (int64_t item = 0; item < int64_t(tokens.size()) * num_heads; ++item) {
+      const int64_t token = item / num_heads;
       const int64_t head = item % num_heads;
-      attend_one_query(queries.row(row.first_token + t) + element_offset(head, head_dim), keys_and_values,
-                       element_offset(head / heads_per_kv_head, head_dim), row.start_position + t + 1, head_dim,
-                       scale, scores, context.row(row.first_token + t) + element_offset(head, head_dim));
+      const AttentionRow& row = *tokens[token].row;
+      const RowKeysAndValues keys_and_values{kv_cache, attention_layer, row.block_table};
+      attend_one_query(queries.row(token) + element_offset(head, head_dim), keys_and_values,
+                       element_offset(head / heads_per_kv_head, head_dim),
+                       row.start_position + tokens[token].index_in_row + 1, head_dim, scale, scores,
+                       context.row(token) + element_offset(head, head_dim));
     }
   }
 }
@@ -102,11 +111,13 @@ void attention_mixer(const AttentionWeights& weights, const JambaConfig& config,
   matmul(x, weights.q_proj, queries);
   matmul(x, weights.k_proj, keys);
   matmul(x, weights.v_proj, values);
-  Matrix context(x.num_rows(), queries.num_cols());
+  std::vector<StepToken> tokens(size_t(x.num_rows()));
   for (const AttentionRow& row : rows) {
     store_keys_and_values(kv_cache, attention_layer, row, keys, values);
-    attend(config, kv_cache, attention_layer, row, queries, context);
+    for (int64_t t = 0; t < row.num_tokens; ++t) tokens[size_t(row.first_token + t)] = {&row, t};
   }
+  Matrix context(x.num_rows(), queries.num_cols());
+  attend(config, kv_cache, attention_layer, tokens, queries, context);
   matmul(context, weights.o_proj, out);
 }
 

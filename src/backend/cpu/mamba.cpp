@@ -9,76 +9,75 @@
 namespace jambo::cpu {
 namespace {
 
-// activated[t, c] = silu(conv_bias[c] + sum_j conv[c, j] * window[t + j]) where window is the
-// row's conv tail followed by this step's inputs u; the last K-1 inputs become the new tail.
-void causal_conv(const MambaWeights& weights, const JambaConfig& config,
-                 const Matrix& projected,  // [num_tokens, 2*Di]; columns 0..Di-1 are u
-                 const MambaRow& row,
-                 Matrix& activated) {      // [num_tokens, Di]
-  const int64_t num_channels = config.mamba_d_inner;
-  const int64_t kernel_size = config.mamba_d_conv;
-  const int64_t tail_size = kernel_size - 1;
-#pragma omp parallel
-  {
-    std::vector<float> window(size_t(tail_size + row.num_tokens));  // [K-1 + T]
-#pragma omp for schedule(static)
-    for (int64_t channel = 0; channel < num_channels; ++channel) {
-      float* tail = row.conv_tail + element_offset(channel, tail_size);
-      for (int64_t j = 0; j < tail_size; ++j) window[j] = row.has_initial_state ? tail[j] : 0.0f;
-      for (int64_t t = 0; t < row.num_tokens; ++t) window[tail_size + t] = projected.row(row.first_token + t)[channel];
-
-      const int64_t first_tap = element_offset(channel, kernel_size);
-      const float bias = weights.conv_bias.empty() ? 0.0f : weights.conv_bias.at(channel);
-      for (int64_t t = 0; t < row.num_tokens; ++t) {
-        float sum = 0.0f;
-        for (int64_t j = 0; j < kernel_size; ++j) sum += weights.conv_weight.at(first_tap + j) * window[t + j];
-        activated.row(row.first_token + t)[channel] = silu(sum + bias);
-      }
-      for (int64_t j = 0; j < tail_size; ++j) tail[j] = window[row.num_tokens + j];
-    }
-  }
+// Runs body(row, channel) for every row and channel in one parallel loop, so a step of many
+// decode rows pays for one thread fork, not one per row.
+template <typename Body>
+void for_each_row_and_channel(std::span<const MambaRow> rows, int64_t num_channels, Body body) {
+  const int64_t num_items = int64_t(rows.size()) * num_channels;
+#pragma omp parallel for schedule(static)
+  for (int64_t item = 0; item < num_items; ++item) body(rows[item / num_channels], item % num_channels);
 }
 
-// The sequential selective scan of one row, per channel, in fp32, with the D skip and the gate:
+// One channel of the causal depthwise conv and its SiLU:
+// activated[t] = silu(sum_j conv[j] * window[t + j] + conv_bias) where window is the row's conv
+// tail (zeros without initial state) followed by this step's inputs u. The last K-1 entries of the
+// window become the new tail.
+void causal_conv_channel(const MambaWeights& weights, int64_t kernel_size,
+                         const Matrix& projected,  // [num_tokens, 2*Di]; columns 0..Di-1 are u
+                         const MambaRow& row, int64_t channel,
+                         Matrix& activated) {      // [num_tokens, Di]
+  const int64_t tail_size = kernel_size - 1;
+  float* tail = row.conv_tail + element_offset(channel, tail_size);  // [K-1]
+  auto window = [&](int64_t index) {
+    if (index >= tail_size) return projected.row(row.first_token + index - tail_size)[channel];
+    return row.has_initial_state ? tail[index] : 0.0f;
+  };
+  const int64_t first_tap = element_offset(channel, kernel_size);
+  const float bias = weights.conv_bias.empty() ? 0.0f : weights.conv_bias.at(channel);
+  for (int64_t t = 0; t < row.num_tokens; ++t) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < kernel_size; ++j) sum += weights.conv_weight.at(first_tap + j) * window(t + j);
+    activated.row(row.first_token + t)[channel] = silu(sum + bias);
+  }
+  // In place: entry j reads window index num_tokens + j > j, which is not yet overwritten.
+  for (int64_t j = 0; j < tail_size; ++j) tail[j] = window(row.num_tokens + j);
+}
+
+// One channel of the sequential selective scan in fp32, with the D skip and the gate:
 // h = exp(delta * A) * h + delta * B * u;  y = (h · C + D * u) * silu(z).
-void selective_scan(const MambaWeights& weights, const JambaConfig& config,
-                    const Matrix& activated,  // [num_tokens, Di] u after conv and SiLU
-                    const Matrix& delta,      // [num_tokens, Di] softplus(dt_proj(dt) + bias)
-                    const Matrix& b_normed,   // [num_tokens, N]
-                    const Matrix& c_normed,   // [num_tokens, N]
-                    const Matrix& projected,  // [num_tokens, 2*Di]; columns Di..2Di-1 are z
-                    const MambaRow& row,
-                    Matrix& gated) {          // [num_tokens, Di]
+void selective_scan_channel(const MambaWeights& weights, const JambaConfig& config,
+                            const Matrix& activated,  // [num_tokens, Di] u after conv and SiLU
+                            const Matrix& delta,      // [num_tokens, Di] softplus(dt_proj(dt) + bias)
+                            const Matrix& b_normed,   // [num_tokens, N]
+                            const Matrix& c_normed,   // [num_tokens, N]
+                            const Matrix& projected,  // [num_tokens, 2*Di]; columns Di..2Di-1 are z
+                            const MambaRow& row, int64_t channel,
+                            Matrix& gated) {          // [num_tokens, Di]
   const int64_t num_channels = config.mamba_d_inner;
   const int64_t state_size = config.mamba_d_state;
-#pragma omp parallel
-  {
-    std::vector<float> a(static_cast<size_t>(state_size));  // [N] A = -exp(A_log) of one channel
-    std::vector<float> h(static_cast<size_t>(state_size));  // [N] the channel's state
-#pragma omp for schedule(static)
-    for (int64_t channel = 0; channel < num_channels; ++channel) {
-      float* saved_h = row.ssm_state + element_offset(channel, state_size);  // [N]
-      const int64_t first_a = element_offset(channel, state_size);
-      for (int64_t n = 0; n < state_size; ++n) {
-        a[n] = -std::exp(weights.A_log.at(first_a + n));
-        h[n] = row.has_initial_state ? saved_h[n] : 0.0f;
-      }
-      const float skip = weights.D.at(channel);
-      for (int64_t t = row.first_token; t < row.first_token + row.num_tokens; ++t) {
-        const float step = delta.row(t)[channel];
-        const float u = activated.row(t)[channel];
-        const float* b = b_normed.row(t);
-        const float* c = c_normed.row(t);
-        float y = 0.0f;
-        for (int64_t n = 0; n < state_size; ++n) {
-          h[n] = std::exp(step * a[n]) * h[n] + step * b[n] * u;
-          y += h[n] * c[n];
-        }
-        gated.row(t)[channel] = (y + skip * u) * silu(projected.row(t)[num_channels + channel]);
-      }
-      std::copy(h.begin(), h.end(), saved_h);
-    }
+  float* saved_h = row.ssm_state + element_offset(channel, state_size);  // [N]
+  thread_local std::vector<float> a, h;  // [N] A = -exp(A_log), and the state as it evolves
+  a.resize(size_t(state_size));
+  h.resize(size_t(state_size));
+  for (int64_t n = 0; n < state_size; ++n) {
+    a[n] = -std::exp(weights.A_log.at(element_offset(channel, state_size) + n));
+    h[n] = row.has_initial_state ? saved_h[n] : 0.0f;
   }
+
+  const float skip = weights.D.at(channel);
+  for (int64_t t = row.first_token; t < row.first_token + row.num_tokens; ++t) {
+    const float step = delta.row(t)[channel];
+    const float u = activated.row(t)[channel];
+    const float* b = b_normed.row(t);
+    const float* c = c_normed.row(t);
+    float y = 0.0f;
+    for (int64_t n = 0; n < state_size; ++n) {
+      h[n] = std::exp(step * a[n]) * h[n] + step * b[n] * u;
+      y += h[n] * c[n];
+    }
+    gated.row(t)[channel] = (y + skip * u) * silu(projected.row(t)[num_channels + channel]);
+  }
+  std::copy(h.begin(), h.end(), saved_h);
 }
 
 }  // namespace
@@ -96,7 +95,9 @@ void mamba_mixer(const MambaWeights& weights, const JambaConfig& config, const M
   add_bias(projected, weights.in_proj_bias);
 
   Matrix activated(num_tokens, num_channels);  // [num_tokens, Di]
-  for (const MambaRow& row : rows) causal_conv(weights, config, projected, row, activated);
+  for_each_row_and_channel(rows, num_channels, [&](const MambaRow& row, int64_t channel) {
+    causal_conv_channel(weights, config.mamba_d_conv, projected, row, channel, activated);
+  });
 
   Matrix selective;  // [num_tokens, R + 2N]: dt, B, C
   matmul(activated, weights.x_proj, selective);
@@ -116,8 +117,9 @@ void mamba_mixer(const MambaWeights& weights, const JambaConfig& config, const M
     for (int64_t c = 0; c < num_channels; ++c) delta.row(t)[c] = softplus(delta.row(t)[c]);
 
   Matrix gated(num_tokens, num_channels);  // [num_tokens, Di]
-  for (const MambaRow& row : rows)
-    selective_scan(weights, config, activated, delta, b_normed, c_normed, projected, row, gated);
+  for_each_row_and_channel(rows, num_channels, [&](const MambaRow& row, int64_t channel) {
+    selective_scan_channel(weights, config, activated, delta, b_normed, c_normed, projected, row, channel, gated);
+  });
 
   matmul(gated, weights.out_proj, out);
   add_bias(out, weights.out_proj_bias);
