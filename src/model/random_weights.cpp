@@ -88,19 +88,22 @@ bf16 from_float<bf16>(float value) { return to_bf16(value); }
 template <>
 f16 from_float<f16>(float value) { return to_f16(value); }
 
-// How one tensor's elements are drawn: offset + amplitude * noise, noise uniform on [-1, 1),
-// except for A_log and the dt bias, which follow Mamba's initialisation.
+// How one tensor's elements are drawn from uniform noise on [-1, 1).
 struct Initializer {
-  WeightRole role;
-  float offset;     // 1 for norm weights and D, else 0
-  float amplitude;  // half-width of the uniform noise
-  int64_t cols;     // last dimension
-
-  bool is_affine() const { return role != WeightRole::ALog && role != WeightRole::DtBias; }
+  enum class Kind {
+    Affine,      // offset + amplitude * noise
+    ALog,        // log(1..N) along each row, as Mamba: A = -(1..N)
+    DtBias,      // softplus^-1 of a time step log-uniform in [1e-3, 1e-1], as Mamba
+    RandomSign,  // +-1
+  };
+  Kind kind = Kind::Affine;
+  float offset = 0.0f;     // 1 for norm weights and D
+  float amplitude = 0.0f;  // half-width of the uniform noise
+  int64_t cols = 0;        // last dimension
 
   float special_value(int64_t index, float noise) const {
-    if (role == WeightRole::ALog) return std::log(float(index % cols + 1));  // A = -(1..N)
-    // dt log-uniform in [1e-3, 1e-1]; the bias is softplus^-1(dt).
+    if (kind == Kind::ALog) return std::log(float(index % cols + 1));
+    if (kind == Kind::RandomSign) return noise < 0.0f ? -1.0f : 1.0f;
     const float fraction = 0.5f * (noise + 1.0f);
     const float dt = std::exp(std::log(1e-3f) + fraction * (std::log(1e-1f) - std::log(1e-3f)));
     return dt + std::log(-std::expm1(-dt));
@@ -108,28 +111,30 @@ struct Initializer {
 };
 
 Initializer make_initializer(const WeightSlot& slot, const JambaConfig& config) {
+  using Kind = Initializer::Kind;
   const int64_t fan_in = slot.shape.back();
   const float unit_std = kSqrt3;  // amplitude giving standard deviation 1
   const float logit_scale = kSqrt3 * kLogitStd / std::sqrt(float(config.hidden_size));
-  Initializer init{slot.role, 0.0f, 0.0f, fan_in};
+  const bool tied = config.tie_word_embeddings;
   switch (slot.role) {
-    case WeightRole::Embedding:
-      init.amplitude = config.tie_word_embeddings ? logit_scale : unit_std;
-      break;
-    case WeightRole::LmHead: init.amplitude = logit_scale; break;
-    case WeightRole::Linear: init.amplitude = unit_std / std::sqrt(float(fan_in)); break;
-    case WeightRole::Bias: init.amplitude = 0.1f; break;
+    case WeightRole::Embedding: return {Kind::Affine, 0.0f, tied ? logit_scale : unit_std, fan_in};
+    case WeightRole::LmHead: return {Kind::Affine, 0.0f, logit_scale, fan_in};
+    case WeightRole::Linear: return {Kind::Affine, 0.0f, unit_std / std::sqrt(float(fan_in)), fan_in};
+    case WeightRole::Bias: return {Kind::Affine, 0.0f, 0.1f, fan_in};
     case WeightRole::Norm:
-    case WeightRole::SkipD: init = {slot.role, 1.0f, 0.1f, fan_in}; break;
-    case WeightRole::DtBias:
-    case WeightRole::ALog: break;
+    case WeightRole::SkipD: return {Kind::Affine, 1.0f, 0.1f, fan_in};
+    // With a tied head, random signs stop the residual's own token embedding from scoring that
+    // token highest, which would make greedy decoding repeat one token.
+    case WeightRole::FinalNorm: return {tied ? Kind::RandomSign : Kind::Affine, 1.0f, 0.1f, fan_in};
+    case WeightRole::DtBias: return {Kind::DtBias, 0.0f, 0.0f, fan_in};
+    case WeightRole::ALog: return {Kind::ALog, 0.0f, 0.0f, fan_in};
   }
-  return init;
+  return {};
 }
 
 template <typename T>
 void fill_range(T* out, int64_t begin, int64_t end, const Initializer& init, uint64_t stream) {
-  if (init.is_affine()) {
+  if (init.kind == Initializer::Kind::Affine) {
     for (int64_t i = begin; i < end; ++i)
       out[i] = from_float<T>(init.offset + init.amplitude * uniform_symmetric(random_bits(stream, i)));
     return;

@@ -104,7 +104,7 @@ std::vector<WeightSlot> list_weight_slots(const JambaConfig& config, ModelWeight
       add_dense_mlp(config, prefix + "feed_forward.", layer.mlp, list);
     }
   }
-  list.add("model.final_layernorm.weight", {H}, WeightRole::Norm, weights.final_norm);
+  list.add("model.final_layernorm.weight", {H}, WeightRole::FinalNorm, weights.final_norm);
   if (!config.tie_word_embeddings)
     list.add("lm_head.weight", {V, H}, WeightRole::LmHead, weights.lm_head);
   return slots;

@@ -17,6 +17,7 @@ enum class WeightRole {
   LmHead,      // lm_head (untied)
   Linear,      // a projection [out, in] or the conv kernel [Di, 1, K]; fan_in = last dim
   Norm,        // RMSNorm weight
+  FinalNorm,   // model.final_layernorm
   Bias,        // a projection or conv bias
   DtBias,      // dt_proj.bias: inverse softplus of the time step
   ALog,        // A_log [Di, N]

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -89,6 +90,11 @@ TEST(RandomWeights, OptionalTensorsFollowTheConfigSwitches) {
   EXPECT_TRUE(mamba.out_proj_bias.empty());
   EXPECT_TRUE(mamba.conv_bias.empty());
   EXPECT_EQ(model.weights.lm_head.data, model.weights.embed_tokens.data);
+  // A tied head gets a final norm of random signs (see random_weights.cpp).
+  const std::vector<float> final_norm = values_of(model.weights.final_norm);
+  for (float v : final_norm) EXPECT_EQ(std::fabs(v), 1.0f);
+  EXPECT_GT(std::count(final_norm.begin(), final_norm.end(), -1.0f), 16);
+  EXPECT_GT(std::count(final_norm.begin(), final_norm.end(), 1.0f), 16);
   const int64_t without_biases = expected_parameter_count(config) - 2 * (2 * 128 + 128 + 64);
   EXPECT_EQ(model.weights.bytes_total, 4 * (without_biases - config.vocab_size * 64));
 }
