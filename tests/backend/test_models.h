@@ -73,6 +73,14 @@ inline std::vector<TestModelSpec> test_model_specs() {
   tied.mamba_proj_bias = true;
   tied.num_experts = 1;
   specs.push_back({"dense_gqa2_tied_bf16", tied, DType::BF16});
+
+  JambaConfig wide = small_config();  // wide enough that the GEMMs run on several threads
+  wide.hidden_size = 128;
+  wide.intermediate_size = 192;
+  wide.vocab_size = 512;
+  wide.num_attention_heads = 8;
+  wide.mamba_d_state = 16;
+  specs.push_back({"wide_moe_gqa4_bf16", wide, DType::BF16});
   return specs;
 }
 
