@@ -127,7 +127,7 @@ class JambaTrainingForward:
 
     def mamba(self, x, prefix):
         c = self.config
-        batch, length, _ = x.shape
+        length = x.shape[1]
         d_inner, d_state, rank = c.mamba_expand * c.hidden_size, c.mamba_d_state, c.mamba_dt_rank
         u, z = F.linear(x, self.p(f"{prefix}.in_proj.weight"), self.p(f"{prefix}.in_proj.bias")).chunk(2, dim=-1)
         conv = F.conv1d(u.transpose(1, 2), self.p(f"{prefix}.conv1d.weight"), self.p(f"{prefix}.conv1d.bias"),
