@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 #include "model/unicode.h"
 
 namespace jambo::tokenizer_detail {
@@ -51,8 +53,9 @@ AddedVocabulary::AddedVocabulary(const JsonField& added_tokens, const Normalizer
     const JsonField entry = added_tokens.at(i);
     AddedToken token;
     token.content = entry.at("content").as_string();
-    token.id = static_cast<int32_t>(entry.at("id").as_int());
-    if (token.id < 0) entry.at("id").fail("negative id");
+    const int64_t id = entry.at("id").as_int();
+    if (id < 0 || id > INT32_MAX) entry.at("id").fail(fmt::format("invalid id {}", id));
+    token.id = static_cast<int32_t>(id);
     if (auto id = model.token_to_id(token.content)) token.id = *id;
     token.single_word = entry.bool_or("single_word", false);
     token.lstrip = entry.bool_or("lstrip", false);

@@ -6,6 +6,12 @@
 #include "model/unicode.h"
 
 namespace jambo::tokenizer_detail {
+namespace {
+
+// Ids index a table, so a corrupt file must not ask for billions of entries.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
+}  // namespace
 
 BpeModel::BpeModel(const JsonField& model) : file_(model.file()) {
   if (auto dropout = model.find("dropout"); dropout && dropout->as_number() != 0.0) {
@@ -26,14 +32,12 @@ void BpeModel::read_vocab(const JsonField& vocab) {
   if (!vocab.json().is_object()) vocab.fail("expected an object mapping tokens to ids");
   for (const auto& [token, id_json] : vocab.json().items()) {
     const int64_t id = JsonField(id_json, file_, "model.vocab[\"" + token + "\"]").as_int();
-    if (id < 0 || id > INT32_MAX) vocab.fail(fmt::format("token '{}' has invalid id {}", token, id));
-    ids_by_token_[token] = static_cast<int32_t>(id);
-    if (static_cast<size_t>(id) >= tokens_by_id_.size()) {
-      tokens_by_id_.resize(id + 1);
-      has_token_.resize(id + 1, false);
+    if (id < 0 || id > kMaxTokenId) {
+      vocab.fail(fmt::format("token '{}' has id {} (expected 0..{})", token, id, kMaxTokenId));
     }
+    ids_by_token_[token] = static_cast<int32_t>(id);
+    if (static_cast<size_t>(id) >= tokens_by_id_.size()) tokens_by_id_.resize(id + 1);
     tokens_by_id_[id] = token;
-    has_token_[id] = true;
   }
 }
 
@@ -76,8 +80,8 @@ std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= tokens_by_id_.size() || !has_token_[id]) return nullptr;
-  return &tokens_by_id_[id];
+  if (id < 0 || static_cast<size_t>(id) >= tokens_by_id_.size() || !tokens_by_id_[id]) return nullptr;
+  return &*tokens_by_id_[id];
 }
 
 int32_t BpeModel::unk_id() const {

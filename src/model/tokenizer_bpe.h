@@ -52,8 +52,7 @@ class BpeModel {
 
   std::string file_;
   std::unordered_map<std::string, int32_t> ids_by_token_;
-  std::vector<std::string> tokens_by_id_;  // "" for ids the vocab leaves out
-  std::vector<bool> has_token_;
+  std::vector<std::optional<std::string>> tokens_by_id_;  // empty for ids the vocab leaves out
   std::unordered_map<uint64_t, Merge> merges_;
   std::optional<std::string> unk_token_;
   std::string continuing_subword_prefix_;

@@ -74,6 +74,12 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
             std::string::npos);
 }
 
+TEST(TokenizerErrors, HugeTokenId) {
+  const std::string error = load_error(
+      "huge-id", R"({"model": {"type": "BPE", "vocab": {"a": 2000000000}, "merges": []}})");
+  EXPECT_NE(error.find("field 'model.vocab': token 'a' has id 2000000000"), std::string::npos) << error;
+}
+
 TEST(TokenizerErrors, WrongFieldType) {
   const std::string error = load_error(
       "bad-flag", R"({"model": {"type": "BPE", "byte_fallback": "yes", "vocab": {}, "merges": []}})");
