@@ -1,11 +1,13 @@
 // IncrementalDecoder: decodes a short window of recent ids and emits what the newest id added.
 //
-// The window starts with a context token that was already emitted, so the decoder's rules for
-// the first token (Strip, Metaspace) apply to the context, not to new text. After each emission
-// the window shrinks to the newest id, unless that id cannot serve as context: a <0xNN> byte token
-// (a byte group must be decoded whole) or a special token that is being skipped (it would vanish
-// and leave the first-token rules to new text). While the decoded window ends in U+FFFD, an
-// incomplete character may still be completed by the next id, so nothing is emitted.
+// Ids that decode() drops (unknown ids, special tokens being skipped) are ignored outright: in
+// the window they would split a run of byte tokens or hide the first token. The window starts
+// with a context token that was already emitted, so the decoder's rules for the first token
+// (Strip, Metaspace) apply to the context, not to new text. Nothing is emitted
+//  - while the newest id is a <0xNN> byte token: ByteFallback decodes a run of them as a whole
+//    (its UTF-8, or one U+FFFD per byte when invalid), so a run is final only once it ends;
+//  - while the decoded window ends in U+FFFD: the next id may complete the character.
+// After each emission the window shrinks to the newest id.
 #include "model/tokenizer.h"
 #include "model/tokenizer_decode.h"
 #include "model/unicode.h"
@@ -18,27 +20,27 @@ bool ends_with_replacement_char(const std::string& text) {
   return text.ends_with(replacement);
 }
 
+bool is_byte_token(const Tokenizer& tokenizer, int32_t id) {
+  const auto token = tokenizer.id_to_token(id);
+  unsigned char byte;
+  return token && tokenizer_detail::parse_byte_token(*token, byte);
+}
+
 }  // namespace
 
 IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
 std::string IncrementalDecoder::push(int32_t id) {
+  const bool dropped_by_decode = !tokenizer_.id_to_token(id) || (skip_special_tokens_ && tokenizer_.is_special(id));
+  if (dropped_by_decode) return "";
   ids_.push_back(id);
+  if (is_byte_token(tokenizer_, id)) return "";
   const std::string text = tokenizer_.decode(ids_, skip_special_tokens_);
   if (text.size() < emitted_bytes_ || ends_with_replacement_char(text)) return "";
   std::string new_text = text.substr(emitted_bytes_);
-
-  const auto token = tokenizer_.id_to_token(id);
-  unsigned char byte;
-  const bool is_byte_token = token && tokenizer_detail::parse_byte_token(*token, byte);
-  const bool vanishes = skip_special_tokens_ && tokenizer_.is_special(id);
-  if (is_byte_token || vanishes) {
-    emitted_bytes_ = text.size();
-  } else {
-    ids_ = {id};
-    emitted_bytes_ = tokenizer_.decode(ids_, skip_special_tokens_).size();
-  }
+  ids_ = {id};
+  emitted_bytes_ = tokenizer_.decode(ids_, skip_special_tokens_).size();
   return new_text;
 }
 

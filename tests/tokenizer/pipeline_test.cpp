@@ -153,7 +153,9 @@ TEST(IncrementalDecoder, WaitsForCompleteCharacters) {
   std::vector<std::string> pieces;
   const Ids ids{1, 19, 7, 4, 5, 6, 24};
   EXPECT_EQ(decode_incrementally(tokenizer, ids, true, &pieces), "hello 中 world");
-  EXPECT_EQ(pieces, (std::vector<std::string>{"", "hello", " ", "", "", "中", " world"}));
+  // The byte run E4 B8 AD is emitted when the run ends (a byte could still follow and turn the
+  // whole run into U+FFFDs).
+  EXPECT_EQ(pieces, (std::vector<std::string>{"", "hello", " ", "", "", "", "中 world"}));
   EXPECT_EQ(decode_incrementally(tokenizer, ids, false), tokenizer.decode(ids, false));
 }
 
@@ -165,6 +167,14 @@ TEST(IncrementalDecoder, EqualsWholeDecodeOnEveryStyle) {
       EXPECT_EQ(decode_incrementally(tokenizer, ids, skip), tokenizer.decode(ids, skip)) << name;
     }
   }
+}
+
+TEST(IncrementalDecoder, AnInvalidByteRunIsEmittedOnlyOnceFinal) {
+  const Tokenizer tokenizer = test::load_test_tokenizer("mini-sp-prepend");
+  // E4 B8 AD is 中, but with another E4 the run is invalid: four U+FFFD, as decode() gives.
+  const Ids ids{19, 4, 5, 6, 4, 24};
+  EXPECT_EQ(decode_incrementally(tokenizer, ids, false), tokenizer.decode(ids));
+  EXPECT_EQ(tokenizer.decode(ids), "hello" + kFffd + kFffd + kFffd + kFffd + " world");
 }
 
 TEST(IncrementalDecoder, FinishFlushesAnIncompleteTail) {
