@@ -23,15 +23,17 @@ class Tokenizer {
   ~Tokenizer();
 
   // add_special_tokens: apply the post-processor (BOS/EOS), as HF's encode(add_special_tokens=True).
+  // Invalid UTF-8 in text is read as U+FFFD (HF only ever sees valid strings).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
-  // Decodes through the decoder chain; special tokens are kept unless skip_special_tokens.
+  // Decodes through the decoder chain; special tokens are kept unless skip_special_tokens, and ids
+  // without a token are skipped (as HF does).
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
   int64_t vocab_size() const;  // model vocab plus added tokens (highest id + 1)
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
-  std::optional<std::string> id_to_token(int32_t id) const;
+  std::optional<std::string> id_to_token(int32_t id) const;  // the token as stored, e.g. "▁the"
   bool is_special(int32_t id) const;
 
   struct Impl;
