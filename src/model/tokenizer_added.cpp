@@ -3,11 +3,16 @@
 #include <algorithm>
 
 #include "core/error.h"
-
 #include "model/unicode.h"
 
 namespace jambo::tokenizer_detail {
 namespace {
+
+size_t previous_char_begin(std::string_view text, size_t pos) {
+  size_t begin = pos - 1;
+  while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80) --begin;
+  return begin;
+}
 
 // The first character after pos / the last one before pos, or 0 at the ends.
 char32_t char_after(std::string_view text, size_t pos) {
@@ -15,17 +20,12 @@ char32_t char_after(std::string_view text, size_t pos) {
 }
 
 char32_t char_before(std::string_view text, size_t pos) {
-  if (pos == 0) return 0;
-  size_t begin = pos - 1;
-  while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80) --begin;
-  return unicode::decode_utf8(text, begin).code_point;
+  return pos > 0 ? unicode::decode_utf8(text, previous_char_begin(text, pos)).code_point : 0;
 }
 
 // Where the run of white space that ends at pos begins, and where the one starting at pos ends.
 size_t whitespace_run_begin(std::string_view text, size_t pos) {
-  while (pos > 0 && unicode::is_whitespace(char_before(text, pos))) {
-    pos -= unicode::to_utf8(char_before(text, pos)).size();
-  }
+  while (pos > 0 && unicode::is_whitespace(char_before(text, pos))) pos = previous_char_begin(text, pos);
   return pos;
 }
 
@@ -56,7 +56,7 @@ AddedVocabulary::AddedVocabulary(const JsonField& added_tokens, const Normalizer
     const int64_t id = entry.at("id").as_int();
     if (id < 0 || id > INT32_MAX) entry.at("id").fail(fmt::format("invalid id {}", id));
     token.id = static_cast<int32_t>(id);
-    if (auto id = model.token_to_id(token.content)) token.id = *id;
+    if (auto model_id = model.token_to_id(token.content)) token.id = *model_id;
     token.single_word = entry.bool_or("single_word", false);
     token.lstrip = entry.bool_or("lstrip", false);
     token.rstrip = entry.bool_or("rstrip", false);

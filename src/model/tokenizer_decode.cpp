@@ -144,8 +144,7 @@ void Decoder::add_steps(const JsonField& config) {
     steps_.push_back([=](std::vector<std::string>& tokens) { strip(tokens, content, start, stop); });
   } else if (type == "Metaspace") {
     const char32_t replacement = config.at("replacement").as_char();
-    bool drop_in_first_token = config.bool_or("add_prefix_space", true);  // files before prepend_scheme
-    if (auto scheme = config.find("prepend_scheme")) drop_in_first_token = scheme->as_string() != "never";
+    const bool drop_in_first_token = parse_prepend_scheme(config) != PrependScheme::kNever;
     steps_.push_back([=](std::vector<std::string>& tokens) { metaspace(tokens, replacement, drop_in_first_token); });
   } else if (type == "ByteLevel") {
     steps_.push_back(byte_level);

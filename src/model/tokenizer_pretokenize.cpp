@@ -50,15 +50,7 @@ SplitBehavior parse_behavior(const JsonField& field) {
 // splits before each replacement character.
 PreTokenizer::Step metaspace_step(const JsonField& config) {
   const std::string replacement = unicode::to_utf8(config.at("replacement").as_char());
-  std::string scheme = "always";
-  if (auto field = config.find("prepend_scheme")) {
-    scheme = field->as_string();
-    if (scheme != "always" && scheme != "first" && scheme != "never") {
-      field->fail(fmt::format("unknown prepend_scheme '{}' (expected always, first or never)", scheme));
-    }
-  } else if (!config.bool_or("add_prefix_space", true)) {  // files written before prepend_scheme
-    scheme = "never";
-  }
+  const PrependScheme scheme = parse_prepend_scheme(config);
   const bool split = config.bool_or("split", true);
   return [=](const TextPiece& piece) {
     std::string replaced;
@@ -69,7 +61,7 @@ PreTokenizer::Step metaspace_step(const JsonField& config) {
         replaced += c;
       }
     }
-    const bool prepend = scheme == "always" || (scheme == "first" && piece.at_text_start);
+    const bool prepend = scheme == PrependScheme::kAlways || (scheme == PrependScheme::kFirst && piece.at_text_start);
     if (prepend && !replaced.empty() && !replaced.starts_with(replacement)) replaced = replacement + replaced;
     if (!split) return std::vector<TextPiece>{{replaced, piece.at_text_start}};
     return to_pieces(split_at_matches(replaced, find_literal(replaced, replacement),
@@ -116,6 +108,18 @@ PreTokenizer::Step split_step(const JsonField& config) {
 }
 
 }  // namespace
+
+PrependScheme parse_prepend_scheme(const JsonField& config) {
+  auto field = config.find("prepend_scheme");
+  if (!field) {  // files written before prepend_scheme existed
+    return config.bool_or("add_prefix_space", true) ? PrependScheme::kAlways : PrependScheme::kNever;
+  }
+  const std::string name = field->as_string();
+  if (name == "always") return PrependScheme::kAlways;
+  if (name == "first") return PrependScheme::kFirst;
+  if (name == "never") return PrependScheme::kNever;
+  field->fail(fmt::format("unknown prepend_scheme '{}' (expected always, first or never)", name));
+}
 
 char32_t byte_to_char(unsigned char byte) { return byte_chars()[byte]; }
 

@@ -32,6 +32,10 @@ class PreTokenizer {
   std::vector<Step> steps_;
 };
 
+// Metaspace's "prepend_scheme" (pre-tokenizer and decoder), or its older "add_prefix_space".
+enum class PrependScheme { kAlways, kFirst, kNever };
+PrependScheme parse_prepend_scheme(const JsonField& config);
+
 // The GPT-2 byte-to-unicode map: each byte as the printable character that stands for it.
 char32_t byte_to_char(unsigned char byte);
 // The inverse; false when c stands for no byte.
