@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -14,9 +15,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// fp32 math on both sides; the difference is summation order only. bf16 checkpoints are compared the
-// same way because HF upcasts their weights to fp32, as jambo does.
-constexpr double kLogprobTolerance = 1e-4;
+// Against HF run in float64 on the same weights (bf16 checkpoints upcast, as jambo does), jambo's fp32
+// logprobs must be within 1e-4. HF's own fp32 run deviates from its float64 run by up to 1.35e-4 on
+// these peaked fixtures (tools/add_fp64_reference.py prints it per fixture), so against HF fp32 the
+// bound is the sum of both engines' fp32 noise with a margin.
+constexpr double kFp64Tolerance = 1e-4;
+constexpr double kFp32Tolerance = 3e-4;
 // Below this top-1/top-2 margin, an fp32 rounding difference may legitimately flip the argmax.
 constexpr double kNearTieMargin = 1e-4;
 
@@ -54,6 +58,15 @@ int64_t longest_sequence(const nlohmann::json& reference) {
   return longest;
 }
 
+// Whether entry `rank` of a top list is further than a near tie from its neighbours, so that its id
+// must match exactly.
+bool stands_apart(const nlohmann::json& top, size_t rank) {
+  const auto logprob = [&](size_t r) { return top[r][1].get<double>(); };
+  const bool above = rank == 0 || logprob(rank - 1) - logprob(rank) > kNearTieMargin;
+  const bool below = rank + 1 == top.size() || logprob(rank) - logprob(rank + 1) > kNearTieMargin;
+  return above && below;
+}
+
 class ReferenceTest : public ::testing::TestWithParam<Fixture> {
  protected:
   void SetUp() override {
@@ -68,30 +81,34 @@ class ReferenceTest : public ::testing::TestWithParam<Fixture> {
 
 TEST_P(ReferenceTest, TeacherForcedLogprobsMatchTransformers) {
   SequenceRunner runner(*backend_, cache_, /*max_chunk_tokens=*/96);  // chunked on purpose
+  double worst_fp64 = 0.0, worst_fp32 = 0.0;
   for (const auto& sequence : GetParam().reference["teacher_forced"]) {
     const auto tokens = sequence["tokens"].get<std::vector<int32_t>>();
     const ScoredSequence scored = runner.score(tokens, 5);
-    if (!tokens.empty()) EXPECT_FALSE(scored.logprobs[0].has_value());
-    double max_error = 0.0;
+    if (!tokens.empty()) {
+      EXPECT_FALSE(scored.logprobs[0].has_value());
+    }
+    double max_error_fp64 = 0.0, max_error_fp32 = 0.0;
     for (size_t i = 1; i < tokens.size(); ++i) {
-      const double expected = sequence["logprobs"][i].get<double>();
-      max_error = std::max(max_error, std::abs(*scored.logprobs[i] - expected));
+      max_error_fp64 = std::max(max_error_fp64, std::abs(*scored.logprobs[i] - sequence["logprobs_fp64"][i].get<double>()));
+      max_error_fp32 = std::max(max_error_fp32, std::abs(*scored.logprobs[i] - sequence["logprobs"][i].get<double>()));
       const auto& expected_top = sequence["top_logprobs"][i];
       for (size_t rank = 0; rank < expected_top.size(); ++rank) {
-        EXPECT_NEAR(scored.top_logprobs[i][rank].logprob, expected_top[rank][1].get<double>(), kLogprobTolerance)
+        EXPECT_NEAR(scored.top_logprobs[i][rank].logprob, expected_top[rank][1].get<double>(), kFp32Tolerance)
             << "position " << i << " rank " << rank;
-        const bool clear_gap = rank + 1 < expected_top.size() &&
-                               expected_top[rank][1].get<double>() - expected_top[rank + 1][1].get<double>() >
-                                   kNearTieMargin &&
-                               (rank == 0 || expected_top[rank - 1][1].get<double>() - expected_top[rank][1].get<double>() >
-                                                 kNearTieMargin);
-        if (clear_gap)
+        if (stands_apart(expected_top, rank)) {
           EXPECT_EQ(scored.top_logprobs[i][rank].token, expected_top[rank][0].get<int32_t>())
               << "position " << i << " rank " << rank;
+        }
       }
     }
-    EXPECT_LT(max_error, kLogprobTolerance) << "sequence of " << tokens.size() << " tokens";
+    EXPECT_LT(max_error_fp64, kFp64Tolerance) << "vs HF float64, sequence of " << tokens.size() << " tokens";
+    EXPECT_LT(max_error_fp32, kFp32Tolerance) << "vs HF fp32, sequence of " << tokens.size() << " tokens";
+    worst_fp64 = std::max(worst_fp64, max_error_fp64);
+    worst_fp32 = std::max(worst_fp32, max_error_fp32);
   }
+  std::printf("%s: max |dlogprob| vs HF float64 %.2e, vs HF fp32 %.2e\n", GetParam().name.c_str(), worst_fp64,
+              worst_fp32);
 }
 
 TEST_P(ReferenceTest, GreedyContinuationsMatchTransformers) {
