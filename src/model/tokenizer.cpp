@@ -51,7 +51,8 @@ struct Tokenizer::Impl {
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
   const std::string* id_to_token(int32_t id) const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
-  std::optional<int32_t> config_token_id(const std::optional<JsonField>& config, std::string_view key) const;
+  std::optional<int32_t> config_token_id(const std::optional<JsonField>& config,
+                                         std::string_view key) const;
 
   Normalizer normalizer;
   PreTokenizer pre_tokenizer;
@@ -92,7 +93,8 @@ std::optional<int32_t> Tokenizer::Impl::config_token_id(const std::optional<Json
   return id;
 }
 
-std::vector<int32_t> Tokenizer::Impl::encode(std::string_view raw_text, bool add_special_tokens) const {
+std::vector<int32_t> Tokenizer::Impl::encode(std::string_view raw_text,
+                                             bool add_special_tokens) const {
   const std::string text = unicode::to_valid_utf8(raw_text);
   std::vector<int32_t> ids;
   for (const Segment& raw : added.split_raw(text, true)) {
@@ -100,12 +102,14 @@ std::vector<int32_t> Tokenizer::Impl::encode(std::string_view raw_text, bool add
       ids.push_back(*raw.token_id);
       continue;
     }
-    for (const Segment& segment : added.split_normalized(normalizer.normalize(raw.text), raw.at_text_start)) {
+    for (const Segment& segment :
+         added.split_normalized(normalizer.normalize(raw.text), raw.at_text_start)) {
       if (segment.token_id) {
         ids.push_back(*segment.token_id);
         continue;
       }
-      for (const TextPiece& word : pre_tokenizer.pre_tokenize({{segment.text, segment.at_text_start}})) {
+      for (const TextPiece& word :
+           pre_tokenizer.pre_tokenize({{segment.text, segment.at_text_start}})) {
         model.tokenize(word.text, ids);
       }
     }
@@ -139,7 +143,8 @@ std::string Tokenizer::Impl::decode(std::span<const int32_t> ids, bool skip_spec
 
 Tokenizer Tokenizer::load(const std::filesystem::path& folder) {
   const std::filesystem::path tokenizer_path = folder / "tokenizer.json";
-  JAMBO_REQUIRE(std::filesystem::exists(tokenizer_path), "{}: file not found", tokenizer_path.string());
+  JAMBO_REQUIRE(std::filesystem::exists(tokenizer_path), "{}: file not found",
+                tokenizer_path.string());
   const nlohmann::json tokenizer_json = read_json_file(tokenizer_path);
   const JsonField root(tokenizer_json, tokenizer_path.string(), "");
   if (!tokenizer_json.is_object()) root.fail("expected a JSON object");
@@ -168,7 +173,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return impl_->decode(ids, skip_special_tokens);
 }
 
-int64_t Tokenizer::vocab_size() const { return std::max(impl_->model.max_id(), impl_->added.max_id()) + 1; }
+int64_t Tokenizer::vocab_size() const {
+  return std::max(impl_->model.max_id(), impl_->added.max_id()) + 1;
+}
 std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos_id; }
 std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos_id; }
 

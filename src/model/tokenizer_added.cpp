@@ -25,7 +25,8 @@ char32_t char_before(std::string_view text, size_t pos) {
 
 // Where the run of white space that ends at pos begins, and where the one starting at pos ends.
 size_t whitespace_run_begin(std::string_view text, size_t pos) {
-  while (pos > 0 && unicode::is_whitespace(char_before(text, pos))) pos = previous_char_begin(text, pos);
+  while (pos > 0 && unicode::is_whitespace(char_before(text, pos)))
+    pos = previous_char_begin(text, pos);
   return pos;
 }
 
@@ -73,12 +74,14 @@ void AddedVocabulary::Matcher::add(std::string pattern, size_t token_index) {
   if (pattern.empty()) return;
   auto& bucket = patterns_by_first_byte_[static_cast<unsigned char>(pattern[0])];
   // Longest first; among equally long patterns the earlier one wins, as in HF's automaton.
-  auto position = std::upper_bound(bucket.begin(), bucket.end(), pattern.size(),
-                                   [](size_t size, const Pattern& other) { return size > other.text.size(); });
+  auto position =
+      std::upper_bound(bucket.begin(), bucket.end(), pattern.size(),
+                       [](size_t size, const Pattern& other) { return size > other.text.size(); });
   bucket.insert(position, {std::move(pattern), token_index});
 }
 
-std::vector<AddedVocabulary::Matcher::Match> AddedVocabulary::Matcher::find_all(std::string_view text) const {
+std::vector<AddedVocabulary::Matcher::Match> AddedVocabulary::Matcher::find_all(
+    std::string_view text) const {
   std::vector<Match> matches;
   for (size_t pos = 0; pos < text.size();) {
     const Pattern* found = nullptr;
@@ -103,17 +106,22 @@ std::vector<AddedVocabulary::Matcher::Match> AddedVocabulary::Matcher::find_all(
 std::vector<Segment> AddedVocabulary::Matcher::split(std::string_view text, bool at_text_start,
                                                      const std::vector<AddedToken>& tokens) const {
   std::vector<Segment> segments;
+  auto add_segment = [&](size_t begin, size_t end, std::optional<int32_t> token_id) {
+    segments.push_back(
+        {std::string(text.substr(begin, end - begin)), token_id, at_text_start && begin == 0});
+  };
   size_t done = 0;
   for (const Match& match : find_all(text)) {
     const AddedToken& token = tokens[match.token_index];
     if (token.single_word && !is_single_word(text, match.begin, match.end)) continue;
-    const size_t begin = token.lstrip ? std::max(whitespace_run_begin(text, match.begin), done) : match.begin;
-    const size_t end = token.rstrip ? whitespace_run_end(text, match.end) : match.end;
-    if (done < begin) segments.push_back({std::string(text.substr(done, begin - done)), std::nullopt, at_text_start && done == 0});
-    segments.push_back({std::string(text.substr(begin, end - begin)), token.id, at_text_start && begin == 0});
+    size_t begin = match.begin, end = match.end;
+    if (token.lstrip) begin = std::max(whitespace_run_begin(text, begin), done);
+    if (token.rstrip) end = whitespace_run_end(text, end);
+    if (done < begin) add_segment(done, begin, std::nullopt);
+    add_segment(begin, end, token.id);
     done = end;
   }
-  if (done < text.size()) segments.push_back({std::string(text.substr(done)), std::nullopt, at_text_start && done == 0});
+  if (done < text.size()) add_segment(done, text.size(), std::nullopt);
   return segments;
 }
 

@@ -37,7 +37,8 @@ class AddedVocabulary {
  public:
   AddedVocabulary() = default;
   // As HF, a token whose content is in the model's vocabulary takes the model's id.
-  AddedVocabulary(const JsonField& added_tokens, const Normalizer& normalizer, const BpeModel& model);
+  AddedVocabulary(const JsonField& added_tokens, const Normalizer& normalizer,
+                  const BpeModel& model);
 
   // Cuts text at the added tokens of one kind: raw-text tokens (before normalization) or
   // normalized ones (in normalized text).

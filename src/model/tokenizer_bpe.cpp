@@ -25,7 +25,8 @@ BpeModel::BpeModel(const JsonField& model) : file_(model.file()) {
   ignore_merges_ = model.bool_or("ignore_merges", false);
   read_vocab(model.at("vocab"));
   read_merges(model.at("merges"));
-  for (int byte = 0; byte < 256; ++byte) byte_ids_[byte] = token_to_id(fmt::format("<0x{:02X}>", byte));
+  for (int byte = 0; byte < 256; ++byte)
+    byte_ids_[byte] = token_to_id(fmt::format("<0x{:02X}>", byte));
 }
 
 void BpeModel::read_vocab(const JsonField& vocab) {
@@ -63,11 +64,13 @@ void BpeModel::read_merges(const JsonField& merges) {
     }
     const auto left_id = token_to_id(left);
     const auto right_id = token_to_id(right);
-    const std::string merged = left + right.substr(std::min(continuing_subword_prefix_.size(), right.size()));
+    const std::string merged =
+        left + right.substr(std::min(continuing_subword_prefix_.size(), right.size()));
     const auto merged_id = token_to_id(merged);
     if (!left_id || !right_id || !merged_id) {
-      entry.fail(fmt::format("merge token '{}' is not in model.vocab",
-                             !left_id ? left : !right_id ? right : merged));
+      entry.fail(fmt::format("merge token '{}' is not in model.vocab", !left_id    ? left
+                                                                       : !right_id ? right
+                                                                                   : merged));
     }
     merges_[pair_key(*left_id, *right_id)] = {static_cast<uint32_t>(rank), *merged_id};
   }
@@ -80,7 +83,8 @@ std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= tokens_by_id_.size() || !tokens_by_id_[id]) return nullptr;
+  if (id < 0 || static_cast<size_t>(id) >= tokens_by_id_.size() || !tokens_by_id_[id])
+    return nullptr;
   return &*tokens_by_id_[id];
 }
 
@@ -103,9 +107,10 @@ std::vector<BpeModel::Symbol> BpeModel::initial_symbols(std::string_view word) c
   bool unk_pending = false;
   const auto chars = unicode::split_chars(word);
   for (size_t i = 0; i < chars.size(); ++i) {
-    const std::string symbol = (i > 0 ? continuing_subword_prefix_ : "") +
-                               std::string(word.substr(chars[i].begin, chars[i].end - chars[i].begin)) +
-                               (i + 1 == chars.size() ? end_of_word_suffix_ : "");
+    const std::string symbol =
+        (i > 0 ? continuing_subword_prefix_ : "") +
+        std::string(word.substr(chars[i].begin, chars[i].end - chars[i].begin)) +
+        (i + 1 == chars.size() ? end_of_word_suffix_ : "");
     if (auto id = token_to_id(symbol)) {
       if (unk_pending) ids.push_back(unk_id());
       unk_pending = false;

@@ -47,7 +47,8 @@ class BpeModel {
   int32_t unk_id() const;
 
   static uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+           static_cast<uint32_t>(right);
   }
 
   std::string file_;

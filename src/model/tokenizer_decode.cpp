@@ -5,27 +5,13 @@
 #include "core/error.h"
 #include "model/tokenizer_normalize.h"
 #include "model/tokenizer_pretokenize.h"
+#include "model/tokenizer_split.h"
 #include "model/unicode.h"
 
 namespace jambo::tokenizer_detail {
 namespace {
 
 const std::string kReplacement = unicode::to_utf8(unicode::kReplacementChar);
-
-void replace_in_tokens(std::vector<std::string>& tokens, const std::string& pattern,
-                       const std::string& content) {
-  for (std::string& token : tokens) {
-    std::string out;
-    size_t pos = 0;
-    for (size_t hit = token.find(pattern); hit != std::string::npos; hit = token.find(pattern, pos)) {
-      out.append(token, pos, hit - pos);
-      out += content;
-      pos = hit + pattern.size();
-    }
-    out.append(token, pos);
-    token = std::move(out);
-  }
-}
 
 // Runs of <0xNN> tokens become their bytes when those form valid UTF-8, else one U+FFFD per token.
 void byte_fallback(std::vector<std::string>& tokens) {
@@ -66,10 +52,13 @@ void strip(std::vector<std::string>& tokens, char32_t content, size_t start, siz
     size_t first = 0;
     while (first < std::min(start, chars.size()) && chars[first].code_point == content) ++first;
     size_t last = chars.size();
-    while (chars.size() - last < std::min(stop, chars.size() - first) && chars[last - 1].code_point == content) {
+    while (chars.size() - last < std::min(stop, chars.size() - first) &&
+           chars[last - 1].code_point == content) {
       --last;
     }
-    token = first == last ? "" : token.substr(chars[first].begin, chars[last - 1].end - chars[first].begin);
+    token = first == last
+                ? ""
+                : token.substr(chars[first].begin, chars[last - 1].end - chars[first].begin);
   }
 }
 
@@ -129,10 +118,11 @@ void Decoder::add_steps(const JsonField& config) {
     const JsonField decoders = config.at("decoders");
     for (size_t i = 0; i < decoders.size(); ++i) add_steps(decoders.at(i));
   } else if (type == "Replace") {
-    steps_.push_back([pattern = replace_pattern_literal(config.at("pattern")),
-                      content = config.at("content").as_string()](std::vector<std::string>& tokens) {
-      replace_in_tokens(tokens, pattern, content);
-    });
+    steps_.push_back(
+        [pattern = replace_pattern_literal(config.at("pattern")),
+         content = config.at("content").as_string()](std::vector<std::string>& tokens) {
+          for (std::string& token : tokens) token = replace_all(token, pattern, content);
+        });
   } else if (type == "ByteFallback") {
     steps_.push_back(byte_fallback);
   } else if (type == "Fuse") {
@@ -141,16 +131,21 @@ void Decoder::add_steps(const JsonField& config) {
     const char32_t content = config.at("content").as_char();
     const auto start = static_cast<size_t>(config.at("start").as_int());
     const auto stop = static_cast<size_t>(config.at("stop").as_int());
-    steps_.push_back([=](std::vector<std::string>& tokens) { strip(tokens, content, start, stop); });
+    steps_.push_back(
+        [=](std::vector<std::string>& tokens) { strip(tokens, content, start, stop); });
   } else if (type == "Metaspace") {
     const char32_t replacement = config.at("replacement").as_char();
     const bool drop_in_first_token = parse_prepend_scheme(config) != PrependScheme::kNever;
-    steps_.push_back([=](std::vector<std::string>& tokens) { metaspace(tokens, replacement, drop_in_first_token); });
+    steps_.push_back([=](std::vector<std::string>& tokens) {
+      metaspace(tokens, replacement, drop_in_first_token);
+    });
   } else if (type == "ByteLevel") {
     steps_.push_back(byte_level);
   } else {
-    config.fail(fmt::format("decoder type '{}' is not supported (supported: Sequence, Replace, "
-                            "ByteFallback, Fuse, Strip, Metaspace, ByteLevel)", type));
+    config.fail(
+        fmt::format("decoder type '{}' is not supported (supported: Sequence, Replace, "
+                    "ByteFallback, Fuse, Strip, Metaspace, ByteLevel)",
+                    type));
   }
 }
 

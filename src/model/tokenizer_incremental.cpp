@@ -32,7 +32,8 @@ IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_spe
     : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
 std::string IncrementalDecoder::push(int32_t id) {
-  const bool dropped_by_decode = !tokenizer_.id_to_token(id) || (skip_special_tokens_ && tokenizer_.is_special(id));
+  const bool dropped_by_decode =
+      !tokenizer_.id_to_token(id) || (skip_special_tokens_ && tokenizer_.is_special(id));
   if (dropped_by_decode) return "";
   ids_.push_back(id);
   if (is_byte_token(tokenizer_, id)) return "";

@@ -2,10 +2,9 @@
 // that every error names both (e.g. "tokenizer.json: field 'model.merges[3]': ...").
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,10 +20,10 @@ class JsonField {
   const std::string& file() const { return file_; }
   bool is_null() const { return value_->is_null(); }
 
-  JsonField at(std::string_view key) const;                    // required member
+  JsonField at(std::string_view key) const;                   // required member
   std::optional<JsonField> find(std::string_view key) const;  // absent or null: nullopt
-  JsonField at(size_t index) const;                            // array element
-  size_t size() const;                                         // of an array
+  JsonField at(size_t index) const;                           // array element
+  size_t size() const;                                        // of an array
 
   std::string as_string() const;
   char32_t as_char() const;  // a string of exactly one character

@@ -7,20 +7,6 @@
 namespace jambo::tokenizer_detail {
 namespace {
 
-void replace_all(std::string& text, const std::string& pattern, const std::string& content) {
-  const std::vector<ByteRange> matches = find_literal(text, pattern);
-  if (matches.empty()) return;
-  std::string out;
-  size_t pos = 0;
-  for (const ByteRange& match : matches) {
-    out.append(text, pos, match.begin - pos);
-    out += content;
-    pos = match.end;
-  }
-  out.append(text, pos);
-  text = std::move(out);
-}
-
 void strip_whitespace(std::string& text, bool strip_left, bool strip_right) {
   const auto chars = unicode::split_chars(text);
   size_t first = 0, last = chars.size();
@@ -44,7 +30,8 @@ std::string replace_pattern_literal(const JsonField& pattern) {
   if (auto regex = pattern.find("Regex")) {
     std::string text = regex->as_string();
     if (text.empty() || text.find_first_of(R"(\^$.|?*+()[]{})") != std::string::npos) {
-      regex->fail(fmt::format("regex pattern '{}' is not supported (only literal patterns are)", text));
+      regex->fail(
+          fmt::format("regex pattern '{}' is not supported (only literal patterns are)", text));
     }
     return text;
   }
@@ -67,7 +54,7 @@ void Normalizer::add_steps(const JsonField& config) {
   } else if (type == "Replace") {
     steps_.push_back([pattern = replace_pattern_literal(config.at("pattern")),
                       content = config.at("content").as_string()](std::string& text) {
-      replace_all(text, pattern, content);
+      text = replace_all(text, pattern, content);
     });
   } else if (type == "Strip") {
     const bool strip_left = config.bool_or("strip_left", true);
@@ -76,8 +63,10 @@ void Normalizer::add_steps(const JsonField& config) {
   } else if (type == "Lowercase") {
     steps_.push_back([](std::string& text) { text = unicode::to_lowercase(text); });
   } else {
-    config.fail(fmt::format("normalizer type '{}' is not supported (supported: Sequence, Prepend, "
-                            "Append, Replace, Strip, Lowercase)", type));
+    config.fail(
+        fmt::format("normalizer type '{}' is not supported (supported: Sequence, Prepend, "
+                    "Append, Replace, Strip, Lowercase)",
+                    type));
   }
 }
 

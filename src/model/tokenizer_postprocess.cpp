@@ -22,8 +22,10 @@ void PostProcessor::add_steps(const JsonField& config) {
     wrap({static_cast<int32_t>(config.at("cls").at(1).as_int())},
          {static_cast<int32_t>(config.at("sep").at(1).as_int())});
   } else if (type != "ByteLevel") {  // ByteLevel only trims offsets, which jambo does not track
-    config.fail(fmt::format("post_processor type '{}' is not supported (supported: Sequence, "
-                            "TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel)", type));
+    config.fail(
+        fmt::format("post_processor type '{}' is not supported (supported: Sequence, "
+                    "TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel)",
+                    type));
   }
 }
 
@@ -43,9 +45,11 @@ void PostProcessor::read_template(const JsonField& config) {
     const std::string name = piece.at("SpecialToken").at("id").as_string();
     const JsonField ids = special_tokens.at(name).at("ids");
     std::vector<int32_t>& target = num_sequences == 0 ? prefix : suffix;
-    for (size_t k = 0; k < ids.size(); ++k) target.push_back(static_cast<int32_t>(ids.at(k).as_int()));
+    for (size_t k = 0; k < ids.size(); ++k)
+      target.push_back(static_cast<int32_t>(ids.at(k).as_int()));
   }
-  if (num_sequences != 1) pieces.fail("the single-sequence template must contain exactly one Sequence");
+  if (num_sequences != 1)
+    pieces.fail("the single-sequence template must contain exactly one Sequence");
   wrap(prefix, suffix);
 }
 

@@ -16,7 +16,8 @@ std::array<char32_t, 256> make_byte_chars() {
   std::array<char32_t, 256> chars{};
   char32_t next_unprintable = 256;
   for (int byte = 0; byte < 256; ++byte) {
-    const bool printable = (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) || byte >= 0xAE;
+    const bool printable =
+        (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) || byte >= 0xAE;
     chars[byte] = printable ? static_cast<char32_t>(byte) : next_unprintable++;
   }
   return chars;
@@ -53,16 +54,11 @@ PreTokenizer::Step metaspace_step(const JsonField& config) {
   const PrependScheme scheme = parse_prepend_scheme(config);
   const bool split = config.bool_or("split", true);
   return [=](const TextPiece& piece) {
-    std::string replaced;
-    for (char c : piece.text) {
-      if (c == ' ') {
-        replaced += replacement;
-      } else {
-        replaced += c;
-      }
-    }
-    const bool prepend = scheme == PrependScheme::kAlways || (scheme == PrependScheme::kFirst && piece.at_text_start);
-    if (prepend && !replaced.empty() && !replaced.starts_with(replacement)) replaced = replacement + replaced;
+    std::string replaced = replace_all(piece.text, " ", replacement);
+    const bool prepend = scheme == PrependScheme::kAlways ||
+                         (scheme == PrependScheme::kFirst && piece.at_text_start);
+    if (prepend && !replaced.empty() && !replaced.starts_with(replacement))
+      replaced = replacement + replaced;
     if (!split) return std::vector<TextPiece>{{replaced, piece.at_text_start}};
     return to_pieces(split_at_matches(replaced, find_literal(replaced, replacement),
                                       SplitBehavior::kMergedWithNext, false),
@@ -112,7 +108,8 @@ PreTokenizer::Step split_step(const JsonField& config) {
 PrependScheme parse_prepend_scheme(const JsonField& config) {
   auto field = config.find("prepend_scheme");
   if (!field) {  // files written before prepend_scheme existed
-    return config.bool_or("add_prefix_space", true) ? PrependScheme::kAlways : PrependScheme::kNever;
+    return config.bool_or("add_prefix_space", true) ? PrependScheme::kAlways
+                                                    : PrependScheme::kNever;
   }
   const std::string name = field->as_string();
   if (name == "always") return PrependScheme::kAlways;
@@ -149,8 +146,10 @@ void PreTokenizer::add_steps(const JsonField& config) {
   } else if (type == "Split") {
     steps_.push_back(split_step(config));
   } else {
-    config.fail(fmt::format("pre_tokenizer type '{}' is not supported (supported: Sequence, "
-                            "Metaspace, ByteLevel, Split)", type));
+    config.fail(
+        fmt::format("pre_tokenizer type '{}' is not supported (supported: Sequence, "
+                    "Metaspace, ByteLevel, Split)",
+                    type));
   }
 }
 

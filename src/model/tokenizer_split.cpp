@@ -122,7 +122,8 @@ class Gpt2Matcher {
 
 }  // namespace
 
-std::vector<std::string> split_at_matches(std::string_view text, const std::vector<ByteRange>& matches,
+std::vector<std::string> split_at_matches(std::string_view text,
+                                          const std::vector<ByteRange>& matches,
                                           SplitBehavior behavior, bool invert) {
   std::vector<Span> spans = cover_text(text.size(), matches, invert);
   switch (behavior) {
@@ -156,6 +157,18 @@ std::vector<ByteRange> find_literal(std::string_view text, std::string_view lite
     matches.push_back({pos, pos + literal.size()});
   }
   return matches;
+}
+
+std::string replace_all(std::string_view text, std::string_view literal, std::string_view content) {
+  std::string out;
+  size_t pos = 0;
+  for (const ByteRange& match : find_literal(text, literal)) {
+    out.append(text.substr(pos, match.begin - pos));
+    out.append(content);
+    pos = match.end;
+  }
+  out.append(text.substr(pos));
+  return out;
 }
 
 std::vector<ByteRange> find_gpt2_words(std::string_view text) {

@@ -1,5 +1,6 @@
 // Cutting text at pattern matches, as HF's NormalizedString::split with its delimiter behaviours,
-// and the two patterns the pre-tokenizers use: a literal string and the GPT-2 word pattern.
+// the two patterns the pre-tokenizers use (a literal string and the GPT-2 word pattern), and
+// literal replacement.
 #pragma once
 
 #include <string>
@@ -17,11 +18,15 @@ struct ByteRange {
 
 // matches: sorted and non-overlapping. invert swaps matches and the text between them. Empty pieces
 // are dropped.
-std::vector<std::string> split_at_matches(std::string_view text, const std::vector<ByteRange>& matches,
+std::vector<std::string> split_at_matches(std::string_view text,
+                                          const std::vector<ByteRange>& matches,
                                           SplitBehavior behavior, bool invert);
 
 // Non-overlapping occurrences of a non-empty literal, leftmost first.
 std::vector<ByteRange> find_literal(std::string_view text, std::string_view literal);
+
+// text with every occurrence of a non-empty literal replaced, leftmost first.
+std::string replace_all(std::string_view text, std::string_view literal, std::string_view content);
 
 // Matches of the GPT-2 pattern
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+

@@ -30,8 +30,9 @@ LeadByte classify_lead_byte(unsigned char byte) {
 }
 
 CharClass char_class(char32_t c) {
-  auto it = std::upper_bound(kClassRanges.begin(), kClassRanges.end(), c,
-                             [](char32_t value, const ClassRange& range) { return value < range.first; });
+  auto it =
+      std::upper_bound(kClassRanges.begin(), kClassRanges.end(), c,
+                       [](char32_t value, const ClassRange& range) { return value < range.first; });
   if (it == kClassRanges.begin()) return CharClass::kOther;
   --it;
   return c <= it->last ? it->char_class : CharClass::kOther;
@@ -48,8 +49,8 @@ DecodedChar decode_utf8(std::string_view text, size_t pos) {
   for (size_t i = 1; i < kind.num_bytes; ++i) {
     if (pos + i >= text.size()) return {kReplacementChar, i, false};
     const auto byte = static_cast<unsigned char>(text[pos + i]);
-    const bool in_range = i == 1 ? (byte >= kind.second_min && byte <= kind.second_max)
-                                 : is_continuation(byte);
+    const bool in_range =
+        i == 1 ? (byte >= kind.second_min && byte <= kind.second_max) : is_continuation(byte);
     if (!in_range) return {kReplacementChar, i, false};
     code_point = (code_point << 6) | (byte & 0x3F);
   }

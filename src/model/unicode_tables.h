@@ -2,8 +2,8 @@
 // through unicode.h.
 #pragma once
 
-#include <span>
 #include <cstdint>
+#include <span>
 
 namespace jambo::unicode {
 

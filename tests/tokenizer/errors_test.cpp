@@ -35,7 +35,8 @@ TEST(TokenizerErrors, MalformedJson) {
 }
 
 TEST(TokenizerErrors, UnsupportedModelType) {
-  const std::string error = load_error("wordpiece", R"({"model": {"type": "WordPiece", "vocab": {}}})");
+  const std::string error =
+      load_error("wordpiece", R"({"model": {"type": "WordPiece", "vocab": {}}})");
   EXPECT_NE(error.find("field 'model'"), std::string::npos) << error;
   EXPECT_NE(error.find("'WordPiece' is not supported"), std::string::npos) << error;
 }
@@ -68,22 +69,27 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
   EXPECT_NE(load_error("wordpiece-decoder", R"({"decoder": {"type": "WordPiece"}, )" + kModel + "}")
                 .find("decoder type 'WordPiece' is not supported"),
             std::string::npos);
-  EXPECT_NE(load_error("regex-split", R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\d+"},
-                "behavior": "Isolated", "invert": false}, )" + kModel + "}")
-                .find("regex pattern '\\d+' is not supported"),
-            std::string::npos);
+  EXPECT_NE(
+      load_error("regex-split", R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\d+"},
+                "behavior": "Isolated", "invert": false}, )" +
+                                    kModel + "}")
+          .find("regex pattern '\\d+' is not supported"),
+      std::string::npos);
 }
 
 TEST(TokenizerErrors, HugeTokenId) {
   const std::string error = load_error(
       "huge-id", R"({"model": {"type": "BPE", "vocab": {"a": 2000000000}, "merges": []}})");
-  EXPECT_NE(error.find("field 'model.vocab': token 'a' has id 2000000000"), std::string::npos) << error;
+  EXPECT_NE(error.find("field 'model.vocab': token 'a' has id 2000000000"), std::string::npos)
+      << error;
 }
 
 TEST(TokenizerErrors, WrongFieldType) {
   const std::string error = load_error(
-      "bad-flag", R"({"model": {"type": "BPE", "byte_fallback": "yes", "vocab": {}, "merges": []}})");
-  EXPECT_NE(error.find("field 'model.byte_fallback': expected true or false"), std::string::npos) << error;
+      "bad-flag",
+      R"({"model": {"type": "BPE", "byte_fallback": "yes", "vocab": {}, "merges": []}})");
+  EXPECT_NE(error.find("field 'model.byte_fallback': expected true or false"), std::string::npos)
+      << error;
 }
 
 TEST(TokenizerErrors, ValidMinimalFileLoads) {

@@ -4,10 +4,9 @@
 // "decoded_skip_special"}]}. Each case must match exactly, including incremental decoding.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "tokenizer_test_util.h"
 
@@ -58,7 +57,8 @@ TEST_P(TokenizerFixture, MatchesHuggingFace) {
     EXPECT_EQ(tokenizer.decode(ids, false), c.at("decoded").get<std::string>());
     EXPECT_EQ(tokenizer.decode(ids, true), c.at("decoded_skip_special").get<std::string>());
     EXPECT_EQ(incremental_decode(tokenizer, ids, false), c.at("decoded").get<std::string>());
-    EXPECT_EQ(incremental_decode(tokenizer, ids, true), c.at("decoded_skip_special").get<std::string>());
+    EXPECT_EQ(incremental_decode(tokenizer, ids, true),
+              c.at("decoded_skip_special").get<std::string>());
     if (encoded != ids || encoded_no_special != ids_no_special) ++num_failed;
   }
   EXPECT_EQ(num_failed, 0u) << "of " << cases.size() << " cases in " << folder.filename();
@@ -67,7 +67,9 @@ TEST_P(TokenizerFixture, MatchesHuggingFace) {
 INSTANTIATE_TEST_SUITE_P(All, TokenizerFixture, ::testing::ValuesIn(fixture_folders()),
                          [](const ::testing::TestParamInfo<std::filesystem::path>& info) {
                            std::string name = info.param.filename().string();
-                           std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
+                           std::replace_if(
+                               name.begin(), name.end(), [](char c) { return !std::isalnum(c); },
+                               '_');
                            return name;
                          });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TokenizerFixture);

@@ -59,7 +59,8 @@ TEST_F(SentencePieceStyle, AddedTokensSplitTheRawTextAndEachPieceIsNormalized) {
 
 TEST_F(SentencePieceStyle, DecodesThroughTheDecoderChain) {
   EXPECT_EQ(tokenizer.decode(Ids{1, 19, 24}), "<s> hello world");
-  EXPECT_EQ(tokenizer.decode(Ids{1, 19, 24}, true), "hello world");  // Strip removes the leading space
+  EXPECT_EQ(tokenizer.decode(Ids{1, 19, 24}, true),
+            "hello world");  // Strip removes the leading space
   EXPECT_EQ(tokenizer.decode(Ids{7, 4, 5, 6}), "中");
   EXPECT_EQ(tokenizer.decode(Ids{4, 5}), kFffd + kFffd);  // one U+FFFD per byte token
   EXPECT_EQ(tokenizer.decode(Ids{4, 5, 6, 4, 19}), kFffd + kFffd + kFffd + kFffd + " hello");

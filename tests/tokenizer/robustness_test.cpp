@@ -12,9 +12,11 @@ namespace {
 
 std::vector<std::filesystem::path> tokenizer_folders() {
   std::vector<std::filesystem::path> folders;
-  for (const auto& root : {test::source_dir() / "tests/tokenizer/data", test::source_dir() / "tests/fixtures/tokenizers"}) {
+  for (const auto& root : {test::source_dir() / "tests/tokenizer/data",
+                           test::source_dir() / "tests/fixtures/tokenizers"}) {
     if (!std::filesystem::is_directory(root)) continue;
-    for (const auto& entry : std::filesystem::directory_iterator(root)) folders.push_back(entry.path());
+    for (const auto& entry : std::filesystem::directory_iterator(root))
+      folders.push_back(entry.path());
   }
   return folders;
 }
@@ -31,7 +33,8 @@ TEST(TokenizerRobustness, RandomBytesAndIds) {
       EXPECT_TRUE(unicode::is_valid_utf8(tokenizer.decode(ids)));
 
       std::vector<int32_t> random_ids(random() % 20);
-      for (int32_t& id : random_ids) id = static_cast<int32_t>(random() % (tokenizer.vocab_size() + 3));
+      for (int32_t& id : random_ids)
+        id = static_cast<int32_t>(random() % (tokenizer.vocab_size() + 3));
       EXPECT_TRUE(unicode::is_valid_utf8(tokenizer.decode(random_ids, round % 2 == 0)));
       IncrementalDecoder decoder(tokenizer, round % 2 == 0);
       std::string streamed;

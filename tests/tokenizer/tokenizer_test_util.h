@@ -17,7 +17,8 @@ inline Tokenizer load_test_tokenizer(const std::string& name) {
 }
 
 // A fresh folder holding the given tokenizer.json text (for error cases).
-inline std::filesystem::path write_tokenizer_folder(const std::string& name, const std::string& json) {
+inline std::filesystem::path write_tokenizer_folder(const std::string& name,
+                                                    const std::string& json) {
   const auto folder = std::filesystem::temp_directory_path() / ("jambo-tokenizer-test-" + name);
   std::filesystem::remove_all(folder);
   std::filesystem::create_directories(folder);

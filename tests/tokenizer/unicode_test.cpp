@@ -1,8 +1,8 @@
 // UTF-8 repair and the generated Unicode tables, against facts from the Unicode standard and
 // Rust's String::from_utf8_lossy documentation.
-#include <gtest/gtest.h>
-
 #include "model/unicode.h"
+
+#include <gtest/gtest.h>
 
 namespace jambo::unicode {
 namespace {
@@ -13,7 +13,9 @@ TEST(Utf8, LossyRepairReplacesEachMaximalInvalidPrefixOnce) {
   // Rust docs: from_utf8_lossy(b"Hello \xF0\x90\x80World") == "Hello �World".
   EXPECT_EQ(to_valid_utf8("Hello \xF0\x90\x80World"), "Hello " + kFffd + "World");
   // A lone continuation byte and a byte that can never start a character: one U+FFFD each.
-  EXPECT_EQ(to_valid_utf8("a\x80\xFF" "b"), "a" + kFffd + kFffd + "b");
+  EXPECT_EQ(to_valid_utf8("a\x80\xFF"
+                          "b"),
+            "a" + kFffd + kFffd + "b");
   // E0 80 is an overlong form: E0 must be followed by A0..BF, so both bytes are errors.
   EXPECT_EQ(to_valid_utf8("\xE0\x80"), kFffd + kFffd);
   // Surrogates (ED A0..BF) are not UTF-8.
@@ -48,7 +50,8 @@ TEST(UnicodeTables, WhiteSpaceIsTheUnicodeProperty) {
     EXPECT_TRUE(is_whitespace(c)) << static_cast<uint32_t>(c);
   }
   // Zero-width space and U+001C are not White_Space (though Python's isspace accepts U+001C).
-  for (char32_t c : {0x200B, 0x1C, 0xFEFF, 0x61}) EXPECT_FALSE(is_whitespace(c)) << static_cast<uint32_t>(c);
+  for (char32_t c : {0x200B, 0x1C, 0xFEFF, 0x61})
+    EXPECT_FALSE(is_whitespace(c)) << static_cast<uint32_t>(c);
 }
 
 TEST(UnicodeTables, WordCharacters) {
