@@ -14,13 +14,14 @@ build: deps
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 demo: build
-	$(BUILD_DIR)/jambo generate --model $(DEMO_MODEL) --prompt "$(PROMPT)" --max-tokens 60
+	@printf '%s' "$(PROMPT)"
+	@$(BUILD_DIR)/jambo generate --model $(DEMO_MODEL) --prompt "$(PROMPT)" --max-tokens 60
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
-	$(BUILD_DIR)/jambo bench --model $(DEMO_MODEL)
+	bench/cpu.sh $(BUILD_DIR)/jambo
 
 clean:
 	rm -rf $(BUILD_DIR)
