@@ -1,0 +1,94 @@
+// The engine: many requests at once over one backend, by continuous batching. Each step() the
+// scheduler picks rows (chunked prefills and decodes under a token budget), the runner checks and
+// runs them, and finished samples come back. The offline batch mode, stress runs and (later) the
+// server all drive this one class.
+#pragma once
+
+#include "backend/backend.h"
+#include "engine/logprobs.h"
+#include "engine/sampler.h"
+#include "engine/slot_pool.h"
+#include "model/tokenizer.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace jambo {
+
+struct EngineOptions {
+  int64_t max_num_batched_tokens = 512;  // tokens of all rows of one step
+  int64_t max_num_seqs = 64;             // sequences (samples) running at once
+  int64_t kv_block_size = 16;
+  std::string memory_budget = "0.25";    // bytes, or a fraction of available memory (parse_memory_budget)
+  int64_t max_model_len = 4096;          // prompt + generated tokens of one sequence
+  SlotPolicy slot_policy = SlotPolicy::Lowest;
+  uint64_t slot_seed = 0;                // for SlotPolicy::Random
+  bool checked = false;                  // law 2: verify owner and generation of every row; poison freed slots
+  std::string trace_path;                // law 6: JSONL trace of every step and lifecycle event ("" = none)
+};
+
+// One input request (a line of `jambo batch` input, or an HTTP request later).
+struct RequestSpec {
+  std::string id;                     // the caller's id, echoed in outputs and traces
+  std::vector<int32_t> prompt_ids;    // non-empty
+  int64_t n = 1;                      // samples of this prompt; the prompt is prefilled once
+  SamplingParams sampling;            // temperature, top_k, top_p, seed, max_tokens, num_top_logprobs
+  double min_p = 0.0;                 // drop tokens less likely than min_p * p(top token)
+  std::vector<int32_t> stop_token_ids;  // besides the model's EOS
+  std::vector<std::string> stop;      // stop strings (need a tokenizer); not included in the text
+  int64_t num_prompt_logprobs = -1;   // -1: none; K >= 0: logprob of each prompt token plus top-K
+};
+
+// One finished sample.
+struct SampleOutput {
+  std::string id;
+  int64_t sample = 0;  // 0 .. n-1
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<double> logprobs;                         // [ids]
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // [ids][K]
+  std::vector<std::optional<double>> prompt_logprobs;   // [prompt] (first is null) when asked
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
+  std::string finish_reason;  // "stop" or "length" (or "abort")
+};
+
+// Counters the server exposes later (DESIGN.md; issue 5).
+struct EngineCounters {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t slots_used = 0;
+  int64_t slot_reuses = 0;
+  int64_t preemptions = 0;
+  int64_t prefill_tokens = 0;
+  int64_t decode_tokens = 0;
+  int64_t law_violations = 0;
+  int64_t steps = 0;
+};
+
+class Engine {
+ public:
+  // The engine sizes the caches from options.memory_budget and creates its backend.
+  Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options);
+  ~Engine();
+
+  // Validates and queues a request; throws jambo::Error naming the bad field. Other requests are
+  // not affected by a rejected one.
+  void add_request(const RequestSpec& spec);
+  void abort_request(const std::string& id);
+  bool has_unfinished() const;
+  // Runs one step; returns the samples that finished in it.
+  std::vector<SampleOutput> step();
+  const EngineCounters& counters() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace jambo

@@ -1,0 +1,36 @@
+// The paged KV cache's bookkeeping: which physical blocks are free, and how many blocks a sequence
+// of a given length needs. The memory itself belongs to the backend.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace jambo {
+
+class KvBlockManager {
+ public:
+  // num_blocks may be 0 for models without attention layers: then every request needs 0 blocks.
+  KvBlockManager(int64_t num_blocks, int64_t block_size, bool model_has_attention);
+
+  int64_t block_size() const { return block_size_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t num_free() const { return int64_t(free_blocks_.size()); }
+  int64_t num_used() const { return num_blocks_ - num_free(); }
+
+  // Blocks needed to hold num_tokens tokens in total.
+  int64_t blocks_for(int64_t num_tokens) const;
+  // Whether a table holding `table.size()` blocks can grow to hold num_tokens tokens.
+  bool can_grow(const std::vector<int32_t>& table, int64_t num_tokens) const;
+  // Appends blocks to the table until it holds num_tokens tokens; throws when there are too few.
+  void grow(std::vector<int32_t>& table, int64_t num_tokens);
+  // Returns every block of the table and empties it.
+  void free(std::vector<int32_t>& table);
+
+ private:
+  int64_t num_blocks_;
+  int64_t block_size_;
+  bool model_has_attention_;
+  std::vector<int32_t> free_blocks_;  // lowest ids are handed out first (a stack, top = back)
+};
+
+}  // namespace jambo

@@ -1,0 +1,29 @@
+// Sizes the state slots and KV blocks from a memory budget, like vLLM's gpu_memory_utilization.
+#pragma once
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+#include <cstdint>
+#include <string>
+
+namespace jambo {
+
+// "8e9", "8000000000" or "2GiB"/"512MiB" are bytes; a number in (0, 1] is a fraction of the memory
+// available now (MemAvailable). Throws jambo::Error naming the value when it is neither.
+int64_t parse_memory_budget(const std::string& text);
+
+struct CachePlan {
+  CacheConfig cache;               // slots and KV blocks for the backend
+  int64_t bytes_per_slot = 0;      // recurrent state of one sequence (all Mamba layers, fp32)
+  int64_t bytes_per_kv_block = 0;  // one block of all attention layers, keys and values, fp32
+  int64_t weight_bytes = 0;        // taken from the budget first
+};
+
+// Splits budget_bytes minus the weights between slots and KV blocks: num_state_slots =
+// min(max_num_seqs, what fits), and the rest as KV blocks. Throws jambo::Error, saying how much one
+// request of max_model_len tokens needs, when the budget cannot hold even one such request.
+CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t budget_bytes, int64_t max_num_seqs,
+                     int64_t kv_block_size, int64_t max_model_len);
+
+}  // namespace jambo

@@ -1,0 +1,51 @@
+// The recurrent-state slot pool (DESIGN.md law 2): which request owns each backend state slot, and
+// under which generation. A slot's generation changes every time it is handed out, so a row that
+// names (slot, generation) can be checked against the current owner before the backend touches it.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace jambo {
+
+enum class SlotPolicy { Lowest, Highest, Random };
+
+// Parses "lowest", "highest" or "random"; throws jambo::Error naming the value otherwise.
+SlotPolicy parse_slot_policy(const std::string& name);
+
+struct SlotLease {
+  int64_t slot = -1;
+  uint64_t generation = 0;
+};
+
+class SlotPool {
+ public:
+  SlotPool(int64_t num_slots, SlotPolicy policy, uint64_t seed = 0);
+
+  int64_t num_slots() const { return int64_t(owners_.size()); }
+  int64_t num_free() const { return int64_t(free_slots_.size()); }
+  int64_t num_used() const { return num_slots() - num_free(); }
+  int64_t num_reuses() const { return num_reuses_; }  // allocations of a slot that was used before
+
+  bool can_allocate(int64_t count = 1) const { return num_free() >= count; }
+  // Hands a free slot (chosen by the policy) to owner_id; throws when none is free.
+  SlotLease allocate(int64_t owner_id);
+  // Returns the slot; throws (naming request and slot) unless owner_id holds this exact lease.
+  void free(const SlotLease& lease, int64_t owner_id);
+  // Law 2: whether owner_id holds this lease now (the slot is in use, by it, at this generation).
+  bool is_held_by(const SlotLease& lease, int64_t owner_id) const;
+
+ private:
+  static constexpr int64_t kNoOwner = -1;
+  SlotPolicy policy_;
+  std::vector<int64_t> owners_;        // [num_slots] owner request id or kNoOwner
+  std::vector<uint64_t> generations_;  // [num_slots] bumped at every allocation
+  std::vector<bool> ever_used_;        // [num_slots]
+  std::vector<int64_t> free_slots_;    // the free slot ids, in no particular order
+  int64_t num_reuses_ = 0;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace jambo
