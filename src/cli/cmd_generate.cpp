@@ -1,5 +1,6 @@
 // jambo generate: continues a prompt, streaming text as it is produced (or one JSON object with --json).
 #include "cli/common.h"
+#include "engine/request_json.h"
 #include "engine/sequence_runner.h"
 
 #include <cstdio>
@@ -75,7 +76,7 @@ void run_generate(GenerateOptions& options) {
     return;
   }
   nlohmann::json top = nlohmann::json::array();
-  for (const auto& entries : result.top_logprobs) top.push_back(top_logprobs_json(entries));
+  for (const auto& entries : result.top_logprobs) top.push_back(top_logprobs_to_json(entries));
   nlohmann::json out = {
       {"prompt_ids", prompt},
       {"ids", result.ids},

@@ -1,5 +1,6 @@
 // jambo score: teacher-forced log-probabilities of token sequences, one JSON line per input line.
 #include "cli/common.h"
+#include "engine/request_json.h"
 #include "engine/sequence_runner.h"
 
 #include <fstream>
@@ -62,7 +63,7 @@ nlohmann::json score_json(const ScoreInput& input, const ScoredSequence& scored,
   nlohmann::json top = nlohmann::json::array();
   for (size_t i = 0; i < input.tokens.size(); ++i) {
     logprobs.push_back(scored.logprobs[i] ? nlohmann::json(*scored.logprobs[i]) : nlohmann::json(nullptr));
-    top.push_back(i == 0 ? nlohmann::json(nullptr) : top_logprobs_json(scored.top_logprobs[i]));
+    top.push_back(i == 0 ? nlohmann::json(nullptr) : top_logprobs_to_json(scored.top_logprobs[i]));
   }
   nlohmann::json out = {{"id", input.id}, {"logprobs", logprobs}};
   if (num_top_logprobs > 0) out["top_logprobs"] = top;

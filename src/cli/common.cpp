@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include "backend/cpu/cpu_backend.h"
+#include "engine/memory_budget.h"
 
 #include <filesystem>
 
@@ -36,10 +37,38 @@ SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t m
   return {make_cpu_backend(model, cache), cache};
 }
 
-nlohmann::json top_logprobs_json(const std::vector<TokenLogprob>& entries) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const TokenLogprob& entry : entries) out.push_back({entry.token, entry.logprob});
-  return out;
+void EngineFlags::add_to(CLI::App& command) {
+  command.add_option("--max-num-batched-tokens", options.max_num_batched_tokens, "tokens of all rows of one step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command.add_option("--max-num-seqs", options.max_num_seqs, "sequences running at once")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command.add_option("--memory-budget", options.memory_budget,
+                     "bytes (8e9, 2GiB) or a fraction of available memory for weights, state slots and KV cache")
+      ->capture_default_str();
+  command.add_option("--kv-block-size", options.kv_block_size, "tokens per KV block")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command.add_option("--max-model-len", options.max_model_len, "prompt plus generated tokens of one sequence")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command.add_option("--slot-policy", slot_policy, "which free state slot a request gets")
+      ->check(CLI::IsMember({"lowest", "highest", "random"}))
+      ->capture_default_str();
+  command.add_flag("--check", options.checked, "verify slot owner and generation of every row; poison freed slots");
+  command.add_option("--trace", options.trace_path, "write a JSONL trace of every step and lifecycle event");
+}
+
+EngineOptions EngineFlags::resolve() const {
+  EngineOptions resolved = options;
+  resolved.slot_policy = parse_slot_policy(slot_policy);
+  try {
+    parse_memory_budget(resolved.memory_budget);
+  } catch (const Error& error) {
+    throw UsageError(fmt::format("--memory-budget: {}", error.what()));
+  }
+  return resolved;
 }
 
 }  // namespace jambo::cli

@@ -3,7 +3,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "engine/logprobs.h"
+#include "engine/engine.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"
 
@@ -42,12 +42,19 @@ struct SingleSequenceBackend {
 };
 SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens);
 
-// [[id, logprob], ...] for top_logprobs fields.
-nlohmann::json top_logprobs_json(const std::vector<TokenLogprob>& entries);
-
 void add_score_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_batch_command(CLI::App& app);
+
+// The engine's flags (--max-num-batched-tokens, --memory-budget, --slot-policy, --check, ...).
+struct EngineFlags {
+  EngineOptions options;
+  std::string slot_policy = "lowest";
+
+  void add_to(CLI::App& command);
+  EngineOptions resolve() const;  // throws UsageError for a bad value
+};
 
 }  // namespace jambo::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   jambo::cli::add_generate_command(app);
   jambo::cli::add_tokenize_commands(app);
   jambo::cli::add_bench_command(app);
+  jambo::cli::add_batch_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

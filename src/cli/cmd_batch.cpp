@@ -1,0 +1,168 @@
+// jambo batch: the offline mode for RL rollouts. Reads request lines, runs them all through the engine
+// with continuous batching, appends one line per finished sample to the output as it finishes, and can
+// be interrupted and rerun: ids whose samples are all in the output already are skipped.
+#include "cli/common.h"
+#include "cli/progress.h"
+#include "engine/request_json.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+namespace jambo::cli {
+namespace {
+
+struct BatchOptions {
+  ModelOptions model;
+  EngineFlags engine;
+  std::string input_path;
+  std::string output_path;
+  RequestSpec defaults;
+  int64_t seed = -1;
+};
+
+using SamplesWritten = std::map<std::string, std::set<int64_t>>;  // id -> sample indices in the output
+
+// Reads what an earlier, possibly interrupted, run wrote; a torn last line is ignored.
+SamplesWritten read_samples_written(const std::string& path) {
+  SamplesWritten written;
+  std::ifstream file(path);
+  std::string line;
+  while (std::getline(file, line)) {
+    const nlohmann::json sample = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (sample.is_object() && sample.contains("id") && sample["id"].is_string() && sample.contains("sample") &&
+        sample["sample"].is_number_integer())
+      written[sample["id"].get<std::string>()].insert(sample["sample"].get<int64_t>());
+  }
+  return written;
+}
+
+// Opens the output for appending, first ending a torn last line so that new lines stay whole.
+std::ofstream open_output(const std::string& path) {
+  bool ends_torn = false;
+  if (std::ifstream existing{path, std::ios::binary | std::ios::ate}; existing && existing.tellg() > 0) {
+    existing.seekg(-1, std::ios::end);
+    ends_torn = existing.get() != '\n';
+  }
+  std::ofstream out(path, std::ios::app);
+  JAMBO_REQUIRE(out, "cannot write output file '{}'", path);
+  if (ends_torn) out << '\n';
+  return out;
+}
+
+struct BatchInput {
+  std::vector<RequestSpec> requests;
+  int64_t num_malformed = 0;
+  int64_t num_already_done = 0;
+};
+
+// Parses every line; a bad line is reported with its number and skipped, never stopping the rest.
+BatchInput read_batch_input(const BatchOptions& options, const Tokenizer* tokenizer, const SamplesWritten& written) {
+  std::ifstream file(options.input_path);
+  JAMBO_REQUIRE(file, "cannot open input file '{}'", options.input_path);
+  BatchInput input;
+  std::set<std::string> seen_ids;
+  std::string line;
+  for (int64_t line_number = 1; std::getline(file, line); ++line_number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      const nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      JAMBO_REQUIRE(!object.is_discarded(), "malformed JSON");
+      RequestSpec defaults = options.defaults;
+      defaults.id = std::to_string(line_number);
+      RequestSpec spec = request_from_json(object, defaults, tokenizer);
+      JAMBO_REQUIRE(seen_ids.insert(spec.id).second, "id '{}' appears on an earlier line", spec.id);
+      const auto done = written.find(spec.id);
+      if (done != written.end() && int64_t(done->second.size()) >= spec.n) {
+        ++input.num_already_done;
+        continue;
+      }
+      input.requests.push_back(std::move(spec));
+    } catch (const Error& error) {
+      fmt::print(stderr, "{}:{}: {}; line skipped\n", options.input_path, line_number, error.what());
+      ++input.num_malformed;
+    }
+  }
+  return input;
+}
+
+void run_batch(BatchOptions& options) {
+  if (options.seed >= 0) options.defaults.sampling.seed = uint64_t(options.seed);
+  const EngineOptions engine_options = options.engine.resolve();
+  const Model model = options.model.load();
+  const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
+  const SamplesWritten written = read_samples_written(options.output_path);
+  BatchInput input = read_batch_input(options, tokenizer ? &*tokenizer : nullptr, written);
+
+  Engine engine(model, tokenizer ? &*tokenizer : nullptr, engine_options);
+  std::map<std::string, int64_t> samples_left;  // id -> samples still to finish
+  for (const RequestSpec& spec : input.requests) {
+    try {
+      engine.add_request(spec);
+      samples_left[spec.id] = spec.n;
+    } catch (const Error& error) {
+      fmt::print(stderr, "{}: request '{}': {}; skipped\n", options.input_path, spec.id, error.what());
+      ++input.num_malformed;
+    }
+  }
+
+  std::ofstream out = open_output(options.output_path);
+  Progress progress(int64_t(samples_left.size()), isatty(STDERR_FILENO));
+  int64_t num_generated = 0;
+  while (engine.has_unfinished()) {
+    for (const SampleOutput& sample : engine.step()) {
+      num_generated += int64_t(sample.ids.size());
+      const auto done = written.find(sample.id);
+      if (done == written.end() || !done->second.count(sample.sample))
+        out << sample_to_json(sample).dump() << '\n' << std::flush;
+      if (--samples_left[sample.id] == 0) progress.request_done();
+    }
+    progress.update(num_generated);
+  }
+  progress.finish(num_generated);
+
+  const EngineCounters& counters = engine.counters();
+  fmt::print(stderr,
+             "batch: {} requests run, {} already done, {} skipped as malformed; {} tokens generated, {} prompt "
+             "tokens; {:.1f} generated tok/s in {:.1f} s; {} preemptions, {} slot reuses, {} steps\n",
+             samples_left.size(), input.num_already_done, input.num_malformed, num_generated,
+             counters.prefill_tokens, progress.tokens_per_second(num_generated), progress.elapsed_seconds(),
+             counters.preemptions, counters.slot_reuses, counters.steps);
+}
+
+}  // namespace
+
+void add_batch_command(CLI::App& app) {
+  auto options = std::make_shared<BatchOptions>();
+  CLI::App* command = app.add_subcommand("batch", "offline batch generation for rollouts (JSONL in, JSONL out)");
+  options->model.add_to(*command, /*allow_random_weights=*/true);
+  command->add_option("--input", options->input_path,
+                      "JSONL lines {\"id\", \"prompt\" or \"prompt_ids\", \"n\", \"max_tokens\", \"temperature\", "
+                      "\"top_p\", \"top_k\", \"min_p\", \"seed\", \"logprobs\", \"prompt_logprobs\", \"stop\", "
+                      "\"stop_token_ids\"}; fields override the flags")
+      ->required();
+  command->add_option("--output", options->output_path, "JSONL, one line per sample; appended to, so a rerun resumes")
+      ->required();
+  SamplingParams& sampling = options->defaults.sampling;
+  command->add_option("--n", options->defaults.n, "samples per prompt")->capture_default_str();
+  command->add_option("--max-tokens", sampling.max_tokens, "tokens to generate at most")->capture_default_str();
+  command->add_option("--temperature", sampling.temperature, "0 is greedy")->capture_default_str();
+  command->add_option("--top-k", sampling.top_k, "sample among the K most likely (0: all)");
+  command->add_option("--top-p", sampling.top_p, "sample within probability mass P");
+  command->add_option("--min-p", options->defaults.min_p, "drop tokens below min_p times the top probability");
+  command->add_option("--seed", options->seed, "seed of requests that give none");
+  command->add_option("--logprobs", sampling.num_top_logprobs, "top-K logprobs per generated token");
+  options->engine.add_to(*command);
+  command->callback([options] {
+    try {
+      options->defaults.sampling.validate();
+    } catch (const Error& error) {
+      throw UsageError(error.what());
+    }
+    run_batch(*options);
+  });
+}
+
+}  // namespace jambo::cli

@@ -1,0 +1,22 @@
+// JSON forms of requests and samples shared by `jambo batch` (and later the server and stress runs):
+// a request line {"id", "prompt" | "prompt_ids", "n", "max_tokens", "temperature", "top_p", "top_k", "min_p",
+// "seed", "logprobs", "stop", "stop_token_ids"} and a sample line {"id", "sample", "prompt_ids", "ids",
+// "text", "logprobs", "top_logprobs", "finish_reason"}.
+#pragma once
+
+#include "engine/engine.h"
+
+#include <nlohmann/json.hpp>
+
+namespace jambo {
+
+// Fields present in `line` override those of `defaults`. "prompt" needs a tokenizer. Throws
+// jambo::Error naming the field that is missing, of the wrong type or out of range.
+RequestSpec request_from_json(const nlohmann::json& line, const RequestSpec& defaults, const Tokenizer* tokenizer);
+
+nlohmann::json sample_to_json(const SampleOutput& sample);
+
+// [[id, logprob], ...]
+nlohmann::json top_logprobs_to_json(const std::vector<TokenLogprob>& entries);
+
+}  // namespace jambo
