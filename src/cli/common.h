@@ -47,6 +47,7 @@ void add_generate_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_batch_command(CLI::App& app);
+void add_trace_command(CLI::App& app);
 
 // The engine's flags (--max-num-batched-tokens, --memory-budget, --slot-policy, --check, ...).
 struct EngineFlags {

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   jambo::cli::add_tokenize_commands(app);
   jambo::cli::add_bench_command(app);
   jambo::cli::add_batch_command(app);
+  jambo::cli::add_trace_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
