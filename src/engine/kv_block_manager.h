@@ -23,14 +23,16 @@ class KvBlockManager {
   bool can_grow(const std::vector<int32_t>& table, int64_t num_tokens) const;
   // Appends blocks to the table until it holds num_tokens tokens; throws when there are too few.
   void grow(std::vector<int32_t>& table, int64_t num_tokens);
-  // Returns every block of the table and empties it.
+  // Returns every block of the table and empties it; throws on a block that is not in use.
   void free(std::vector<int32_t>& table);
 
  private:
   int64_t num_blocks_;
   int64_t block_size_;
   bool model_has_attention_;
-  std::vector<int32_t> free_blocks_;  // lowest ids are handed out first (a stack, top = back)
+  // A stack (top = back): lowest ids first in a fresh manager, then the most recently freed blocks.
+  std::vector<int32_t> free_blocks_;
+  std::vector<bool> in_use_;  // [num_blocks] so that freeing a block twice is caught
 };
 
 }  // namespace jambo

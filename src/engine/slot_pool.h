@@ -43,7 +43,9 @@ class SlotPool {
   std::vector<int64_t> owners_;        // [num_slots] owner request id or kNoOwner
   std::vector<uint64_t> generations_;  // [num_slots] bumped at every allocation
   std::vector<bool> ever_used_;        // [num_slots]
-  std::vector<int64_t> free_slots_;    // the free slot ids, in no particular order
+  // The free slot ids: a heap whose top (front) is the next slot for Lowest and Highest, so each
+  // allocation and free costs O(log n); in no particular order for Random.
+  std::vector<int64_t> free_slots_;
   int64_t num_reuses_ = 0;
   std::mt19937_64 rng_;
 };

@@ -1,0 +1,53 @@
+#include "engine/kv_block_manager.h"
+
+#include <limits>
+
+#include "core/error.h"
+
+namespace jambo {
+
+KvBlockManager::KvBlockManager(int64_t num_blocks, int64_t block_size, bool model_has_attention)
+    : num_blocks_(num_blocks), block_size_(block_size), model_has_attention_(model_has_attention) {
+  JAMBO_REQUIRE(block_size > 0, "KV block size must be positive, got {}", block_size);
+  // Block ids are int32_t in block tables.
+  JAMBO_REQUIRE(num_blocks >= 0 && num_blocks <= std::numeric_limits<int32_t>::max(),
+                "number of KV blocks {} is out of range [0, 2^31)", num_blocks);
+  free_blocks_.reserve(num_blocks);
+  for (int64_t block = num_blocks - 1; block >= 0; --block) free_blocks_.push_back(int32_t(block));
+  in_use_.assign(num_blocks, false);
+}
+
+int64_t KvBlockManager::blocks_for(int64_t num_tokens) const {
+  JAMBO_REQUIRE(num_tokens >= 0, "cannot size KV blocks for a negative token count {}", num_tokens);
+  if (!model_has_attention_) return 0;
+  return (num_tokens + block_size_ - 1) / block_size_;
+}
+
+bool KvBlockManager::can_grow(const std::vector<int32_t>& table, int64_t num_tokens) const {
+  return blocks_for(num_tokens) - int64_t(table.size()) <= num_free();
+}
+
+void KvBlockManager::grow(std::vector<int32_t>& table, int64_t num_tokens) {
+  const int64_t num_blocks_needed = blocks_for(num_tokens);
+  JAMBO_REQUIRE(can_grow(table, num_tokens), "{} tokens need {} KV blocks; the table has {} and only {} are free",
+                num_tokens, num_blocks_needed, table.size(), num_free());
+  while (int64_t(table.size()) < num_blocks_needed) {
+    const int32_t block = free_blocks_.back();
+    free_blocks_.pop_back();
+    in_use_[block] = true;
+    table.push_back(block);
+  }
+}
+
+void KvBlockManager::free(std::vector<int32_t>& table) {
+  // Pushed last block first, so the table's first block is the next one handed out again.
+  for (auto block = table.rbegin(); block != table.rend(); ++block) {
+    JAMBO_REQUIRE(*block >= 0 && *block < num_blocks_ && in_use_[*block],
+                  "KV block {} is freed but is not in use (freed twice, or never allocated)", *block);
+    in_use_[*block] = false;
+    free_blocks_.push_back(*block);
+  }
+  table.clear();
+}
+
+}  // namespace jambo

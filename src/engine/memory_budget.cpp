@@ -1,0 +1,122 @@
+#include "engine/memory_budget.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace jambo {
+
+namespace {
+
+constexpr const char* kBudgetForms =
+    "expected bytes (8000000000, 8e9, 512MiB, 2GiB) or a fraction in (0, 1] of available memory";
+
+// Block ids are int32_t in block tables.
+constexpr int64_t kMaxKvBlocks = std::numeric_limits<int32_t>::max();
+
+int64_t bytes_per_unit(std::string_view suffix, const std::string& text) {
+  if (suffix.empty()) return 1;
+  if (suffix == "KiB") return int64_t(1) << 10;
+  if (suffix == "MiB") return int64_t(1) << 20;
+  if (suffix == "GiB") return int64_t(1) << 30;
+  if (suffix == "TiB") return int64_t(1) << 40;
+  fail("memory budget '{}' has an unknown unit '{}' (KiB, MiB, GiB or TiB): {}", text, suffix, kBudgetForms);
+}
+
+// MemAvailable of /proc/meminfo: what the kernel estimates can be allocated without swapping.
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    int64_t kibibytes = 0;
+    if (fields >> key >> kibibytes && key == "MemAvailable:") return kibibytes * 1024;
+  }
+  fail("cannot read MemAvailable from /proc/meminfo, needed for a memory budget given as a fraction");
+}
+
+std::string format_bytes(int64_t bytes) { return fmt::format("{} bytes ({:.1f} MiB)", bytes, bytes / 1048576.0); }
+
+// Conv tail [Di, K-1] and SSM state [Di, N] of every Mamba layer, fp32.
+int64_t state_bytes_per_slot(const JambaConfig& config) {
+  const int64_t elements_per_layer = config.mamba_d_inner * (config.mamba_d_conv - 1 + config.mamba_d_state);
+  return config.num_mamba_layers() * elements_per_layer * int64_t(sizeof(float));
+}
+
+// Keys and values [2, kv_block_size, nkv, hd] of every attention layer, fp32.
+int64_t kv_bytes_per_block(const JambaConfig& config, int64_t kv_block_size) {
+  const int64_t elements_per_layer = 2 * kv_block_size * config.num_key_value_heads * config.head_dim;
+  return config.num_attention_layers() * elements_per_layer * int64_t(sizeof(float));
+}
+
+}  // namespace
+
+int64_t parse_memory_budget(const std::string& text) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  const auto [suffix_begin, error] = std::from_chars(text.data(), end, value);
+  JAMBO_REQUIRE(error == std::errc() && std::isfinite(value) && value > 0, "memory budget '{}' is not valid: {}", text,
+                kBudgetForms);
+  const std::string_view suffix(suffix_begin, end - suffix_begin);
+  if (suffix.empty() && value <= 1) return int64_t(value * double(available_memory_bytes()));
+
+  const double bytes = value * double(bytes_per_unit(suffix, text));
+  JAMBO_REQUIRE(bytes < 0x1p63, "memory budget '{}' is too large", text);
+  JAMBO_REQUIRE(!suffix.empty() || bytes == std::floor(bytes), "memory budget '{}' is not valid: {}", text,
+                kBudgetForms);
+  return int64_t(bytes);
+}
+
+CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t budget_bytes, int64_t max_num_seqs,
+                     int64_t kv_block_size, int64_t max_model_len) {
+  JAMBO_REQUIRE(max_num_seqs > 0, "max_num_seqs must be positive, got {}", max_num_seqs);
+  JAMBO_REQUIRE(kv_block_size > 0, "kv_block_size must be positive, got {}", kv_block_size);
+  JAMBO_REQUIRE(max_model_len > 0, "max_model_len must be positive, got {}", max_model_len);
+  JAMBO_REQUIRE(weight_bytes >= 0, "weight bytes must not be negative, got {}", weight_bytes);
+
+  CachePlan plan;
+  plan.weight_bytes = weight_bytes;
+  plan.bytes_per_slot = state_bytes_per_slot(config);
+  plan.bytes_per_kv_block = kv_bytes_per_block(config, kv_block_size);
+  plan.cache.kv_block_size = kv_block_size;
+
+  const bool has_attention = plan.bytes_per_kv_block > 0;
+  const int64_t blocks_per_request = has_attention ? (max_model_len + kv_block_size - 1) / kv_block_size : 0;
+  JAMBO_REQUIRE(blocks_per_request <= kMaxKvBlocks,
+                "max_model_len {} needs {} KV blocks of {} tokens, more than the 2^31-1 a block table can address",
+                max_model_len, blocks_per_request, kv_block_size);
+  const int64_t kv_bytes_per_request = blocks_per_request * plan.bytes_per_kv_block;
+  const int64_t bytes_per_request = plan.bytes_per_slot + kv_bytes_per_request;
+  const int64_t cache_bytes = budget_bytes - weight_bytes;
+  JAMBO_REQUIRE(cache_bytes >= bytes_per_request,
+                "memory budget of {} cannot hold one request of max_model_len {} tokens: that needs {} (weights {}, "
+                "one state slot {}, {} KV blocks of {} bytes); raise the memory budget or lower max_model_len",
+                format_bytes(budget_bytes), max_model_len, format_bytes(weight_bytes + bytes_per_request),
+                format_bytes(weight_bytes), format_bytes(plan.bytes_per_slot), blocks_per_request,
+                plan.bytes_per_kv_block);
+
+  // Slots first (each running sequence needs one), keeping blocks for one full-length request.
+  const int64_t slots_that_fit =
+      plan.bytes_per_slot > 0 ? (cache_bytes - kv_bytes_per_request) / plan.bytes_per_slot : max_num_seqs;
+  plan.cache.num_state_slots = std::min(max_num_seqs, slots_that_fit);
+  if (!has_attention) {
+    plan.cache.num_kv_blocks = 0;
+    return plan;
+  }
+  // The rest as KV blocks, but no more than the running sequences could fill at max_model_len.
+  const int64_t blocks_that_fit =
+      (cache_bytes - plan.cache.num_state_slots * plan.bytes_per_slot) / plan.bytes_per_kv_block;
+  const int64_t max_useful_blocks =
+      std::min(kMaxKvBlocks, blocks_per_request * std::min(plan.cache.num_state_slots, kMaxKvBlocks));
+  plan.cache.num_kv_blocks = std::clamp(blocks_that_fit, blocks_per_request, max_useful_blocks);
+  return plan;
+}
+
+}  // namespace jambo
