@@ -3,6 +3,7 @@
 // and the paged KV cache and runs the forward pass over all rows at once.
 #pragma once
 
+#include "core/error.h"
 #include "model/weights.h"
 
 #include <cstdint>
@@ -37,7 +38,8 @@ struct StepLogits {
   std::vector<int64_t> first_vector;  // [num_rows] index of each row's first vector
   std::span<const float> row(int64_t row_index, int64_t position_in_step = 0) const {
     const int64_t index = first_vector[row_index] + position_in_step;
-    return {values.data() + index * vocab_size, size_t(vocab_size)};
+    JAMBO_ASSERT(index >= 0 && element_offset(index + 1, vocab_size) <= int64_t(values.size()));
+    return {values.data() + element_offset(index, vocab_size), size_t(vocab_size)};
   }
 };
 
@@ -49,6 +51,8 @@ class Backend {
   virtual void forward(std::span<const BatchRow> rows, StepLogits& logits) = 0;
   // Copies the recurrent state of one slot into another (n samples of one prompt).
   virtual void copy_state(int64_t from_slot, int64_t to_slot) = 0;
+  // Copies one KV block (every attention layer, keys and values) into another (n samples of one prompt).
+  virtual void copy_kv_block(int64_t from_block, int64_t to_block) = 0;
   // Fills a slot with NaN so that any read of it shows (law 2, checked mode).
   virtual void poison_state(int64_t slot) = 0;
 };

@@ -85,6 +85,10 @@ class Engine {
   std::vector<SampleOutput> step();
   const EngineCounters& counters() const;
 
+  // Test-only fault injection (law 2): the running request `id` keeps a stale lease of its slot (a
+  // generation it does not hold), as a scheduler bug would. In checked mode the next step must fail.
+  void corrupt_lease_for_testing(const std::string& id);
+
   struct Impl;
 
  private:

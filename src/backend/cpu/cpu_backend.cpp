@@ -8,6 +8,7 @@
 #include "backend/cpu/vector_ops.h"
 #include "core/error.h"
 
+#include <algorithm>
 #include <set>
 
 namespace jambo {
@@ -22,6 +23,7 @@ class CpuBackend final : public Backend {
   const JambaConfig& config() const override { return model_.config; }
   void forward(std::span<const BatchRow> rows, StepLogits& logits) override;
   void copy_state(int64_t from_slot, int64_t to_slot) override { states_.copy(from_slot, to_slot); }
+  void copy_kv_block(int64_t from_block, int64_t to_block) override;
   void poison_state(int64_t slot) override { states_.poison(slot); }
 
  private:
@@ -93,6 +95,18 @@ void CpuBackend::validate(std::span<const BatchRow> rows) const {
     JAMBO_REQUIRE(slots_in_step.insert(row.slot).second, "request {}: state slot {} is used by two rows of one step",
                   row.request_id, row.slot);
     if (model_.config.num_attention_layers() > 0) validate_block_table(row);
+  }
+}
+
+void CpuBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
+  for (int64_t block : {from_block, to_block})
+    JAMBO_REQUIRE(block >= 0 && block < kv_cache_.num_blocks(), "KV block {} is out of range [0, {})", block,
+                  kv_cache_.num_blocks());
+  // The keys (and the values) of one layer in one block are contiguous: [kv_block_size, nkv, hd].
+  const int64_t num_floats = element_offset(kv_cache_.block_size(), model_.config.num_key_value_heads * model_.config.head_dim);
+  for (int64_t layer = 0; layer < model_.config.num_attention_layers(); ++layer) {
+    std::copy_n(kv_cache_.key(from_block, layer, 0), num_floats, kv_cache_.key(to_block, layer, 0));
+    std::copy_n(kv_cache_.value(from_block, layer, 0), num_floats, kv_cache_.value(to_block, layer, 0));
   }
 }
 

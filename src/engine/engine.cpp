@@ -1,0 +1,273 @@
+#include "engine/engine.h"
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "engine/kv_block_manager.h"
+#include "engine/memory_budget.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/trace.h"
+
+#include <algorithm>
+#include <random>
+
+namespace jambo {
+
+namespace {
+
+void validate_options(const EngineOptions& options) {
+  JAMBO_REQUIRE(options.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1, got {}",
+                options.max_num_batched_tokens);
+  JAMBO_REQUIRE(options.max_num_seqs >= 1, "max_num_seqs must be >= 1, got {}", options.max_num_seqs);
+  JAMBO_REQUIRE(options.kv_block_size >= 1, "kv_block_size must be >= 1, got {}", options.kv_block_size);
+  JAMBO_REQUIRE(options.max_model_len >= 1, "max_model_len must be >= 1, got {}", options.max_model_len);
+}
+
+CachePlan plan_engine_cache(const Model& model, const EngineOptions& options) {
+  validate_options(options);
+  return plan_cache(model.config, model.weights.bytes_total, parse_memory_budget(options.memory_budget),
+                    options.max_num_seqs, options.kv_block_size, options.max_model_len);
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  Impl(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options);
+
+  void validate(const RequestSpec& spec) const;
+  void add_request(const RequestSpec& spec);
+  void abort_request(const std::string& id);
+  std::vector<SampleOutput> step();
+  void update_counters();
+  Request* find(const std::string& id);
+
+  // After a row ran: its prompt logprobs, and a new token once all its tokens are in its state.
+  void advance(const ScheduledRow& row, int64_t row_index, const StepLogits& logits);
+  void record_prompt_logprobs(const ScheduledRow& row, std::span<const float> vectors_of_row, int64_t vocab_size);
+  void fork(Sequence& leader);
+  void take_token(Sequence& sequence, std::span<const float> logits);
+  void finish(Sequence& sequence, const std::string& reason);
+
+  const Tokenizer* tokenizer;
+  EngineOptions options;
+  CachePlan cache_plan;
+  std::unique_ptr<Backend> backend;
+  SlotPool slots;
+  KvBlockManager kv_blocks;
+  ModelRunner runner;
+  Scheduler scheduler;
+  Trace trace;
+  std::vector<std::unique_ptr<Request>> requests;  // unfinished, in order of arrival
+  std::vector<SampleOutput> finished;              // samples finished (or aborted) since the last step returned
+  int64_t num_arrivals = 0;
+  int64_t num_sequences = 0;
+  EngineCounters counters;
+};
+
+Engine::Impl::Impl(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
+    : tokenizer(tokenizer),
+      options(options),
+      cache_plan(plan_engine_cache(model, options)),
+      backend(make_cpu_backend(model, cache_plan.cache)),
+      slots(cache_plan.cache.num_state_slots, options.slot_policy, options.slot_seed),
+      kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
+      runner(*backend, slots, options.checked),
+      scheduler(options.max_num_batched_tokens, slots, kv_blocks, [this](int64_t slot) { runner.on_slot_freed(slot); }),
+      trace(options.trace_path) {}
+
+void Engine::Impl::validate(const RequestSpec& spec) const {
+  const std::string& id = spec.id;
+  const JambaConfig& config = backend->config();
+  JAMBO_REQUIRE(!spec.prompt_ids.empty(), "request '{}': the prompt is empty", id);
+  for (int32_t token : spec.prompt_ids)
+    JAMBO_REQUIRE(token >= 0 && token < config.vocab_size, "request '{}': prompt token id {} is outside the vocabulary [0, {})",
+                  id, token, config.vocab_size);
+  JAMBO_REQUIRE(spec.n >= 1 && spec.n <= slots.num_slots(),
+                "request '{}': n must be between 1 and {} (max_num_seqs, or the state slots the memory budget holds), "
+                "got {}", id, slots.num_slots(), spec.n);
+  try {
+    spec.sampling.validate();
+  } catch (const Error& error) {
+    fail("request '{}': {}", id, error.what());
+  }
+  const int64_t num_tokens = int64_t(spec.prompt_ids.size()) + spec.sampling.max_tokens;
+  JAMBO_REQUIRE(num_tokens <= options.max_model_len,
+                "request '{}': prompt of {} tokens plus max_tokens {} exceeds max_model_len {}", id,
+                spec.prompt_ids.size(), spec.sampling.max_tokens, options.max_model_len);
+  JAMBO_REQUIRE(spec.n * kv_blocks.blocks_for(num_tokens) <= kv_blocks.num_blocks(),
+                "request '{}': n = {} samples of {} tokens need {} KV blocks; the memory budget holds {}", id, spec.n,
+                num_tokens, spec.n * kv_blocks.blocks_for(num_tokens), kv_blocks.num_blocks());
+  JAMBO_REQUIRE(spec.min_p >= 0.0 && spec.min_p <= 1.0, "request '{}': min_p must be in [0, 1], got {}", id, spec.min_p);
+  for (int32_t token : spec.stop_token_ids)
+    JAMBO_REQUIRE(token >= 0 && token < config.vocab_size, "request '{}': stop token id {} is outside the vocabulary [0, {})",
+                  id, token, config.vocab_size);
+  for (const std::string& stop : spec.stop) JAMBO_REQUIRE(!stop.empty(), "request '{}': a stop string is empty", id);
+  JAMBO_REQUIRE(spec.stop.empty() || tokenizer, "request '{}': stop strings need the model's tokenizer", id);
+  JAMBO_REQUIRE(spec.num_prompt_logprobs >= -1 && spec.num_prompt_logprobs <= 20,
+                "request '{}': prompt_logprobs must be between 0 and 20 (or -1 for none), got {}", id,
+                spec.num_prompt_logprobs);
+}
+
+Request* Engine::Impl::find(const std::string& id) {
+  for (const auto& request : requests)
+    if (request->spec.id == id) return request.get();
+  return nullptr;
+}
+
+void Engine::Impl::add_request(const RequestSpec& spec) {
+  validate(spec);
+  JAMBO_REQUIRE(!find(spec.id), "request '{}': a request with this id is already running", spec.id);
+  auto request = std::make_unique<Request>();
+  request->spec = spec;
+  request->arrival = num_arrivals++;
+  request->seed = spec.sampling.seed ? *spec.sampling.seed : std::random_device{}();
+  if (request->wants_prompt_logprobs()) {
+    request->prompt_logprobs.assign(spec.prompt_ids.size(), std::nullopt);
+    request->prompt_top_logprobs.resize(spec.prompt_ids.size());
+  }
+  for (int64_t s = 0; s < spec.n; ++s)
+    request->samples.push_back(std::make_unique<Sequence>(
+        *request, num_sequences++, s,
+        SequenceSampler(request->spec, request->seed, s, backend->config(), tokenizer)));
+  Sequence& leader = *request->samples[0];
+  scheduler.add(leader);
+  trace.event(counters.steps, leader, "queued",
+              {{"num_prompt_tokens", spec.prompt_ids.size()}, {"n", spec.n}, {"max_tokens", spec.sampling.max_tokens}});
+  requests.push_back(std::move(request));
+}
+
+void Engine::Impl::abort_request(const std::string& id) {
+  Request* request = find(id);
+  JAMBO_REQUIRE(request, "cannot abort request '{}': no unfinished request has this id", id);
+  for (const auto& sample : request->samples) {
+    if (sample->is_done()) continue;
+    scheduler.remove(*sample);
+    sample->abort();
+    trace.event(counters.steps, *sample, "aborted");
+    finished.push_back(sample->output);
+  }
+  std::erase_if(requests, [&](const auto& r) { return r.get() == request; });
+}
+
+std::vector<SampleOutput> Engine::Impl::step() {
+  const StepPlan plan = scheduler.schedule();
+  for (Sequence* sequence : plan.preempted)
+    trace.event(counters.steps, *sequence, "preempted", {{"num_generated", sequence->num_generated()}});
+  for (Sequence* sequence : plan.admitted)
+    trace.event(counters.steps, *sequence, "admitted",
+                {{"slot", sequence->lease->slot}, {"recompute", sequence->num_uncomputed()}});
+  JAMBO_ASSERT(!plan.rows.empty() || requests.empty());
+  if (!plan.rows.empty()) {
+    trace.step(counters.steps, plan.rows);
+    const StepLogits& logits = runner.run(plan.rows);
+    for (size_t r = 0; r < plan.rows.size(); ++r) advance(plan.rows[r], int64_t(r), logits);
+    std::erase_if(requests, [](const auto& request) { return request->is_done(); });
+    ++counters.steps;
+  }
+  return std::exchange(finished, {});
+}
+
+void Engine::Impl::advance(const ScheduledRow& row, int64_t row_index, const StepLogits& logits) {
+  Sequence& sequence = *row.sequence;
+  (sequence.state() == SequenceState::Decoding ? counters.decode_tokens : counters.prefill_tokens) += row.num_tokens;
+  const bool all_logits = ModelRunner::wants_all_logits(row);
+  if (all_logits) record_prompt_logprobs(row, logits.row(row_index), logits.vocab_size);
+  sequence.computed(row.num_tokens);
+  if (sequence.num_uncomputed() > 0) return;  // more prefill chunks to come
+
+  const std::span<const float> last = logits.row(row_index, all_logits ? row.num_tokens - 1 : 0);
+  if (sequence.state() == SequenceState::Prefilling)
+    trace.event(counters.steps, sequence, "prefill_done", {{"num_tokens", sequence.num_computed()}});
+  const bool forking = sequence.leads_fork();
+  sequence.request.prompt_computed = true;
+  if (!forking) return take_token(sequence, last);
+  fork(sequence);
+  for (const auto& sample : sequence.request.samples) take_token(*sample, last);
+}
+
+// `vectors_of_row` starts at the row's first logits vector; vector i predicts token start + i + 1.
+void Engine::Impl::record_prompt_logprobs(const ScheduledRow& row, std::span<const float> vectors_of_row,
+                                          int64_t vocab_size) {
+  Request& request = row.sequence->request;
+  const int64_t start = row.sequence->num_computed();
+  for (int64_t i = 0; i < row.num_tokens; ++i) {
+    const int64_t predicted = start + i + 1;
+    if (predicted >= request.num_prompt_tokens()) break;
+    const std::span<const float> vector(vectors_of_row.data() + i * vocab_size, size_t(vocab_size));
+    request.prompt_logprobs[predicted] = double(vector[request.spec.prompt_ids[predicted]]) - log_sum_exp(vector);
+    request.prompt_top_logprobs[predicted] = top_logprobs(vector, request.spec.num_prompt_logprobs);
+  }
+}
+
+// The other samples got a slot and the prompt's blocks when the last prompt chunk was scheduled; now
+// that it ran, they get its state.
+void Engine::Impl::fork(Sequence& leader) {
+  for (size_t s = 1; s < leader.request.samples.size(); ++s) {
+    Sequence& sample = *leader.request.samples[s];
+    backend->copy_state(leader.lease->slot, sample.lease->slot);
+    for (size_t b = 0; b < sample.block_table.size(); ++b)
+      backend->copy_kv_block(leader.block_table[b], sample.block_table[b]);
+    scheduler.start_forked(sample);
+    trace.event(counters.steps, sample, "admitted", {{"slot", sample.lease->slot}, {"forked_from", 0}});
+  }
+}
+
+void Engine::Impl::take_token(Sequence& sequence, std::span<const float> logits) {
+  if (sequence.request.spec.sampling.max_tokens == 0) return finish(sequence, "length");
+  const int32_t token = sequence.sampler.pick(logits);
+  sequence.append(token, double(logits[token]) - log_sum_exp(logits),
+                  top_logprobs(logits, sequence.request.spec.sampling.num_top_logprobs));
+  if (const auto reason = sequence.sampler.accept(token, sequence.num_generated())) finish(sequence, *reason);
+}
+
+void Engine::Impl::finish(Sequence& sequence, const std::string& reason) {
+  scheduler.remove(sequence);
+  sequence.finish(reason);
+  sequence.output.prompt_logprobs = sequence.request.prompt_logprobs;
+  sequence.output.prompt_top_logprobs = sequence.request.prompt_top_logprobs;
+  trace.event(counters.steps, sequence, "finished",
+              {{"finish_reason", reason}, {"num_generated", sequence.num_generated()}});
+  finished.push_back(sequence.output);
+}
+
+void Engine::Impl::update_counters() {
+  counters.num_running = scheduler.num_running();
+  counters.num_waiting = scheduler.num_waiting();
+  counters.kv_blocks_used = kv_blocks.num_used();
+  counters.slots_used = slots.num_used();
+  counters.slot_reuses = slots.num_reuses();
+  counters.preemptions = scheduler.num_preemptions();
+  counters.law_violations = runner.num_law_violations();
+}
+
+Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
+    : impl_(std::make_unique<Impl>(model, tokenizer, options)) {}
+
+Engine::~Engine() = default;
+
+void Engine::add_request(const RequestSpec& spec) { impl_->add_request(spec); }
+
+void Engine::abort_request(const std::string& id) { impl_->abort_request(id); }
+
+bool Engine::has_unfinished() const { return !impl_->requests.empty() || !impl_->finished.empty(); }
+
+std::vector<SampleOutput> Engine::step() { return impl_->step(); }
+
+const EngineCounters& Engine::counters() const {
+  impl_->update_counters();
+  return impl_->counters;
+}
+
+void Engine::corrupt_lease_for_testing(const std::string& id) {
+  Request* request = impl_->find(id);
+  JAMBO_REQUIRE(request, "corrupt_lease_for_testing: no unfinished request '{}'", id);
+  for (const auto& sample : request->samples) {
+    if (!sample->lease || !sample->is_running()) continue;
+    ++sample->lease->generation;  // as if it kept the lease of an earlier owner of its slot
+    return;
+  }
+  fail("corrupt_lease_for_testing: request '{}' holds no slot", id);
+}
+
+}  // namespace jambo

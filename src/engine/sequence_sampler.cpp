@@ -1,0 +1,79 @@
+#include "engine/sequence_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace jambo {
+
+uint64_t sample_seed(uint64_t seed, int64_t sample) {
+  if (sample == 0) return seed;
+  // splitmix64 of (seed, sample): well-spread, distinct seeds for the other samples.
+  uint64_t z = seed + uint64_t(sample) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+namespace {
+
+SamplingParams seeded(SamplingParams params, uint64_t seed) {
+  params.seed = seed;
+  return params;
+}
+
+}  // namespace
+
+SequenceSampler::SequenceSampler(const RequestSpec& spec, uint64_t request_seed, int64_t sample,
+                                 const JambaConfig& config, const Tokenizer* tokenizer)
+    : spec_(spec), config_(config), sampler_(seeded(spec.sampling, sample_seed(request_seed, sample))) {
+  if (tokenizer) decoder_.emplace(*tokenizer, /*skip_special_tokens=*/true);
+}
+
+int32_t SequenceSampler::pick(std::span<const float> logits) {
+  if (spec_.min_p <= 0.0 || spec_.sampling.temperature == 0.0) return sampler_.sample(logits);
+  // min-p at this temperature: p_i / p_max = exp((l_i - l_max) / T) must reach min_p.
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  const double threshold = double(max_logit) + spec_.sampling.temperature * std::log(spec_.min_p);
+  std::vector<float> kept(logits.begin(), logits.end());
+  for (float& logit : kept)
+    if (double(logit) < threshold) logit = -std::numeric_limits<float>::infinity();
+  return sampler_.sample(kept);
+}
+
+bool SequenceSampler::is_stop_token(int32_t token) const {
+  if (!spec_.sampling.ignore_eos && config_.is_eos(token)) return true;
+  return std::find(spec_.stop_token_ids.begin(), spec_.stop_token_ids.end(), token) != spec_.stop_token_ids.end();
+}
+
+// Cuts the text before the earliest stop string that ends after searched_from.
+bool SequenceSampler::found_stop_string(int64_t searched_from) {
+  size_t cut = std::string::npos;
+  for (const std::string& stop : spec_.stop) {
+    const size_t from = size_t(std::max<int64_t>(0, searched_from - int64_t(stop.size()) + 1));
+    cut = std::min(cut, text_.find(stop, from));
+  }
+  if (cut == std::string::npos) return false;
+  text_.resize(cut);
+  text_finished_ = true;
+  return true;
+}
+
+std::optional<std::string> SequenceSampler::accept(int32_t token, int64_t num_generated) {
+  if (decoder_) {
+    const int64_t old_size = int64_t(text_.size());
+    text_ += decoder_->push(token);
+    if (found_stop_string(old_size)) return "stop";
+  }
+  if (is_stop_token(token)) return "stop";
+  if (num_generated >= spec_.sampling.max_tokens) return "length";
+  return std::nullopt;
+}
+
+void SequenceSampler::finish_text() {
+  if (decoder_ && !text_finished_) text_ += decoder_->finish();
+  text_finished_ = true;
+}
+
+}  // namespace jambo

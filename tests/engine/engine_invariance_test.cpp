@@ -1,0 +1,83 @@
+// Laws 4 and 5: every sample's ids and logprobs are bitwise equal between running it alone (one-shot
+// prefill, nothing else in the batch) and running it among 64 requests, however the engine is set:
+// token budget, sequences at once, memory so tight that preemption happens, n = 1 and 4, slot policy.
+#include "engine_test_util.h"
+
+#include <omp.h>
+
+namespace jambo::testing {
+namespace {
+
+struct Setting {
+  std::string name;
+  int64_t max_num_batched_tokens = 64;
+  int64_t max_num_seqs = 64;
+  SlotPolicy slot_policy = SlotPolicy::Lowest;
+  int64_t num_kv_blocks = 0;  // 0: plenty; else the memory budget holds exactly this many
+  bool allow_n = true;        // n = 4 for some requests (needs max_num_seqs >= 4)
+};
+
+constexpr int64_t kKvBlockSize = 8;
+constexpr int64_t kMaxModelLen = 48;
+
+class EngineInvarianceTest : public ::testing::TestWithParam<Setting> {
+ protected:
+  // One thread: on a model this small, threads only add overhead (and stall on a busy 2-core machine);
+  // the backend's own tests show its results do not depend on the thread count.
+  static void SetUpTestSuite() {
+    saved_num_threads_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+    model_ = new Model(load_fixture_model());
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    omp_set_num_threads(saved_num_threads_);
+  }
+  static Model* model_;
+  static int saved_num_threads_;
+};
+Model* EngineInvarianceTest::model_ = nullptr;
+int EngineInvarianceTest::saved_num_threads_ = 1;
+
+TEST_P(EngineInvarianceTest, EveryRequestMatchesItsRunAlone) {
+  const Setting& setting = GetParam();
+  const std::vector<RequestSpec> specs = random_workload(*model_, 64, /*seed=*/7, 40, setting.allow_n);
+  EngineOptions options;
+  options.max_num_batched_tokens = setting.max_num_batched_tokens;
+  options.max_num_seqs = setting.max_num_seqs;
+  options.slot_policy = setting.slot_policy;
+  options.slot_seed = 3;
+  options.kv_block_size = kKvBlockSize;
+  options.max_model_len = kMaxModelLen;
+  options.checked = true;
+  const int64_t num_kv_blocks = setting.num_kv_blocks > 0 ? setting.num_kv_blocks : 64 * 4 * 6;
+  options.memory_budget = memory_budget_for(*model_, setting.max_num_seqs, num_kv_blocks, kKvBlockSize);
+  Engine engine(*model_, nullptr, options);
+
+  const Outputs outputs = run_to_end(engine, specs);
+  expect_bitwise_equal(run_alone(*model_, specs), outputs);
+
+  const EngineCounters& counters = engine.counters();
+  EXPECT_EQ(counters.law_violations, 0);
+  EXPECT_EQ(counters.num_running + counters.num_waiting + counters.slots_used + counters.kv_blocks_used, 0);
+  if (setting.num_kv_blocks > 0) {
+    EXPECT_GT(counters.preemptions, 0) << "the memory budget is meant to force preemption";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Settings, EngineInvarianceTest,
+    ::testing::Values(Setting{.name = "budget_1", .max_num_batched_tokens = 1},
+                      Setting{.name = "budget_7", .max_num_batched_tokens = 7},
+                      Setting{.name = "budget_64"},
+                      Setting{.name = "budget_large", .max_num_batched_tokens = 100000},
+                      Setting{.name = "seqs_1", .max_num_seqs = 1, .allow_n = false},
+                      Setting{.name = "seqs_8", .max_num_seqs = 8},
+                      Setting{.name = "preemption", .max_num_batched_tokens = 16, .num_kv_blocks = 30},
+                      Setting{.name = "n_1_only", .allow_n = false},
+                      Setting{.name = "highest_slots", .slot_policy = SlotPolicy::Highest},
+                      Setting{.name = "random_slots", .max_num_seqs = 8, .slot_policy = SlotPolicy::Random}),
+    [](const ::testing::TestParamInfo<Setting>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace jambo::testing
