@@ -62,6 +62,23 @@ printf '{"id": 1, "tokens": [1, 99999999]}\n' >"$work/oov.jsonl"
 expect_exit 1 "score out-of-vocabulary id" "$jambo" score --model "$fixture" --input "$work/oov.jsonl"
 expect_stderr "out-of-vocabulary id named" "99999999"
 
+# hostile input: clear errors, never a crash
+python_free_nest() { local n=$1; printf '%*s' "$n" '' | tr ' ' '['; }
+{ printf '{"id": %s1%s, "tokens": [1, 2]}\n' "$(python_free_nest 100000)" "$(printf '%*s' 100000 '' | tr ' ' ']')"; } >"$work/nested.jsonl"
+expect_exit 1 "score deeply nested id" "$jambo" score --model "$fixture" --input "$work/nested.jsonl"
+expect_stderr "nested id named" "'id'"
+expect_exit 1 "score input is a directory" "$jambo" score --model "$fixture" --input "$work"
+expect_stderr "directory input named" "not a regular file"
+expect_exit 2 "huge max tokens" "$jambo" generate --model "$fixture" --prompt-ids 1,2 --max-tokens 9223372036854775807
+expect_stderr "huge max tokens named" "max-tokens"
+expect_exit 2 "negative seed" "$jambo" generate --model "$fixture" --prompt-ids 1 --temperature 1 --seed -5
+expect_exit 1 "overlong model path" "$jambo" generate --model "$work/$(printf 'a%.0s' {1..5000})" --prompt-ids 1
+mkdir -p "$work/hugevocab" && sed 's/"vocab_size": *[0-9]*/"vocab_size": 4611686018427387904/' "$fixture/config.json" >"$work/hugevocab/config.json"
+expect_exit 1 "absurd vocab size" "$jambo" bench --model "$work/hugevocab" --random-weights
+expect_stderr "absurd vocab named" "vocab_size"
+printf '%s' "$(python_free_nest 100000)" | "$jambo" detokenize --model "$demo" >/dev/null 2>"$work/err"
+[[ $? -eq 1 ]] && pass "detokenize deeply nested input" || fail "detokenize deeply nested input: $(cat "$work/err")"
+
 # tokenize works on a folder holding only tokenizer.json; detokenize inverts it
 mkdir -p "$work/tok" && cp "$demo/tokenizer.json" "$work/tok/"
 printf 'Hello, world!' | "$jambo" tokenize --model "$work/tok" >"$work/ids.json" 2>"$work/err" \

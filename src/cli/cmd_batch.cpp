@@ -20,7 +20,6 @@ struct BatchOptions {
   std::string input_path;
   std::string output_path;
   RequestSpec defaults;
-  int64_t seed = -1;
 };
 
 using SamplesWritten = std::map<std::string, std::set<int64_t>>;  // id -> sample indices in the output
@@ -60,8 +59,7 @@ struct BatchInput {
 
 // Parses every line; a bad line is reported with its number and skipped, never stopping the rest.
 BatchInput read_batch_input(const BatchOptions& options, const Tokenizer* tokenizer, const SamplesWritten& written) {
-  std::ifstream file(options.input_path);
-  JAMBO_REQUIRE(file, "cannot open input file '{}'", options.input_path);
+  std::ifstream file = open_input_file(options.input_path);
   BatchInput input;
   std::set<std::string> seen_ids;
   std::string line;
@@ -89,7 +87,6 @@ BatchInput read_batch_input(const BatchOptions& options, const Tokenizer* tokeni
 }
 
 void run_batch(BatchOptions& options) {
-  if (options.seed >= 0) options.defaults.sampling.seed = uint64_t(options.seed);
   const EngineOptions engine_options = options.engine.resolve();
   const Model model = options.model.load();
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
@@ -152,7 +149,7 @@ void add_batch_command(CLI::App& app) {
   command->add_option("--top-k", sampling.top_k, "sample among the K most likely (0: all)");
   command->add_option("--top-p", sampling.top_p, "sample within probability mass P");
   command->add_option("--min-p", options->defaults.min_p, "drop tokens below min_p times the top probability");
-  command->add_option("--seed", options->seed, "seed of requests that give none");
+  command->add_option("--seed", sampling.seed, "seed of requests that give none")->check(CLI::NonNegativeNumber);
   command->add_option("--logprobs", sampling.num_top_logprobs, "top-K logprobs per generated token");
   options->engine.add_to(*command);
   command->callback([options] {

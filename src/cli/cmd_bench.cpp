@@ -2,11 +2,11 @@
 // bandwidth of the weights each decode step reads and a hash of the final logits.
 #include "cli/common.h"
 #include "engine/sampler.h"
+#include "engine/sequence_runner.h"
 
 #include <omp.h>
 
 #include <chrono>
-#include <numeric>
 #include <random>
 
 namespace jambo::cli {
@@ -52,30 +52,19 @@ struct RunTimes {
   uint64_t logits_hash = 0;
 };
 
-RunTimes run_once(Backend& backend, const CacheConfig& cache, std::vector<int32_t> tokens, int64_t num_decode) {
-  std::vector<int32_t> block_table(cache.num_kv_blocks);
-  std::iota(block_table.begin(), block_table.end(), 0);
-  StepLogits logits;
-  const auto forward = [&](int64_t first, int64_t count) {
-    BatchRow row;
-    row.tokens = std::span<const int32_t>(tokens).subspan(first, count);
-    row.start_position = first;
-    row.has_initial_state = first > 0;
-    row.block_table = block_table;
-    backend.forward(std::span<const BatchRow>(&row, 1), logits);
-  };
+// One greedy run: the prompt in one step, then num_decode single-token steps (EOS does not stop it).
+RunTimes run_once(SequenceRunner& runner, std::vector<int32_t> tokens, int64_t num_decode) {
   RunTimes times;
-  const int64_t num_prompt = int64_t(tokens.size());
   auto start = std::chrono::steady_clock::now();
-  forward(0, num_prompt);
+  const StepLogits* logits = &runner.step(tokens, 0, int64_t(tokens.size()), /*all_logits=*/false);
   times.prefill_seconds = seconds_since(start);
   start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < num_decode; ++i) {
-    tokens.push_back(argmax(logits.row(0)));
-    forward(int64_t(tokens.size()) - 1, 1);
+    tokens.push_back(argmax(logits->row(0)));
+    logits = &runner.step(tokens, int64_t(tokens.size()) - 1, 1, /*all_logits=*/false);
   }
   times.decode_seconds = seconds_since(start);
-  times.logits_hash = fnv1a_hash(logits.row(0));
+  times.logits_hash = fnv1a_hash(logits->row(0));
   return times;
 }
 
@@ -85,6 +74,7 @@ void run_bench(const BenchOptions& options) {
   const Model model = options.model.load();
   SingleSequenceBackend single =
       make_single_sequence_backend(model, options.num_prompt_tokens + options.num_decode_tokens);
+  SequenceRunner runner(*single.backend, single.cache);
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(options.num_prompt_tokens);
   for (int32_t& token : prompt) token = int32_t(rng() % uint32_t(model.config.vocab_size));
@@ -97,7 +87,7 @@ void run_bench(const BenchOptions& options) {
              double(model.weights.bytes_total) / 1e6, weight_gb * 1e3, omp_get_max_threads());
   RunTimes best{1e30, 1e30, 0};
   for (int64_t repeat = 0; repeat < options.num_repeats; ++repeat) {
-    const RunTimes times = run_once(*single.backend, single.cache, prompt, options.num_decode_tokens);
+    const RunTimes times = run_once(runner, prompt, options.num_decode_tokens);
     best.prefill_seconds = std::min(best.prefill_seconds, times.prefill_seconds);
     best.decode_seconds = std::min(best.decode_seconds, times.decode_seconds);
     best.logits_hash = times.logits_hash;

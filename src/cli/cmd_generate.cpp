@@ -14,7 +14,6 @@ struct GenerateOptions {
   std::string prompt;
   std::string prompt_ids;
   SamplingParams sampling;
-  int64_t seed = -1;
   bool json = false;
 };
 
@@ -42,7 +41,6 @@ std::vector<int32_t> parse_prompt_ids(const std::string& text) {
 std::string ids_as_text(const std::vector<int32_t>& ids) { return fmt::format("{}", fmt::join(ids, " ")); }
 
 void run_generate(GenerateOptions& options) {
-  if (options.seed >= 0) options.sampling.seed = uint64_t(options.seed);
   try {
     options.sampling.validate();
   } catch (const Error& error) {
@@ -61,6 +59,10 @@ void run_generate(GenerateOptions& options) {
     JAMBO_REQUIRE(id < model.config.vocab_size, "prompt token id {} is outside the vocabulary (size {})", id,
                   model.config.vocab_size);
 
+  const int64_t max_length = model.config.max_position_embeddings;
+  if (options.sampling.max_tokens > max_length - int64_t(prompt.size()))
+    throw UsageError(fmt::format("the prompt ({} tokens) plus --max-tokens {} exceeds the model's {} positions",
+                                 prompt.size(), options.sampling.max_tokens, max_length));
   SingleSequenceBackend single = make_single_sequence_backend(model, int64_t(prompt.size()) + options.sampling.max_tokens);
   SequenceRunner runner(*single.backend, single.cache, /*max_chunk_tokens=*/512);
   std::optional<IncrementalDecoder> stream;
@@ -101,7 +103,7 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--temperature", options->sampling.temperature, "0 is greedy")->capture_default_str();
   command->add_option("--top-k", options->sampling.top_k, "sample among the K most likely (0: all)");
   command->add_option("--top-p", options->sampling.top_p, "sample within probability mass P");
-  command->add_option("--seed", options->seed, "seed for reproducible sampling");
+  command->add_option("--seed", options->sampling.seed, "seed for reproducible sampling")->check(CLI::NonNegativeNumber);
   command->add_option("--logprobs", options->sampling.num_top_logprobs, "top-K logprobs per generated token");
   command->add_flag("--json", options->json, "print one JSON object instead of streaming text");
   command->callback([options, prompt, prompt_ids] {

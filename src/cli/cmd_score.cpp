@@ -23,8 +23,7 @@ struct ScoreInput {
 
 // Reads {"id": ..., "tokens": [ids]} lines; an error names the file and line.
 std::vector<ScoreInput> read_score_inputs(const std::string& path) {
-  std::ifstream file(path);
-  JAMBO_REQUIRE(file, "cannot open input file '{}'", path);
+  std::ifstream file = open_input_file(path);
   std::vector<ScoreInput> inputs;
   std::string line;
   for (int64_t line_number = 1; std::getline(file, line); ++line_number) {
@@ -41,8 +40,10 @@ std::vector<ScoreInput> read_score_inputs(const std::string& path) {
                   where());
     ScoreInput input;
     input.id = object.value("id", nlohmann::json(line_number));
+    JAMBO_REQUIRE(input.id.is_string() || input.id.is_number_integer(), "{}: field 'id' must be a string or an integer",
+                  where());
     for (const nlohmann::json& token : object["tokens"]) {
-      JAMBO_REQUIRE(token.is_number_integer(), "{}: field 'tokens' holds a non-integer: {}", where(), token.dump());
+      JAMBO_REQUIRE(token.is_number_integer(), "{}: field 'tokens' holds a non-integer: {}", where(), describe_json(token));
       const int64_t id = token.get<int64_t>();
       JAMBO_REQUIRE(id >= 0 && id <= INT32_MAX, "{}: token id {} is negative or too large", where(), id);
       input.tokens.push_back(int32_t(id));

@@ -25,8 +25,18 @@ Model ModelOptions::load() const {
 }
 
 std::optional<Tokenizer> ModelOptions::load_tokenizer() const {
-  if (!std::filesystem::exists(std::filesystem::path(folder) / "tokenizer.json")) return std::nullopt;
+  std::error_code error;
+  if (!std::filesystem::exists(std::filesystem::path(folder) / "tokenizer.json", error)) return std::nullopt;
   return Tokenizer::load(folder);
+}
+
+std::ifstream open_input_file(const std::string& path) {
+  std::error_code error;
+  JAMBO_REQUIRE(std::filesystem::is_regular_file(path, error), "input file '{}' does not exist or is not a regular file",
+                path);
+  std::ifstream file(path);
+  JAMBO_REQUIRE(file, "cannot open input file '{}'", path);
+  return file;
 }
 
 SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens) {

@@ -3,6 +3,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "engine/engine.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"
@@ -10,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +37,9 @@ struct ModelOptions {
   std::optional<Tokenizer> load_tokenizer() const;
 };
 
+// Opens a regular file for reading; errors name the path (missing, a directory, unreadable).
+std::ifstream open_input_file(const std::string& path);
+
 // A CPU backend with one state slot and room for max_tokens tokens of KV cache.
 struct SingleSequenceBackend {
   std::unique_ptr<Backend> backend;
@@ -46,6 +51,7 @@ void add_score_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_compare_command(CLI::App& app);
 void add_batch_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 

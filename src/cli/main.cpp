@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   jambo::cli::add_generate_command(app);
   jambo::cli::add_tokenize_commands(app);
   jambo::cli::add_bench_command(app);
+  jambo::cli::add_compare_command(app);
   jambo::cli::add_batch_command(app);
   jambo::cli::add_trace_command(app);
   try {
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
   } catch (const jambo::cli::UsageError& error) {
     fmt::print(stderr, "jambo: error: {} (see --help)\n", error.what());
     return 2;
-  } catch (const jambo::Error& error) {
+  } catch (const std::exception& error) {  // jambo::Error, and what the standard library throws
     fmt::print(stderr, "jambo: error: {}\n", error.what());
     return 1;
   }

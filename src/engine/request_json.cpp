@@ -1,6 +1,7 @@
 #include "engine/request_json.h"
 
 #include "core/error.h"
+#include "core/json.h"
 
 #include <set>
 
@@ -18,13 +19,13 @@ const std::set<std::string>& known_fields() {
 
 int64_t integer_field(const json& line, const char* name) {
   const json& value = line.at(name);
-  JAMBO_REQUIRE(value.is_number_integer(), "field '{}' must be an integer, got {}", name, value.dump());
+  JAMBO_REQUIRE(value.is_number_integer(), "field '{}' must be an integer, got {}", name, describe_json(value));
   return value.get<int64_t>();
 }
 
 double number_field(const json& line, const char* name) {
   const json& value = line.at(name);
-  JAMBO_REQUIRE(value.is_number(), "field '{}' must be a number, got {}", name, value.dump());
+  JAMBO_REQUIRE(value.is_number(), "field '{}' must be a number, got {}", name, describe_json(value));
   return value.get<double>();
 }
 
@@ -34,7 +35,7 @@ std::vector<int32_t> token_ids_field(const json& line, const char* name) {
   std::vector<int32_t> ids;
   for (const json& id : value) {
     JAMBO_REQUIRE(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX,
-                  "field '{}' holds {}, which is not a token id", name, id.dump());
+                  "field '{}' holds {}, which is not a token id", name, describe_json(id));
     ids.push_back(id.get<int32_t>());
   }
   return ids;
@@ -47,7 +48,7 @@ std::vector<std::string> stop_strings_field(const json& line) {
   std::vector<std::string> stops;
   for (const json& stop : value) {
     JAMBO_REQUIRE(stop.is_string() && !stop.get<std::string>().empty(),
-                  "field 'stop' holds {}, which is not a non-empty string", stop.dump());
+                  "field 'stop' holds {}, which is not a non-empty string", describe_json(stop));
     stops.push_back(stop.get<std::string>());
   }
   return stops;
@@ -72,7 +73,7 @@ RequestSpec request_from_json(const json& line, const RequestSpec& defaults, con
   if (line.contains("id")) {
     const json& id = line["id"];
     JAMBO_REQUIRE(id.is_string() || id.is_number_integer(), "field 'id' must be a string or an integer");
-    spec.id = id.is_string() ? id.get<std::string>() : id.dump();
+    spec.id = id.is_string() ? id.get<std::string>() : describe_json(id);
   }
   spec.prompt_ids = prompt_field(line, tokenizer);
   if (line.contains("n")) spec.n = integer_field(line, "n");

@@ -14,6 +14,7 @@ SequenceRunner::SequenceRunner(Backend& backend, const CacheConfig& cache, int64
 const StepLogits& SequenceRunner::step(std::span<const int32_t> sequence, int64_t first, int64_t count,
                                        bool all_logits) {
   const int64_t num_blocks = (first + count + cache_.kv_block_size - 1) / cache_.kv_block_size;
+  JAMBO_ASSERT(num_blocks <= int64_t(block_table_.size()));
   BatchRow row;
   row.request_id = 0;
   row.tokens = sequence.subspan(first, count);
@@ -42,8 +43,6 @@ ScoredSequence SequenceRunner::score(std::span<const int32_t> tokens, int64_t nu
       if (predicted >= num_tokens) break;
       const std::span<const float> vector = logits.row(0, i);
       const int32_t token = tokens[predicted];
-      JAMBO_REQUIRE(token >= 0 && token < logits.vocab_size, "token id {} at position {} is outside the vocabulary (size {})",
-                    token, predicted, logits.vocab_size);
       out.logprobs[predicted] = double(vector[token]) - log_sum_exp(vector);
       out.top_logprobs[predicted] = top_logprobs(vector, num_top_logprobs);
     }
@@ -56,7 +55,7 @@ GenerationResult SequenceRunner::generate(std::span<const int32_t> prompt, const
   params.validate();
   JAMBO_REQUIRE(!prompt.empty(), "the prompt is empty: give at least one token");
   const int64_t num_prompt = int64_t(prompt.size());
-  JAMBO_REQUIRE(num_prompt + params.max_tokens <= max_sequence_length(),
+  JAMBO_REQUIRE(params.max_tokens <= max_sequence_length() - num_prompt,
                 "prompt of {} tokens plus max_tokens {} exceeds the maximum sequence length {}", num_prompt,
                 params.max_tokens, max_sequence_length());
   std::vector<int32_t> sequence(prompt.begin(), prompt.end());

@@ -39,9 +39,11 @@ class SequenceRunner {
   GenerationResult generate(std::span<const int32_t> prompt, const SamplingParams& params,
                             const std::function<void(int32_t)>& on_token = {});
 
- private:
-  // Feeds tokens [first, first + count) of the sequence; returns the step's logits.
+  // Feeds tokens [first, first + count) of the sequence, whose tokens before `first` are already in the
+  // state (none when first == 0: the state starts from zero); returns the step's logits.
   const StepLogits& step(std::span<const int32_t> sequence, int64_t first, int64_t count, bool all_logits);
+
+ private:
 
   Backend& backend_;
   CacheConfig cache_;

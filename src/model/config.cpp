@@ -2,10 +2,12 @@
 #include "model/config.h"
 
 #include "core/error.h"
+#include "core/json.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <sstream>
 
@@ -14,6 +16,27 @@ namespace {
 
 void require_positive(const std::string& source, const char* field, int64_t value) {
   JAMBO_REQUIRE(value > 0, "{}: field '{}' = {} must be positive", source, field, value);
+}
+
+void require_at_most(const std::string& source, const char* field, int64_t value, int64_t max_value) {
+  JAMBO_REQUIRE(value <= max_value, "{}: field '{}' = {} is larger than the supported maximum {}", source, field,
+                value, max_value);
+}
+
+// Upper bounds far above any real model, so that no tensor size or offset product can overflow int64;
+// token ids are int32.
+void require_sane_sizes(const JambaConfig& c, const std::string& source) {
+  constexpr int64_t kMaxWidth = int64_t(1) << 20;
+  require_at_most(source, "vocab_size", c.vocab_size, INT32_MAX);
+  require_at_most(source, "hidden_size", c.hidden_size, kMaxWidth);
+  require_at_most(source, "intermediate_size", c.intermediate_size, kMaxWidth);
+  require_at_most(source, "num_hidden_layers", c.num_hidden_layers, 4096);
+  require_at_most(source, "num_attention_heads", c.num_attention_heads, 4096);
+  require_at_most(source, "num_experts", c.num_experts, 4096);
+  require_at_most(source, "mamba_d_state", c.mamba_d_state, 4096);
+  require_at_most(source, "mamba_d_conv", c.mamba_d_conv, 64);
+  require_at_most(source, "mamba_expand", c.mamba_expand, 64);
+  require_at_most(source, "mamba_dt_rank", c.mamba_dt_rank, kMaxWidth);
 }
 
 void require_offset_below_period(const std::string& source, const char* offset_field,
@@ -40,7 +63,7 @@ class FieldReader {
     if (!has(field)) return;
     const nlohmann::json& value = object_.at(field);
     JAMBO_REQUIRE(value.is_boolean(), "{}: field '{}' must be true or false, got {}", source_,
-                  field, value.dump());
+                  field, describe_json(value));
     out = value.get<bool>();
   }
 
@@ -48,7 +71,7 @@ class FieldReader {
     if (!has(field)) return;
     const nlohmann::json& value = object_.at(field);
     JAMBO_REQUIRE(value.is_number(), "{}: field '{}' must be a number, got {}", source_, field,
-                  value.dump());
+                  describe_json(value));
     out = value.get<double>();
   }
 
@@ -56,7 +79,7 @@ class FieldReader {
     if (!has(field)) return;
     const nlohmann::json& value = object_.at(field);
     JAMBO_REQUIRE(value.is_string(), "{}: field '{}' must be a string, got {}", source_, field,
-                  value.dump());
+                  describe_json(value));
     out = value.get<std::string>();
   }
 
@@ -89,7 +112,7 @@ class FieldReader {
     if (value.is_string()) {
       JAMBO_REQUIRE(value.get<std::string>() == "auto",
                     "{}: field '{}' must be \"auto\" or a positive integer, got {}", source_,
-                    field, value.dump());
+                    field, describe_json(value));
       out = 0;
       return;
     }
@@ -100,7 +123,7 @@ class FieldReader {
  private:
   int64_t as_integer(const char* field, const nlohmann::json& value) const {
     JAMBO_REQUIRE(value.is_number_integer(), "{}: field '{}' must be an integer, got {}", source_,
-                  field, value.dump());
+                  field, describe_json(value));
     return value.get<int64_t>();
   }
 
@@ -108,13 +131,6 @@ class FieldReader {
   std::string source_;
 };
 
-std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  JAMBO_REQUIRE(file.good(), "{}: cannot open the file", path.string());
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
 
 // Every constraint that does not need the derived fields.
 void require_valid_fields(const JambaConfig& c, const std::string& source) {
@@ -134,6 +150,7 @@ void require_valid_fields(const JambaConfig& c, const std::string& source) {
   require_positive(source, "mamba_d_state", c.mamba_d_state);
   require_positive(source, "mamba_d_conv", c.mamba_d_conv);
   require_positive(source, "mamba_expand", c.mamba_expand);
+  require_sane_sizes(c, source);
   JAMBO_REQUIRE(c.mamba_dt_rank >= 0, "{}: field 'mamba_dt_rank' = {} must be positive or \"auto\"",
                 source, c.mamba_dt_rank);
   JAMBO_REQUIRE(c.rms_norm_eps >= 0.0, "{}: field 'rms_norm_eps' = {} must not be negative", source,
@@ -185,12 +202,7 @@ bool JambaConfig::is_eos(int64_t token) const {
 
 JambaConfig load_config(const std::filesystem::path& config_json) {
   const std::string source = config_json.string();
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(read_text_file(config_json));
-  } catch (const nlohmann::json::parse_error& error) {
-    fail("{}: malformed JSON: {}", source, error.what());
-  }
+  const nlohmann::json root = read_json_file(config_json);
   JAMBO_REQUIRE(root.is_object(), "{}: expected a JSON object at the top level", source);
 
   // Unknown fields are ignored, as transformers does.

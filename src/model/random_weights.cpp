@@ -63,22 +63,6 @@ uint64_t hash_name(const std::string& name) {  // FNV-1a
   return hash;
 }
 
-// IEEE half from float, rounding to nearest even (subnormals, overflow to inf, NaN kept).
-f16 to_f16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  const uint16_t sign = uint16_t((bits >> 16) & 0x8000);
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return f16{uint16_t(sign | 0x7e00)};
-  if (magnitude >= 0x477ff000u) return f16{uint16_t(sign | 0x7c00)};  // rounds beyond 65504
-  if (magnitude < 0x38800000u) {  // below 2^-14: a subnormal, counted in units of 2^-24
-    return f16{uint16_t(sign | uint16_t(std::nearbyint(std::fabs(value) * 16777216.0f)))};
-  }
-  uint32_t rebiased = magnitude - (112u << 23);  // exponent bias 127 -> 15
-  rebiased += 0xfffu + ((rebiased >> 13) & 1u);
-  return f16{uint16_t(sign | (rebiased >> 13))};
-}
-
 template <typename T>
 T from_float(float value);
 template <>

@@ -3,6 +3,7 @@
 #include "model/safetensors.h"
 
 #include "core/error.h"
+#include "core/json.h"
 
 #include <fcntl.h>
 #include <fmt/ranges.h>
@@ -88,9 +89,9 @@ std::vector<int64_t> parse_integer_list(const std::string& source, const std::st
   for (const json& item : *value) {
     JAMBO_REQUIRE(item.is_number_unsigned(),
                   "{}: tensor '{}' has '{}' = {}, expected non-negative integers", source, name,
-                  field, value->dump());
+                  field, describe_json(*value));
     JAMBO_REQUIRE(item.get<uint64_t>() < (uint64_t(1) << 62), "{}: tensor '{}' has '{}' = {}, out of range",
-                  source, name, field, value->dump());
+                  source, name, field, describe_json(*value));
     out.push_back(item.get<int64_t>());
   }
   return out;
@@ -192,17 +193,6 @@ std::unique_ptr<SafetensorsFile> read_safetensors(const fs::path& path) {
   return file;
 }
 
-json read_json_file(const fs::path& path) {
-  std::ifstream stream(path, std::ios::binary);
-  JAMBO_REQUIRE(stream.good(), "{}: cannot open the file", path.string());
-  std::ostringstream text;
-  text << stream.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::parse_error& error) {
-    fail("{}: malformed JSON: {}", path.string(), error.what());
-  }
-}
 
 // weight_map of model.safetensors.index.json: tensor name -> shard file name.
 std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
@@ -212,7 +202,7 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   std::map<std::string, std::string> weight_map;
   for (const auto& [name, shard] : index.at("weight_map").items()) {
     JAMBO_REQUIRE(shard.is_string(), "{}: 'weight_map' entry '{}' = {} is not a file name",
-                  index_path.string(), name, shard.dump());
+                  index_path.string(), name, describe_json(shard));
     weight_map[name] = shard.get<std::string>();
   }
   return weight_map;

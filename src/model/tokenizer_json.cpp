@@ -80,16 +80,5 @@ std::string JsonField::string_or(std::string_view key, std::string fallback) con
   return field ? field->as_string() : fallback;
 }
 
-nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  JAMBO_REQUIRE(in, "{}: cannot open file", path.string());
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  try {
-    return nlohmann::json::parse(buffer.str());
-  } catch (const nlohmann::json::parse_error& error) {
-    fail("{}: malformed JSON: {}", path.string(), error.what());
-  }
-}
 
 }  // namespace jambo::tokenizer_detail

@@ -2,6 +2,8 @@
 // that every error names both (e.g. "tokenizer.json: field 'model.merges[3]': ...").
 #pragma once
 
+#include "core/json.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -50,8 +52,5 @@ class JsonField {
   std::string file_;
   std::string path_;
 };
-
-// Reads and parses a JSON file; a missing file or malformed JSON throws jambo::Error naming it.
-nlohmann::json read_json_file(const std::filesystem::path& path);
 
 }  // namespace jambo::tokenizer_detail
