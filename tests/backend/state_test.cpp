@@ -119,5 +119,21 @@ TEST_F(StateTest, MalformedRowsAreRejectedNamingTheRequest) {
   EXPECT_THROW(backend->forward(twice, logits), Error);
 }
 
+// Law 2 for the KV cache: two rows of one step must not write into the same block (the second would
+// silently overwrite the first's keys).
+TEST_F(StateTest, TwoRowsWritingOneKvBlockAreRejected) {
+  auto backend = make_cpu_backend(model_, testing::test_cache(2));
+  Sequence first(0, tokens_), second(1, tokens_);
+  second.block_table = first.block_table;
+  const BatchRow rows[] = {first.row(4, false), second.row(4, false)};
+  StepLogits logits;
+  try {
+    backend->forward(rows, logits);
+    ADD_FAILURE() << "two rows writing KV block " << first.block_table[0] << " were accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("is written by request 100"), std::string::npos) << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace jambo
