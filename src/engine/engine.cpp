@@ -81,11 +81,12 @@ void Engine::Impl::validate(const RequestSpec& spec) const {
   const JambaConfig& config = backend->config();
   JAMBO_REQUIRE(!spec.prompt_ids.empty(), "request '{}': the prompt is empty", id);
   for (int32_t token : spec.prompt_ids)
-    JAMBO_REQUIRE(token >= 0 && token < config.vocab_size, "request '{}': prompt token id {} is outside the vocabulary [0, {})",
-                  id, token, config.vocab_size);
+    JAMBO_REQUIRE(token >= 0 && token < config.vocab_size,
+                  "request '{}': prompt token id {} is outside the vocabulary [0, {})", id, token, config.vocab_size);
   JAMBO_REQUIRE(spec.n >= 1 && spec.n <= slots.num_slots(),
                 "request '{}': n must be between 1 and {} (max_num_seqs, or the state slots the memory budget holds), "
-                "got {}", id, slots.num_slots(), spec.n);
+                "got {}",
+                id, slots.num_slots(), spec.n);
   try {
     spec.sampling.validate();
   } catch (const Error& error) {
@@ -98,10 +99,11 @@ void Engine::Impl::validate(const RequestSpec& spec) const {
   JAMBO_REQUIRE(spec.n * kv_blocks.blocks_for(num_tokens) <= kv_blocks.num_blocks(),
                 "request '{}': n = {} samples of {} tokens need {} KV blocks; the memory budget holds {}", id, spec.n,
                 num_tokens, spec.n * kv_blocks.blocks_for(num_tokens), kv_blocks.num_blocks());
-  JAMBO_REQUIRE(spec.min_p >= 0.0 && spec.min_p <= 1.0, "request '{}': min_p must be in [0, 1], got {}", id, spec.min_p);
+  JAMBO_REQUIRE(spec.min_p >= 0.0 && spec.min_p <= 1.0, "request '{}': min_p must be in [0, 1], got {}", id,
+                spec.min_p);
   for (int32_t token : spec.stop_token_ids)
-    JAMBO_REQUIRE(token >= 0 && token < config.vocab_size, "request '{}': stop token id {} is outside the vocabulary [0, {})",
-                  id, token, config.vocab_size);
+    JAMBO_REQUIRE(token >= 0 && token < config.vocab_size,
+                  "request '{}': stop token id {} is outside the vocabulary [0, {})", id, token, config.vocab_size);
   for (const std::string& stop : spec.stop) JAMBO_REQUIRE(!stop.empty(), "request '{}': a stop string is empty", id);
   JAMBO_REQUIRE(spec.stop.empty() || tokenizer, "request '{}': stop strings need the model's tokenizer", id);
   JAMBO_REQUIRE(spec.num_prompt_logprobs >= -1 && spec.num_prompt_logprobs <= 20,
@@ -128,8 +130,7 @@ void Engine::Impl::add_request(const RequestSpec& spec) {
   }
   for (int64_t s = 0; s < spec.n; ++s)
     request->samples.push_back(std::make_unique<Sequence>(
-        *request, num_sequences++, s,
-        SequenceSampler(request->spec, request->seed, s, backend->config(), tokenizer)));
+        *request, num_sequences++, s, SequenceSampler(request->spec, request->seed, s, backend->config(), tokenizer)));
   Sequence& leader = *request->samples[0];
   scheduler.add(leader);
   trace.event(counters.steps, leader, "queued",

@@ -22,24 +22,24 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 512;  // tokens of all rows of one step
   int64_t max_num_seqs = 64;             // sequences (samples) running at once
   int64_t kv_block_size = 16;
-  std::string memory_budget = "0.25";    // bytes, or a fraction of available memory (parse_memory_budget)
-  int64_t max_model_len = 4096;          // prompt + generated tokens of one sequence
+  std::string memory_budget = "0.25";  // bytes, or a fraction of available memory (parse_memory_budget)
+  int64_t max_model_len = 4096;        // prompt + generated tokens of one sequence
   SlotPolicy slot_policy = SlotPolicy::Lowest;
-  uint64_t slot_seed = 0;                // for SlotPolicy::Random
-  bool checked = false;                  // law 2: verify owner and generation of every row; poison freed slots
-  std::string trace_path;                // law 6: JSONL trace of every step and lifecycle event ("" = none)
+  uint64_t slot_seed = 0;  // for SlotPolicy::Random
+  bool checked = false;    // law 2: verify owner and generation of every row; poison freed slots
+  std::string trace_path;  // law 6: JSONL trace of every step and lifecycle event ("" = none)
 };
 
 // One input request (a line of `jambo batch` input, or an HTTP request later).
 struct RequestSpec {
-  std::string id;                     // the caller's id, echoed in outputs and traces
-  std::vector<int32_t> prompt_ids;    // non-empty
-  int64_t n = 1;                      // samples of this prompt; the prompt is prefilled once
-  SamplingParams sampling;            // temperature, top_k, top_p, seed, max_tokens, num_top_logprobs
-  double min_p = 0.0;                 // drop tokens less likely than min_p * p(top token)
+  std::string id;                       // the caller's id, echoed in outputs and traces
+  std::vector<int32_t> prompt_ids;      // non-empty
+  int64_t n = 1;                        // samples of this prompt; the prompt is prefilled once
+  SamplingParams sampling;              // temperature, top_k, top_p, seed, max_tokens, num_top_logprobs
+  double min_p = 0.0;                   // drop tokens less likely than min_p * p(top token)
   std::vector<int32_t> stop_token_ids;  // besides the model's EOS
-  std::vector<std::string> stop;      // stop strings (need a tokenizer); not included in the text
-  int64_t num_prompt_logprobs = -1;   // -1: none; K >= 0: logprob of each prompt token plus top-K
+  std::vector<std::string> stop;        // stop strings (need a tokenizer); not included in the text
+  int64_t num_prompt_logprobs = -1;     // -1: none; K >= 0: logprob of each prompt token plus top-K
 };
 
 // One finished sample.

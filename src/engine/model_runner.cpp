@@ -36,8 +36,8 @@ void ModelRunner::report_violation(const Sequence& sequence, const std::string& 
 void ModelRunner::check_owner(const Sequence& sequence) {
   const SlotLease& lease = *sequence.lease;
   if (!slots_.is_held_by(lease, sequence.id))
-    report_violation(sequence, fmt::format("state slot {} generation {} is not held by it", lease.slot,
-                                           lease.generation));
+    report_violation(sequence,
+                     fmt::format("state slot {} generation {} is not held by it", lease.slot, lease.generation));
 }
 
 void ModelRunner::check_finite(const std::vector<ScheduledRow>& rows) {

@@ -6,11 +6,16 @@ namespace jambo {
 
 const char* state_name(SequenceState state) {
   switch (state) {
-    case SequenceState::Waiting: return "waiting";
-    case SequenceState::Prefilling: return "prefilling";
-    case SequenceState::Decoding: return "decoding";
-    case SequenceState::Finished: return "finished";
-    case SequenceState::Aborted: return "aborted";
+    case SequenceState::Waiting:
+      return "waiting";
+    case SequenceState::Prefilling:
+      return "prefilling";
+    case SequenceState::Decoding:
+      return "decoding";
+    case SequenceState::Finished:
+      return "finished";
+    case SequenceState::Aborted:
+      return "aborted";
   }
   return "unknown";
 }

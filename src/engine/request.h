@@ -44,13 +44,13 @@ class Sequence {
   int64_t num_generated() const { return int64_t(output.ids.size()); }
 
   // Transitions; each checks that it starts from a state that allows it.
-  void admit(SlotLease lease);                  // waiting -> prefilling
-  void computed(int64_t num_tokens);            // the step ran num_tokens more of this sequence
+  void admit(SlotLease lease);                                       // waiting -> prefilling
+  void computed(int64_t num_tokens);                                 // the step ran num_tokens more of this sequence
   void start_from_fork(SlotLease lease, int64_t num_prompt_tokens);  // waiting -> prefilling, prompt in state
   void append(int32_t token, double logprob, std::vector<TokenLogprob> top);  // -> decoding
-  void preempt();                               // prefilling/decoding -> waiting, state dropped
-  void finish(const std::string& reason);       // -> finished
-  void abort();                                 // -> aborted
+  void preempt();                          // prefilling/decoding -> waiting, state dropped
+  void finish(const std::string& reason);  // -> finished
+  void abort();                            // -> aborted
 
   std::optional<SlotLease> lease;    // held while running
   std::vector<int32_t> block_table;  // [blocks] physical KV block of each logical block
@@ -67,11 +67,11 @@ class Sequence {
 
 struct Request {
   RequestSpec spec;
-  int64_t arrival = 0;           // order of add_request: first come, first served
-  uint64_t seed = 0;             // the spec's seed, or one drawn at add_request
-  bool prompt_computed = false;  // the prompt ran once (prompt logprobs taken, samples forked)
-  std::vector<std::unique_ptr<Sequence>> samples;  // [n]
-  std::vector<std::optional<double>> prompt_logprobs;          // [prompt] when asked
+  int64_t arrival = 0;                                 // order of add_request: first come, first served
+  uint64_t seed = 0;                                   // the spec's seed, or one drawn at add_request
+  bool prompt_computed = false;                        // the prompt ran once (prompt logprobs taken, samples forked)
+  std::vector<std::unique_ptr<Sequence>> samples;      // [n]
+  std::vector<std::optional<double>> prompt_logprobs;  // [prompt] when asked
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;  // [prompt] when asked
 
   int64_t num_prompt_tokens() const { return int64_t(spec.prompt_ids.size()); }

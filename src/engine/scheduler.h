@@ -61,7 +61,7 @@ class Scheduler {
   SlotPool& slots_;
   KvBlockManager& kv_blocks_;
   std::function<void(int64_t)> on_slot_freed_;
-  std::deque<Sequence*> waiting_;  // by (arrival, sample): first come, first served
+  std::deque<Sequence*> waiting_;   // by (arrival, sample): first come, first served
   std::vector<Sequence*> running_;  // in order of admission
   int64_t num_reserved_slots_ = 0;  // free slots promised to the samples of running requests still to fork
   int64_t num_preemptions_ = 0;

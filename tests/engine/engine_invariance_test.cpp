@@ -3,8 +3,6 @@
 // token budget, sequences at once, memory so tight that preemption happens, n = 1 and 4, slot policy.
 #include "engine_test_util.h"
 
-#include <omp.h>
-
 namespace jambo::testing {
 namespace {
 
@@ -17,31 +15,20 @@ struct Setting {
   bool allow_n = true;        // n = 4 for some requests (needs max_num_seqs >= 4)
 };
 
+void PrintTo(const Setting& setting, std::ostream* out) { *out << setting.name; }
+
 constexpr int64_t kKvBlockSize = 8;
 constexpr int64_t kMaxModelLen = 48;
 
 class EngineInvarianceTest : public ::testing::TestWithParam<Setting> {
  protected:
-  // One thread: on a model this small, threads only add overhead (and stall on a busy 2-core machine);
-  // the backend's own tests show its results do not depend on the thread count.
-  static void SetUpTestSuite() {
-    saved_num_threads_ = omp_get_max_threads();
-    omp_set_num_threads(1);
-    model_ = new Model(load_fixture_model());
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    omp_set_num_threads(saved_num_threads_);
-  }
-  static Model* model_;
-  static int saved_num_threads_;
+  OneThread one_thread_;
+  Model model_ = load_fixture_model();
 };
-Model* EngineInvarianceTest::model_ = nullptr;
-int EngineInvarianceTest::saved_num_threads_ = 1;
 
 TEST_P(EngineInvarianceTest, EveryRequestMatchesItsRunAlone) {
   const Setting& setting = GetParam();
-  const std::vector<RequestSpec> specs = random_workload(*model_, 64, /*seed=*/7, 40, setting.allow_n);
+  const std::vector<RequestSpec> specs = random_workload(model_, 64, /*seed=*/7, 40, setting.allow_n);
   EngineOptions options;
   options.max_num_batched_tokens = setting.max_num_batched_tokens;
   options.max_num_seqs = setting.max_num_seqs;
@@ -51,11 +38,11 @@ TEST_P(EngineInvarianceTest, EveryRequestMatchesItsRunAlone) {
   options.max_model_len = kMaxModelLen;
   options.checked = true;
   const int64_t num_kv_blocks = setting.num_kv_blocks > 0 ? setting.num_kv_blocks : 64 * 4 * 6;
-  options.memory_budget = memory_budget_for(*model_, setting.max_num_seqs, num_kv_blocks, kKvBlockSize);
-  Engine engine(*model_, nullptr, options);
+  options.memory_budget = memory_budget_for(model_, setting.max_num_seqs, num_kv_blocks, kKvBlockSize);
+  Engine engine(model_, nullptr, options);
 
   const Outputs outputs = run_to_end(engine, specs);
-  expect_bitwise_equal(run_alone(*model_, specs), outputs);
+  expect_bitwise_equal(run_alone(model_, specs), outputs);
 
   const EngineCounters& counters = engine.counters();
   EXPECT_EQ(counters.law_violations, 0);
@@ -68,8 +55,7 @@ TEST_P(EngineInvarianceTest, EveryRequestMatchesItsRunAlone) {
 INSTANTIATE_TEST_SUITE_P(
     Settings, EngineInvarianceTest,
     ::testing::Values(Setting{.name = "budget_1", .max_num_batched_tokens = 1},
-                      Setting{.name = "budget_7", .max_num_batched_tokens = 7},
-                      Setting{.name = "budget_64"},
+                      Setting{.name = "budget_7", .max_num_batched_tokens = 7}, Setting{.name = "budget_64"},
                       Setting{.name = "budget_large", .max_num_batched_tokens = 100000},
                       Setting{.name = "seqs_1", .max_num_seqs = 1, .allow_n = false},
                       Setting{.name = "seqs_8", .max_num_seqs = 8},

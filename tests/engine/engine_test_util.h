@@ -10,6 +10,7 @@
 #include "model/weights.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <map>
@@ -18,6 +19,17 @@
 #include <vector>
 
 namespace jambo::testing {
+
+// One OpenMP thread while alive: on models this small threads only add overhead (and stall on a busy
+// 2-core machine); the backend's own tests show its results do not depend on the thread count.
+class OneThread {
+ public:
+  OneThread() : saved_num_threads_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(saved_num_threads_); }
+
+ private:
+  int saved_num_threads_;
+};
 
 inline Model load_fixture_model(const std::string& name = "moe-top2-gqa2-fp32") {
   return load_model(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/" + name);
@@ -42,7 +54,8 @@ inline std::vector<RequestSpec> random_workload(const Model& model, int64_t num_
     RequestSpec spec;
     spec.id = fmt::format("r{}", i);
     const int64_t num_prompt = i % 5 == 0 ? 1 : uniform(1, max_prompt);  // plenty of one-token prompts
-    for (int64_t t = 0; t < num_prompt; ++t) spec.prompt_ids.push_back(int32_t(uniform(0, model.config.vocab_size - 1)));
+    for (int64_t t = 0; t < num_prompt; ++t)
+      spec.prompt_ids.push_back(int32_t(uniform(0, model.config.vocab_size - 1)));
     spec.n = allow_n && i % 4 == 1 ? 4 : 1;
     spec.sampling.max_tokens = uniform(1, 8);
     spec.sampling.num_top_logprobs = uniform(0, 3);

@@ -1,0 +1,88 @@
+// Law 2: in checked mode every row's (request, slot, generation) is verified against the slot pool, so
+// a stale lease fails the step with an error naming the request and slot, never as text; and a freed
+// slot is poisoned with NaN, so a read that slips past the check still cannot look like a valid state.
+#include "engine/model_runner.h"
+#include "engine_test_util.h"
+
+#include <cmath>
+
+namespace jambo::testing {
+namespace {
+
+EngineOptions checked_options(const Model& model) {
+  EngineOptions options;
+  options.max_num_seqs = 4;
+  options.kv_block_size = 4;
+  options.max_model_len = 32;
+  options.memory_budget = memory_budget_for(model, options.max_num_seqs, 32, options.kv_block_size);
+  options.checked = true;
+  return options;
+}
+
+RequestSpec request(const std::string& id, std::vector<int32_t> prompt) {
+  RequestSpec spec;
+  spec.id = id;
+  spec.prompt_ids = std::move(prompt);
+  spec.sampling.max_tokens = 8;
+  spec.sampling.ignore_eos = true;
+  return spec;
+}
+
+TEST(EngineCheckedTest, StaleLeaseFailsTheStepNamingRequestAndSlot) {
+  OneThread one_thread;
+  const Model model = load_fixture_model();
+  Engine engine(model, nullptr, checked_options(model));
+  engine.add_request(request("first", {5, 6, 7}));
+  engine.add_request(request("second", {8, 9}));
+  engine.step();  // both admitted, prompts run
+  engine.step();
+  EXPECT_EQ(engine.counters().law_violations, 0);
+
+  engine.corrupt_lease_for_testing("second");
+  try {
+    const std::vector<SampleOutput> outputs = engine.step();
+    FAIL() << "a step over a stale lease returned " << outputs.size() << " outputs instead of failing";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("law 2"), std::string::npos) << message;
+    EXPECT_NE(message.find("'second'"), std::string::npos) << message;
+    EXPECT_NE(message.find("slot"), std::string::npos) << message;
+  }
+  EXPECT_EQ(engine.counters().law_violations, 1);
+}
+
+// A row that reads a freed slot: poisoned in checked mode (NaN logits), still zero otherwise.
+std::vector<float> logits_after_reading_freed_slot(const Model& model, bool checked) {
+  CacheConfig cache;
+  cache.num_state_slots = 2;
+  cache.num_kv_blocks = 2;
+  cache.kv_block_size = 4;
+  auto backend = make_cpu_backend(model, cache);
+  SlotPool slots(cache.num_state_slots, SlotPolicy::Lowest);
+  ModelRunner runner(*backend, slots, checked);
+  runner.on_slot_freed(1);
+
+  const std::vector<int32_t> tokens = {5};
+  const std::vector<int32_t> block_table = {0, 1};
+  BatchRow row;
+  row.tokens = tokens;
+  row.start_position = 1;
+  row.has_initial_state = true;
+  row.slot = 1;
+  row.block_table = block_table;
+  StepLogits logits;
+  backend->forward(std::span<const BatchRow>(&row, 1), logits);
+  return logits.values;
+}
+
+TEST(EngineCheckedTest, FreedSlotIsPoisonedOnlyInCheckedMode) {
+  OneThread one_thread;
+  const Model model = load_fixture_model();
+  const std::vector<float> checked = logits_after_reading_freed_slot(model, /*checked=*/true);
+  EXPECT_TRUE(std::all_of(checked.begin(), checked.end(), [](float x) { return std::isnan(x); }));
+  const std::vector<float> unchecked = logits_after_reading_freed_slot(model, /*checked=*/false);
+  EXPECT_TRUE(std::all_of(unchecked.begin(), unchecked.end(), [](float x) { return std::isfinite(x); }));
+}
+
+}  // namespace
+}  // namespace jambo::testing

@@ -1,0 +1,234 @@
+// The engine's sampling extensions (stop token ids, stop strings, min-p, n samples with their own
+// seeds) and its request lifecycle around them: validation errors, abort, counters and the trace.
+#include "engine_test_util.h"
+#include "model/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+
+namespace jambo::testing {
+namespace {
+
+EngineOptions small_options(const Model& model) {
+  EngineOptions options;
+  options.max_num_seqs = 8;
+  options.kv_block_size = 4;
+  options.max_model_len = 64;
+  options.memory_budget = memory_budget_for(model, options.max_num_seqs, 128, options.kv_block_size);
+  options.checked = true;
+  return options;
+}
+
+RequestSpec request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  RequestSpec spec;
+  spec.id = id;
+  spec.prompt_ids = std::move(prompt);
+  spec.sampling.max_tokens = max_tokens;
+  spec.sampling.ignore_eos = true;
+  spec.sampling.seed = 5;
+  return spec;
+}
+
+SampleOutput run_one(const Model& model, const Tokenizer* tokenizer, const RequestSpec& spec) {
+  Engine engine(model, tokenizer, small_options(model));
+  Outputs outputs = run_to_end(engine, {spec});
+  EXPECT_EQ(outputs.size(), 1u);
+  return outputs.begin()->second;
+}
+
+class EngineSamplingTest : public ::testing::Test {
+ protected:
+  OneThread one_thread_;
+  Model model_ = load_fixture_model();
+};
+
+TEST_F(EngineSamplingTest, StopTokenIdEndsTheSampleAfterIt) {
+  const SampleOutput full = run_one(model_, nullptr, request("full", {7, 8, 9}, 12));
+  ASSERT_EQ(full.ids.size(), 12u);
+  RequestSpec spec = request("stopped", {7, 8, 9}, 12);
+  const int32_t stop_token = full.ids[5];
+  spec.stop_token_ids = {stop_token};
+  const SampleOutput stopped = run_one(model_, nullptr, spec);
+  const size_t first = std::find(full.ids.begin(), full.ids.end(), stop_token) - full.ids.begin();
+  EXPECT_EQ(stopped.ids, std::vector<int32_t>(full.ids.begin(), full.ids.begin() + first + 1));
+  EXPECT_EQ(stopped.finish_reason, "stop");
+  EXPECT_EQ(full.finish_reason, "length");
+}
+
+TEST_F(EngineSamplingTest, StopStringCutsTheTextAndEndsTheSample) {
+  const std::string folder = std::string(JAMBO_SOURCE_DIR) + "/models/jambo-demo";
+  const Model demo = load_model(folder);
+  const Tokenizer tokenizer = Tokenizer::load(folder);
+  const RequestSpec spec = request("story", tokenizer.encode("Once upon a time"), 24);
+  const SampleOutput full = run_one(demo, &tokenizer, spec);
+  EXPECT_EQ(full.text, tokenizer.decode(full.ids, /*skip_special_tokens=*/true));
+  ASSERT_GT(full.text.size(), 12u);
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+
+  RequestSpec with_stop = spec;
+  with_stop.stop = {"never appears \x01", stop};
+  const SampleOutput stopped = run_one(demo, &tokenizer, with_stop);
+  EXPECT_EQ(stopped.text, full.text.substr(0, full.text.find(stop)));
+  EXPECT_EQ(stopped.finish_reason, "stop");
+  ASSERT_LT(stopped.ids.size(), full.ids.size());
+  EXPECT_TRUE(std::equal(stopped.ids.begin(), stopped.ids.end(), full.ids.begin()));
+}
+
+TEST_F(EngineSamplingTest, MinPKeepsOnlyTokensNearTheTopOne) {
+  RequestSpec greedy = request("greedy", {3, 4, 5}, 10);
+  RequestSpec only_top = greedy;
+  only_top.sampling.temperature = 1.0;
+  only_top.min_p = 1.0;  // nothing but the most likely token reaches p_max
+  EXPECT_EQ(run_one(model_, nullptr, only_top).ids, run_one(model_, nullptr, greedy).ids);
+
+  RequestSpec filtered = greedy;
+  filtered.n = 4;
+  filtered.sampling.temperature = 1.0;
+  filtered.sampling.num_top_logprobs = 1;
+  filtered.min_p = 0.3;
+  Engine engine(model_, nullptr, small_options(model_));
+  for (const auto& [key, output] : run_to_end(engine, {filtered}))
+    for (size_t i = 0; i < output.ids.size(); ++i)
+      EXPECT_GE(output.logprobs[i], output.top_logprobs[i][0].logprob + std::log(0.3) - 1e-12)
+          << "sample " << key.second << " position " << i;
+}
+
+TEST_F(EngineSamplingTest, SamplesOfOneRequestHaveTheirOwnSeeds) {
+  EXPECT_EQ(sample_seed(42, 0), 42u);
+  std::set<uint64_t> seeds;
+  for (int64_t s = 0; s < 16; ++s) seeds.insert(sample_seed(42, s));
+  EXPECT_EQ(seeds.size(), 16u);
+
+  RequestSpec spec = request("many", {10, 11}, 8);
+  spec.n = 4;
+  spec.sampling.temperature = 2.0;
+  Engine engine(model_, nullptr, small_options(model_));
+  std::set<std::vector<int32_t>> distinct;
+  for (const auto& [key, output] : run_to_end(engine, {spec})) distinct.insert(output.ids);
+  EXPECT_GT(distinct.size(), 1u) << "all 4 samples came out the same";
+}
+
+TEST_F(EngineSamplingTest, PromptLogprobsStartWithNull) {
+  RequestSpec spec = request("prompt", {1, 2, 3, 4, 5}, 2);
+  spec.num_prompt_logprobs = 3;
+  const SampleOutput output = run_one(model_, nullptr, spec);
+  ASSERT_EQ(output.prompt_logprobs.size(), 5u);
+  EXPECT_FALSE(output.prompt_logprobs[0].has_value());
+  for (size_t p = 1; p < 5; ++p) {
+    ASSERT_TRUE(output.prompt_logprobs[p].has_value());
+    EXPECT_EQ(output.prompt_top_logprobs[p].size(), 3u);
+  }
+}
+
+TEST_F(EngineSamplingTest, BadRequestsAreRejectedNamingTheFieldAndHarmNoOne) {
+  Engine engine(model_, nullptr, small_options(model_));
+  const auto expect_rejected = [&](const RequestSpec& spec, const std::string& field) {
+    try {
+      engine.add_request(spec);
+      ADD_FAILURE() << "accepted a request with a bad " << field;
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(field), std::string::npos) << error.what();
+    }
+  };
+  const RequestSpec good = request("good", {1, 2, 3}, 4);
+  RequestSpec bad = good;
+  bad.prompt_ids.clear();
+  expect_rejected(bad, "prompt");
+  bad = good;
+  bad.prompt_ids = {1, 384};
+  expect_rejected(bad, "384");
+  bad = good;
+  bad.n = 0;
+  expect_rejected(bad, "n must");
+  bad.n = 9;
+  expect_rejected(bad, "n must");
+  bad = good;
+  bad.sampling.max_tokens = 62;
+  expect_rejected(bad, "max_model_len");
+  bad = good;
+  bad.sampling.top_p = 0.0;
+  expect_rejected(bad, "top_p");
+  bad = good;
+  bad.min_p = 1.5;
+  expect_rejected(bad, "min_p");
+  bad = good;
+  bad.stop = {"x"};
+  expect_rejected(bad, "tokenizer");
+  bad = good;
+  bad.stop_token_ids = {-1};
+  expect_rejected(bad, "stop token id");
+  bad = good;
+  bad.num_prompt_logprobs = 21;
+  expect_rejected(bad, "prompt_logprobs");
+
+  engine.add_request(good);
+  expect_rejected(good, "already");
+  Outputs outputs = run_to_end(engine, {});
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs.begin()->second.ids.size(), 4u);
+}
+
+TEST_F(EngineSamplingTest, AbortReturnsTheSampleAndFreesItsMemory) {
+  Engine engine(model_, nullptr, small_options(model_));
+  RequestSpec spec = request("long", {1, 2, 3}, 40);
+  spec.n = 2;
+  engine.add_request(spec);
+  engine.step();
+  engine.step();
+  EXPECT_EQ(engine.counters().slots_used, 2);
+  engine.abort_request("long");
+  EXPECT_THROW(engine.abort_request("long"), Error);
+  const std::vector<SampleOutput> outputs = engine.step();
+  ASSERT_EQ(outputs.size(), 2u);
+  for (const SampleOutput& output : outputs) {
+    EXPECT_EQ(output.finish_reason, "abort");
+    EXPECT_EQ(output.ids.size(), 2u);
+  }
+  EXPECT_FALSE(engine.has_unfinished());
+  EXPECT_EQ(engine.counters().slots_used + engine.counters().kv_blocks_used, 0);
+}
+
+TEST_F(EngineSamplingTest, CountersAndTraceFollowEveryToken) {
+  EngineOptions options = small_options(model_);
+  options.max_num_batched_tokens = 3;
+  options.trace_path = ::testing::TempDir() + "engine_sampling_trace.jsonl";
+  std::vector<RequestSpec> specs = {request("a", {1, 2, 3, 4, 5, 6, 7}, 5), request("b", {9}, 3)};
+  specs[1].n = 3;
+  EngineCounters counters;
+  {
+    Engine engine(model_, nullptr, options);
+    run_to_end(engine, specs);
+    counters = engine.counters();
+  }
+  EXPECT_EQ(counters.prefill_tokens, 7 + 1);                 // each prompt once: the samples of b share its prefill
+  EXPECT_EQ(counters.decode_tokens, (5 - 1) + 3 * (3 - 1));  // the last token of a sample is never fed
+  EXPECT_EQ(counters.preemptions, 0);
+  EXPECT_EQ(counters.num_running + counters.num_waiting + counters.slots_used + counters.kv_blocks_used, 0);
+
+  std::map<std::string, int64_t> events;
+  int64_t num_step_lines = 0, num_tokens_traced = 0;
+  std::ifstream trace(options.trace_path);
+  for (std::string line; std::getline(trace, line);) {
+    const nlohmann::json json = nlohmann::json::parse(line);
+    if (json["type"] == "event") ++events[json["request"].get<std::string>() + ":" + json["event"].get<std::string>()];
+    if (json["type"] != "step") continue;
+    EXPECT_EQ(json["step"], num_step_lines++);
+    for (const auto& row : json["rows"]) {
+      num_tokens_traced += row["num_tokens"].get<int64_t>();
+      EXPECT_EQ(row["tokens"].size(), row["num_tokens"].get<size_t>());
+      EXPECT_GE(row["kv_blocks"].size(), 1u);
+    }
+  }
+  EXPECT_EQ(num_step_lines, counters.steps);
+  EXPECT_EQ(num_tokens_traced, counters.prefill_tokens + counters.decode_tokens);
+  const std::map<std::string, int64_t> expected_events = {
+      {"a:queued", 1}, {"a:admitted", 1}, {"a:prefill_done", 1}, {"a:finished", 1},
+      {"b:queued", 1}, {"b:admitted", 3}, {"b:prefill_done", 1}, {"b:finished", 3}};
+  EXPECT_EQ(events, expected_events);
+}
+
+}  // namespace
+}  // namespace jambo::testing
