@@ -1,0 +1,131 @@
+#include "forensics/compare.h"
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "engine/sequence_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace jambo {
+namespace {
+
+// One request in slot 0 with KV blocks for the longest sample.
+CacheConfig reference_cache(const std::vector<Sample>& samples) {
+  int64_t longest = 1;
+  for (const Sample& sample : samples)
+    longest = std::max<int64_t>(longest, int64_t(sample.prompt_ids.size() + sample.ids.size()));
+  CacheConfig cache;
+  cache.num_state_slots = 1;
+  cache.num_kv_blocks = (longest + cache.kv_block_size - 1) / cache.kv_block_size;
+  return cache;
+}
+
+// The reference's logprob of each generated id: prompt and generated ids scored in one shot.
+std::vector<double> reference_logprobs(SequenceRunner& runner, const Sample& sample) {
+  std::vector<int32_t> sequence = sample.prompt_ids;
+  sequence.insert(sequence.end(), sample.ids.begin(), sample.ids.end());
+  const ScoredSequence scored = runner.score(sequence, /*num_top_logprobs=*/0);
+  std::vector<double> logprobs;
+  logprobs.reserve(sample.ids.size());
+  for (size_t i = 0; i < sample.ids.size(); ++i) logprobs.push_back(*scored.logprobs[sample.prompt_ids.size() + i]);
+  return logprobs;
+}
+
+}  // namespace
+
+int64_t CompareSummary::num_flagged() const {
+  return std::count_if(samples.begin(), samples.end(), [](const SampleComparison& c) { return c.flagged; });
+}
+
+int64_t CompareSummary::num_tokens() const {
+  int64_t total = 0;
+  for (const SampleComparison& comparison : samples) total += int64_t(comparison.abs_diffs.size());
+  return total;
+}
+
+const SampleComparison* CompareSummary::worst() const {
+  const SampleComparison* worst = nullptr;
+  for (const SampleComparison& comparison : samples)
+    if (!worst || comparison.max_abs_diff > worst->max_abs_diff) worst = &comparison;
+  return worst;
+}
+
+SampleComparison compare_logprobs(Sample sample, std::span<const double> reference_logprobs, double threshold) {
+  JAMBO_ASSERT(reference_logprobs.size() == sample.logprobs.size());
+  SampleComparison out;
+  double sum = 0.0;
+  for (size_t i = 0; i < reference_logprobs.size(); ++i) {
+    const double diff = std::abs(sample.logprobs[i] - reference_logprobs[i]);
+    // A NaN compares false with everything, so it would pass every check: count it as infinite.
+    const double abs_diff = std::isfinite(diff) ? diff : std::numeric_limits<double>::infinity();
+    out.abs_diffs.push_back(abs_diff);
+    sum += abs_diff;
+    out.max_abs_diff = std::max(out.max_abs_diff, abs_diff);
+    if (abs_diff > threshold && !out.first_divergent_position) out.first_divergent_position = int64_t(i);
+  }
+  if (!out.abs_diffs.empty()) out.mean_abs_diff = sum / double(out.abs_diffs.size());
+  out.flagged = out.first_divergent_position.has_value();
+  out.sample = std::move(sample);
+  return out;
+}
+
+CompareSummary compare_samples(const Model& model, SampleFile file, double threshold,
+                               const std::function<void(int64_t, int64_t)>& on_progress) {
+  JAMBO_REQUIRE(std::isfinite(threshold) && threshold >= 0, "the threshold must be a finite number >= 0, got {}",
+                threshold);
+  CompareSummary summary;
+  summary.threshold = threshold;
+  summary.malformed_lines = std::move(file.malformed_lines);
+  if (file.samples.empty()) return summary;
+
+  const CacheConfig cache = reference_cache(file.samples);
+  const std::unique_ptr<Backend> backend = make_cpu_backend(model, cache);
+  SequenceRunner runner(*backend, cache, /*max_chunk_tokens=*/0);  // 0: one-shot prefill
+  const int64_t num_samples = int64_t(file.samples.size());
+  summary.samples.reserve(num_samples);
+  for (Sample& sample : file.samples) {
+    const std::vector<double> reference = reference_logprobs(runner, sample);
+    summary.samples.push_back(compare_logprobs(std::move(sample), reference, threshold));
+    if (on_progress) on_progress(int64_t(summary.samples.size()), num_samples);
+  }
+  return summary;
+}
+
+nlohmann::json summary_json(const CompareSummary& summary) {
+  nlohmann::json samples = nlohmann::json::array();
+  double sum = 0.0;
+  for (const SampleComparison& comparison : summary.samples) {
+    sum += comparison.mean_abs_diff * double(comparison.abs_diffs.size());
+    const std::optional<int64_t>& first = comparison.first_divergent_position;
+    samples.push_back({{"id", comparison.sample.id},
+                       {"sample", comparison.sample.sample},
+                       {"line", comparison.sample.line_number},
+                       {"num_tokens", comparison.abs_diffs.size()},
+                       {"max_abs_diff", comparison.max_abs_diff},
+                       {"mean_abs_diff", comparison.mean_abs_diff},
+                       {"first_divergent_position", first ? nlohmann::json(*first) : nlohmann::json(nullptr)},
+                       {"flagged", comparison.flagged}});
+  }
+  nlohmann::json malformed = nlohmann::json::array();
+  for (const MalformedLine& line : summary.malformed_lines)
+    malformed.push_back({{"line", line.line_number}, {"error", line.error}});
+  const SampleComparison* worst = summary.worst();
+  const int64_t num_tokens = summary.num_tokens();
+  return {{"threshold", summary.threshold},
+          {"num_samples", summary.samples.size()},
+          {"num_flagged", summary.num_flagged()},
+          {"num_tokens", num_tokens},
+          {"max_abs_diff", worst ? worst->max_abs_diff : 0.0},
+          {"mean_abs_diff", num_tokens > 0 ? sum / double(num_tokens) : 0.0},
+          {"worst", worst ? nlohmann::json{{"id", worst->sample.id}, {"sample", worst->sample.sample}}
+                          : nlohmann::json(nullptr)},
+          {"num_malformed_lines", summary.malformed_lines.size()},
+          {"malformed_lines", malformed},
+          {"samples", samples}};
+}
+
+int compare_exit_code(const CompareSummary& summary) { return summary.num_flagged() > 0 ? kFlaggedExitCode : 0; }
+
+}  // namespace jambo
