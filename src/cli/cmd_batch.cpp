@@ -100,7 +100,7 @@ void run_batch(BatchOptions& options) {
       engine.add_request(spec);
       samples_left[spec.id] = spec.n;
     } catch (const Error& error) {
-      fmt::print(stderr, "{}: request '{}': {}; skipped\n", options.input_path, spec.id, error.what());
+      fmt::print(stderr, "{}: {}; skipped\n", options.input_path, error.what());
       ++input.num_malformed;
     }
   }

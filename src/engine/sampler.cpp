@@ -29,15 +29,21 @@ int32_t argmax(std::span<const float> logits) {
 int32_t Sampler::sample(std::span<const float> logits) {
   if (params_.temperature == 0.0) return argmax(logits);
 
-  // Candidates sorted most likely first (ties: lower id), cut to top_k.
+  // Candidates: the top_k most likely (ties: lower id), or all; sorted most likely first only where
+  // top_k or top_p needs the order (sorting the whole vocabulary for every token is costly).
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (params_.top_k > 0 && size_t(params_.top_k) < ids.size()) ids.resize(params_.top_k);
+  const auto more_likely = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  if (params_.top_k > 0 && size_t(params_.top_k) < ids.size()) {
+    std::partial_sort(ids.begin(), ids.begin() + params_.top_k, ids.end(), more_likely);
+    ids.resize(params_.top_k);
+  } else if (params_.top_p < 1.0) {
+    std::sort(ids.begin(), ids.end(), more_likely);
+  }
 
   // Probabilities at this temperature, in double.
   std::vector<double> probs(ids.size());
-  const double max_logit = logits[ids[0]];
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
   double total = 0.0;
   for (size_t i = 0; i < ids.size(); ++i) {
     probs[i] = std::exp((double(logits[ids[i]]) - max_logit) / params_.temperature);
