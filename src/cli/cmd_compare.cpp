@@ -59,6 +59,8 @@ int run_compare(const CompareCommandOptions& options) {
   SampleFile samples = read_sample_file(input, model.config.vocab_size);
   for (const MalformedLine& line : samples.malformed_lines)
     fmt::print(stderr, "jambo: warning: {}:{}: {} (line skipped)\n", options.input_path, line.line_number, line.error);
+  JAMBO_REQUIRE(!samples.samples.empty(), "{}: no sample to compare ({} malformed lines skipped)", options.input_path,
+                samples.malformed_lines.size());
 
   ProgressLine progress;
   const CompareSummary summary =
