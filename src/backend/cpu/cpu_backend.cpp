@@ -9,6 +9,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace jambo {
@@ -30,6 +31,7 @@ class CpuBackend final : public Backend {
   void validate(std::span<const BatchRow> rows) const;
   void validate_row(const BatchRow& row) const;
   void validate_block_table(const BatchRow& row) const;
+  void validate_kv_writes(std::span<const BatchRow> rows) const;
   Matrix embed(std::span<const BatchRow> rows) const;
   void run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
                  Matrix& hidden);
@@ -95,6 +97,28 @@ void CpuBackend::validate(std::span<const BatchRow> rows) const {
     JAMBO_REQUIRE(slots_in_step.insert(row.slot).second, "request {}: state slot {} is used by two rows of one step",
                   row.request_id, row.slot);
     if (model_.config.num_attention_layers() > 0) validate_block_table(row);
+  }
+  if (model_.config.num_attention_layers() > 0) validate_kv_writes(rows);
+}
+
+// A block this step writes into must belong to that row alone; blocks that are only read (a shared
+// prompt prefix) may appear in several rows.
+void CpuBackend::validate_kv_writes(std::span<const BatchRow> rows) const {
+  const int64_t block_size = kv_cache_.block_size();
+  std::map<int32_t, int64_t> writer_of_block;  // block -> index of the row writing it
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t end_position = rows[r].start_position + int64_t(rows[r].tokens.size());
+    for (int64_t i = rows[r].start_position / block_size; i < (end_position + block_size - 1) / block_size; ++i)
+      writer_of_block.emplace(rows[r].block_table[i], int64_t(r));
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t end_position = rows[r].start_position + int64_t(rows[r].tokens.size());
+    for (int64_t i = 0; i < (end_position + block_size - 1) / block_size; ++i) {
+      const auto writer = writer_of_block.find(rows[r].block_table[i]);
+      JAMBO_REQUIRE(writer == writer_of_block.end() || writer->second == int64_t(r),
+                    "request {}: KV block {} is written by request {} in the same step", rows[r].request_id,
+                    rows[r].block_table[i], rows[writer->second].request_id);
+    }
   }
 }
 
