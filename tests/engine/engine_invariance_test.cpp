@@ -37,6 +37,7 @@ TEST_P(EngineInvarianceTest, EveryRequestMatchesItsRunAlone) {
   options.kv_block_size = kKvBlockSize;
   options.max_model_len = kMaxModelLen;
   options.checked = true;
+  options.trace_path = ::testing::TempDir() + "engine_invariance_trace.jsonl";
   const int64_t num_kv_blocks = setting.num_kv_blocks > 0 ? setting.num_kv_blocks : 64 * 4 * 6;
   options.memory_budget = memory_budget_for(model_, setting.max_num_seqs, num_kv_blocks, kKvBlockSize);
   Engine engine(model_, nullptr, options);
@@ -47,9 +48,18 @@ TEST_P(EngineInvarianceTest, EveryRequestMatchesItsRunAlone) {
   const EngineCounters& counters = engine.counters();
   EXPECT_EQ(counters.law_violations, 0);
   EXPECT_EQ(counters.num_running + counters.num_waiting + counters.slots_used + counters.kv_blocks_used, 0);
-  if (setting.num_kv_blocks > 0) {
-    EXPECT_GT(counters.preemptions, 0) << "the memory budget is meant to force preemption";
+  if (setting.num_kv_blocks == 0) return;
+  // The tight budget must preempt both kinds of victim: sequences still on their prompt, and samples
+  // that must recompute tokens they generated.
+  int64_t num_on_prompt = 0, num_with_generated = 0;
+  for (const auto& event : read_trace(options.trace_path, "event")) {
+    if (event["event"] != "preempted") continue;
+    num_on_prompt += event["num_generated"] == 0;
+    num_with_generated += event["num_generated"] > 0;
   }
+  EXPECT_EQ(num_on_prompt + num_with_generated, counters.preemptions);
+  EXPECT_GT(num_on_prompt, 0);
+  EXPECT_GT(num_with_generated, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -3,10 +3,6 @@
 // just freed by others, run the prefill path from zero state and come out as if run alone.
 #include "engine_test_util.h"
 
-#include <nlohmann/json.hpp>
-
-#include <fstream>
-
 namespace jambo::testing {
 namespace {
 
@@ -33,11 +29,7 @@ PhaseRun run_traced(const Model& model, const std::vector<RequestSpec>& specs, i
     run.outputs = run_to_end(engine, specs);
     run.counters = engine.counters();
   }
-  std::ifstream trace(options.trace_path);
-  for (std::string line; std::getline(trace, line);) {
-    nlohmann::json json = nlohmann::json::parse(line);
-    if (json["type"] == "step") run.steps.push_back(std::move(json));
-  }
+  run.steps = read_trace(options.trace_path, "step");
   return run;
 }
 

@@ -3,10 +3,7 @@
 #include "engine_test_util.h"
 #include "model/tokenizer.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
-#include <fstream>
 #include <set>
 
 namespace jambo::testing {
@@ -209,14 +206,12 @@ TEST_F(EngineSamplingTest, CountersAndTraceFollowEveryToken) {
   EXPECT_EQ(counters.num_running + counters.num_waiting + counters.slots_used + counters.kv_blocks_used, 0);
 
   std::map<std::string, int64_t> events;
+  for (const auto& event : read_trace(options.trace_path, "event"))
+    ++events[event["request"].get<std::string>() + ":" + event["event"].get<std::string>()];
   int64_t num_step_lines = 0, num_tokens_traced = 0;
-  std::ifstream trace(options.trace_path);
-  for (std::string line; std::getline(trace, line);) {
-    const nlohmann::json json = nlohmann::json::parse(line);
-    if (json["type"] == "event") ++events[json["request"].get<std::string>() + ":" + json["event"].get<std::string>()];
-    if (json["type"] != "step") continue;
-    EXPECT_EQ(json["step"], num_step_lines++);
-    for (const auto& row : json["rows"]) {
+  for (const auto& step : read_trace(options.trace_path, "step")) {
+    EXPECT_EQ(step["step"], num_step_lines++);
+    for (const auto& row : step["rows"]) {
       num_tokens_traced += row["num_tokens"].get<int64_t>();
       EXPECT_EQ(row["tokens"].size(), row["num_tokens"].get<size_t>());
       EXPECT_GE(row["kv_blocks"].size(), 1u);

@@ -10,9 +10,11 @@
 #include "model/weights.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <omp.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -69,6 +71,17 @@ inline std::vector<RequestSpec> random_workload(const Model& model, int64_t num_
     specs.push_back(spec);
   }
   return specs;
+}
+
+// The lines of a JSONL trace whose "type" is `type` ("step" or "event").
+inline std::vector<nlohmann::json> read_trace(const std::string& path, const std::string& type) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream trace(path);
+  for (std::string line; std::getline(trace, line);) {
+    nlohmann::json json = nlohmann::json::parse(line);
+    if (json["type"] == type) lines.push_back(std::move(json));
+  }
+  return lines;
 }
 
 // Runs the engine until every request is done; outputs keyed by (id, sample).
