@@ -44,7 +44,7 @@ struct Engine::Impl {
 
   // After a row ran: its prompt logprobs, and a new token once all its tokens are in its state.
   void advance(const ScheduledRow& row, int64_t row_index, const StepLogits& logits);
-  void record_prompt_logprobs(const ScheduledRow& row, std::span<const float> vectors_of_row, int64_t vocab_size);
+  void record_prompt_logprobs(const ScheduledRow& row, int64_t row_index, const StepLogits& logits);
   void fork(Sequence& leader);
   void take_token(Sequence& sequence, std::span<const float> logits);
   void finish(Sequence& sequence, const std::string& reason);
@@ -173,7 +173,7 @@ void Engine::Impl::advance(const ScheduledRow& row, int64_t row_index, const Ste
   Sequence& sequence = *row.sequence;
   (sequence.state() == SequenceState::Decoding ? counters.decode_tokens : counters.prefill_tokens) += row.num_tokens;
   const bool all_logits = ModelRunner::wants_all_logits(row);
-  if (all_logits) record_prompt_logprobs(row, logits.row(row_index), logits.vocab_size);
+  if (all_logits) record_prompt_logprobs(row, row_index, logits);
   sequence.computed(row.num_tokens);
   if (sequence.num_uncomputed() > 0) return;  // more prefill chunks to come
 
@@ -187,15 +187,14 @@ void Engine::Impl::advance(const ScheduledRow& row, int64_t row_index, const Ste
   for (const auto& sample : sequence.request.samples) take_token(*sample, last);
 }
 
-// `vectors_of_row` starts at the row's first logits vector; vector i predicts token start + i + 1.
-void Engine::Impl::record_prompt_logprobs(const ScheduledRow& row, std::span<const float> vectors_of_row,
-                                          int64_t vocab_size) {
+// Logits vector i of the row predicts token start + i + 1.
+void Engine::Impl::record_prompt_logprobs(const ScheduledRow& row, int64_t row_index, const StepLogits& logits) {
   Request& request = row.sequence->request;
   const int64_t start = row.sequence->num_computed();
   for (int64_t i = 0; i < row.num_tokens; ++i) {
     const int64_t predicted = start + i + 1;
     if (predicted >= request.num_prompt_tokens()) break;
-    const std::span<const float> vector(vectors_of_row.data() + i * vocab_size, size_t(vocab_size));
+    const std::span<const float> vector = logits.row(row_index, i);
     request.prompt_logprobs[predicted] = double(vector[request.spec.prompt_ids[predicted]]) - log_sum_exp(vector);
     request.prompt_top_logprobs[predicted] = top_logprobs(vector, request.spec.num_prompt_logprobs);
   }
