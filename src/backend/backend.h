@@ -43,6 +43,17 @@ struct StepLogits {
   }
 };
 
+// Test-only faults that reproduce the two historical state-cache bugs (DESIGN.md), so that a test can
+// show the forensics catch them (`--inject`). Never set in normal runs.
+struct FaultInjection {
+  // A row whose step is one token is run as a decode even without state: the Mamba kernels read the
+  // slot's leftover state (the "decode before prefill" bug).
+  bool decode_before_prefill = false;
+  // Offsets into the recurrent-state pool wrap at this many elements, as a 32-bit offset wraps at 2^32
+  // (0: never). A multiple of one slot's size keeps the wrapped offset inside the pool.
+  int64_t state_offset_modulus = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -55,6 +66,9 @@ class Backend {
   virtual void copy_kv_block(int64_t from_block, int64_t to_block) = 0;
   // Fills a slot with NaN so that any read of it shows (law 2, checked mode).
   virtual void poison_state(int64_t slot) = 0;
+  // Elements of one slot's recurrent state (all Mamba layers).
+  virtual int64_t state_elements_per_slot() const = 0;
+  virtual void inject_faults(const FaultInjection& faults) = 0;
 };
 
 }  // namespace jambo

@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 
 namespace jambo::cli {
@@ -102,8 +101,7 @@ void add_compare_command(CLI::App& app) {
   command->callback([options] {
     if (!std::isfinite(options->threshold) || options->threshold < 0)
       throw UsageError(fmt::format("--threshold must be a finite number >= 0, got {}", options->threshold));
-    // main() returns only 0, 1 or 2; the verdict "flagged" leaves with its own code once every output is written.
-    if (const int status = run_compare(*options); status != 0) std::exit(status);
+    if (const int status = run_compare(*options); status != 0) throw ExitStatus{status};
   });
 }
 

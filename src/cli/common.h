@@ -18,6 +18,11 @@
 
 namespace jambo::cli {
 
+// Thrown by a subcommand that finished but must exit with a non-zero status (3: samples flagged).
+struct ExitStatus {
+  int code = 0;
+};
+
 // A bad option value found after parsing; main() reports it like a parse error (exit code 2).
 class UsageError : public Error {
  public:
@@ -54,6 +59,7 @@ void add_bench_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_batch_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
+void add_stress_command(CLI::App& app);
 
 // The engine's flags (--max-num-batched-tokens, --memory-budget, --slot-policy, --check, ...).
 struct EngineFlags {

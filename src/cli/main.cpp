@@ -17,12 +17,15 @@ int main(int argc, char** argv) {
   jambo::cli::add_compare_command(app);
   jambo::cli::add_batch_command(app);
   jambo::cli::add_trace_command(app);
+  jambo::cli::add_stress_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
     return app.exit(help);
   } catch (const CLI::CallForAllHelp& help) {
     return app.exit(help);
+  } catch (const jambo::cli::ExitStatus& status) {
+    return status.code;
   } catch (const CLI::ParseError& error) {
     fmt::print(stderr, "jambo: error: {} (see --help)\n", error.what());
     return 2;

@@ -35,6 +35,7 @@ CachePlan plan_engine_cache(const Model& model, const EngineOptions& options) {
 struct Engine::Impl {
   Impl(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options);
 
+  void inject_faults(const EngineFaults& faults);
   void validate(const RequestSpec& spec) const;
   void add_request(const RequestSpec& spec);
   void abort_request(const std::string& id);
@@ -74,7 +75,19 @@ Engine::Impl::Impl(const Model& model, const Tokenizer* tokenizer, const EngineO
       kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
       runner(*backend, slots, options.checked),
       scheduler(options.max_num_batched_tokens, slots, kv_blocks, [this](int64_t slot) { runner.on_slot_freed(slot); }),
-      trace(options.trace_path) {}
+      trace(options.trace_path) {
+  inject_faults(options.faults);
+}
+
+// The backend reproduces the faults; the offset wrap aliases the upper half of the slots onto the lower.
+void Engine::Impl::inject_faults(const EngineFaults& faults) {
+  FaultInjection injection;
+  injection.decode_before_prefill = faults.decode_before_prefill;
+  if (faults.wrap_state_offsets)
+    injection.state_offset_modulus =
+        backend->state_elements_per_slot() * std::max<int64_t>(1, cache_plan.cache.num_state_slots / 2);
+  backend->inject_faults(injection);
+}
 
 void Engine::Impl::validate(const RequestSpec& spec) const {
   const std::string& id = spec.id;

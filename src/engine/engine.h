@@ -18,6 +18,13 @@
 
 namespace jambo {
 
+// Test-only (`--inject`): reproduce the two historical state-cache bugs so that stress and compare can be
+// shown to catch them.
+struct EngineFaults {
+  bool decode_before_prefill = false;  // a one-token step without state reads the slot's leftover state
+  bool wrap_state_offsets = false;     // state offsets wrap at half the pool, as a 32-bit offset wraps at 2^32
+};
+
 struct EngineOptions {
   int64_t max_num_batched_tokens = 512;  // tokens of all rows of one step
   int64_t max_num_seqs = 64;             // sequences (samples) running at once
@@ -28,6 +35,7 @@ struct EngineOptions {
   uint64_t slot_seed = 0;  // for SlotPolicy::Random
   bool checked = false;    // law 2: verify owner and generation of every row; poison freed slots
   std::string trace_path;  // law 6: JSONL trace of every step and lifecycle event ("" = none)
+  EngineFaults faults;     // none outside fault-injection tests
 };
 
 // One input request (a line of `jambo batch` input, or an HTTP request later).

@@ -37,7 +37,7 @@ TEST_P(EngineInvarianceTest, EveryRequestMatchesItsRunAlone) {
   options.kv_block_size = kKvBlockSize;
   options.max_model_len = kMaxModelLen;
   options.checked = true;
-  options.trace_path = ::testing::TempDir() + "engine_invariance_trace.jsonl";
+  options.trace_path = trace_path_for_this_test();
   const int64_t num_kv_blocks = setting.num_kv_blocks > 0 ? setting.num_kv_blocks : 64 * 4 * 6;
   options.memory_budget = memory_budget_for(model_, setting.max_num_seqs, num_kv_blocks, kKvBlockSize);
   Engine engine(model_, nullptr, options);

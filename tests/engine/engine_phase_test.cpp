@@ -22,7 +22,7 @@ PhaseRun run_traced(const Model& model, const std::vector<RequestSpec>& specs, i
   options.max_model_len = 32;
   options.memory_budget = memory_budget_for(model, max_num_seqs, 64, options.kv_block_size);
   options.checked = true;
-  options.trace_path = ::testing::TempDir() + "engine_phase_trace.jsonl";
+  options.trace_path = trace_path_for_this_test();
   PhaseRun run;
   {
     Engine engine(model, nullptr, options);

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -74,6 +75,14 @@ inline std::vector<RequestSpec> random_workload(const Model& model, int64_t num_
 }
 
 // The lines of a JSONL trace whose "type" is `type` ("step" or "event").
+// A trace file of the running test alone: ctest runs the tests of one program in parallel processes.
+inline std::string trace_path_for_this_test() {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  std::replace(name.begin(), name.end(), '/', '_');
+  return ::testing::TempDir() + name + "." + std::to_string(getpid()) + ".trace.jsonl";
+}
+
 inline std::vector<nlohmann::json> read_trace(const std::string& path, const std::string& type) {
   std::vector<nlohmann::json> lines;
   std::ifstream trace(path);

@@ -26,6 +26,11 @@ class CpuBackend final : public Backend {
   void copy_state(int64_t from_slot, int64_t to_slot) override { states_.copy(from_slot, to_slot); }
   void copy_kv_block(int64_t from_block, int64_t to_block) override;
   void poison_state(int64_t slot) override { states_.poison(slot); }
+  int64_t state_elements_per_slot() const override { return states_.elements_per_slot(); }
+  void inject_faults(const FaultInjection& faults) override {
+    faults_ = faults;
+    states_.wrap_offsets_at(faults.state_offset_modulus);
+  }
 
  private:
   void validate(std::span<const BatchRow> rows) const;
@@ -44,6 +49,7 @@ class CpuBackend final : public Backend {
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
   cpu::StatePool states_;
   cpu::KvCache kv_cache_;
+  FaultInjection faults_;  // test-only; none by default
 };
 
 std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
@@ -164,9 +170,12 @@ void CpuBackend::run_mixer(int64_t layer, std::span<const BatchRow> rows, const 
     return;
   }
   std::vector<cpu::MambaRow> mamba_rows;
-  for (size_t r = 0; r < rows.size(); ++r)
-    mamba_rows.push_back({first_tokens[r], int64_t(rows[r].tokens.size()), rows[r].has_initial_state,
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const bool reads_state =
+        rows[r].has_initial_state || (faults_.decode_before_prefill && rows[r].tokens.size() == 1);
+    mamba_rows.push_back({first_tokens[r], int64_t(rows[r].tokens.size()), reads_state,
                           states_.conv_tail(rows[r].slot, kind_index), states_.ssm_state(rows[r].slot, kind_index)});
+  }
   cpu::mamba_mixer(weights.mamba, model_.config, normed, mamba_rows, mixed);
 }
 

@@ -39,7 +39,17 @@ void StatePool::require_slot(int64_t slot, const char* action) const {
   JAMBO_REQUIRE(slot >= 0 && slot < num_slots_, "{}: state slot {} is out of range [0, {})", action, slot, num_slots_);
 }
 
-float* StatePool::slot_begin(int64_t slot) { return memory_.data() + element_offset(slot, slot_stride_); }
+float* StatePool::slot_begin(int64_t slot) {
+  const int64_t offset = element_offset(slot, slot_stride_);
+  return memory_.data() + (offset_modulus_ > 0 ? offset % offset_modulus_ : offset);
+}
+
+void StatePool::wrap_offsets_at(int64_t modulus) {
+  JAMBO_REQUIRE(modulus == 0 || (modulus > 0 && modulus % slot_stride_ == 0 && modulus <= num_slots_ * slot_stride_),
+                "state offset modulus {} must be 0 or a multiple of the slot size {} within the pool", modulus,
+                slot_stride_);
+  offset_modulus_ = modulus;
+}
 
 float* StatePool::conv_tail(int64_t slot, int64_t mamba_layer) {
   return slot_begin(slot) + element_offset(mamba_layer, layer_stride_);

@@ -1,0 +1,131 @@
+// jambo stress: a workload built to surface state-cache bugs, then `compare` on every sample. Defaults
+// finish in well under a minute on the demo model with two cores.
+#include "cli/common.h"
+#include "engine/request_json.h"
+#include "forensics/report.h"
+#include "forensics/stress.h"
+
+#include <fstream>
+
+namespace jambo::cli {
+namespace {
+
+struct StressOptions {
+  ModelOptions model;
+  EngineFlags engine;
+  StressWorkload workload;
+  double threshold = kDefaultCompareThreshold;
+  int64_t num_budget_slots = 0;  // 0: max_samples + 2
+  std::string inject = "none";
+  std::string output_path;
+  std::string report_path;
+  std::string summary_path;
+};
+
+EngineFaults parse_injection(const std::string& name) {
+  EngineFaults faults;
+  if (name == "decode-before-prefill") faults.decode_before_prefill = true;
+  if (name == "offset-wrap") faults.wrap_state_offsets = true;
+  return faults;
+}
+
+void write_outputs(const StressOptions& options, const StressResult& result, const Tokenizer* tokenizer) {
+  if (!options.output_path.empty()) {
+    std::ofstream out(options.output_path);
+    JAMBO_REQUIRE(out, "cannot write output file '{}'", options.output_path);
+    for (const SampleOutput& sample : result.samples) out << sample_to_json(sample).dump() << '\n';
+  }
+  if (!options.summary_path.empty()) {
+    std::ofstream out(options.summary_path);
+    JAMBO_REQUIRE(out, "cannot write summary file '{}'", options.summary_path);
+    out << summary_json(result.comparison).dump(2) << '\n';
+  }
+  if (!options.report_path.empty()) {
+    std::ofstream out(options.report_path);
+    JAMBO_REQUIRE(out, "cannot write report file '{}'", options.report_path);
+    out << render_html_report(result.comparison, tokenizer);
+  }
+}
+
+// --memory-budget tight: state slots for a few sequences, so that slots are reused fast and requests
+// preempted, and KV blocks for the largest request alone, so that every request still fits.
+void apply_tight_budget(StressOptions& options, const Model& model) {
+  EngineOptions& engine = options.engine.options;
+  const StressWorkload& workload = options.workload;
+  if (engine.max_model_len == 0) engine.max_model_len = workload.max_prompt_tokens + workload.max_new_tokens;
+  if (engine.memory_budget != "tight") return;
+  const int64_t num_slots = options.num_budget_slots > 0 ? options.num_budget_slots : workload.max_samples + 2;
+  const int64_t num_blocks = workload.max_samples * ((engine.max_model_len + engine.kv_block_size - 1) / engine.kv_block_size);
+  engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
+  engine.memory_budget = std::to_string(exact_memory_budget(model, engine, num_slots, num_blocks));
+}
+
+int run_stress_command(StressOptions& options) {
+  const Model model = options.model.load();
+  const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
+  apply_tight_budget(options, model);
+  EngineOptions engine_options = options.engine.resolve();
+  engine_options.faults = parse_injection(options.inject);
+
+  fmt::print(stderr, "stress: {} requests (prompts 1..{} tokens, n 1..{}, 1..{} new tokens), budget {} bytes, "
+             "slot policy {}, injection {}\n",
+             options.workload.num_requests, options.workload.max_prompt_tokens, options.workload.max_samples,
+             options.workload.max_new_tokens, engine_options.memory_budget, options.engine.slot_policy, options.inject);
+  const auto on_step = [&](int64_t step, int64_t num_finished) {
+    if (step % 50 == 0)
+      fmt::print(stderr, "stress: step {}, {}/{} requests finished\n", step, num_finished,
+                 options.workload.num_requests);
+  };
+  const StressResult result = run_stress(model, tokenizer ? &*tokenizer : nullptr, engine_options, options.workload,
+                                         options.threshold, on_step);
+  write_outputs(options, result, tokenizer ? &*tokenizer : nullptr);
+  const EngineCounters& counters = result.counters;
+  const SampleComparison* worst = result.comparison.worst();
+  fmt::print("stress: {} samples, {} flagged (threshold {:g}); worst max |dlogprob| {:.3g}; {} steps, {} "
+             "preemptions, {} slot reuses, {} law violations\n",
+             result.comparison.samples.size(), result.comparison.num_flagged(), options.threshold,
+             worst ? worst->max_abs_diff : 0.0, counters.steps, counters.preemptions, counters.slot_reuses,
+             counters.law_violations);
+  return compare_exit_code(result.comparison);
+}
+
+}  // namespace
+
+void add_stress_command(CLI::App& app) {
+  auto options = std::make_shared<StressOptions>();
+  CLI::App* command = app.add_subcommand(
+      "stress", "a workload built to surface state bugs (tight memory, one-token admissions, n > 1, slot reuse), "
+                "then compare every sample with the reference path; exit code 3 when any is flagged");
+  options->model.add_to(*command, /*allow_random_weights=*/true);
+  StressWorkload& workload = options->workload;
+  command->add_option("--requests", workload.num_requests, "requests in the workload")->capture_default_str();
+  command->add_option("--max-prompt-tokens", workload.max_prompt_tokens, "longest prompt")->capture_default_str();
+  command->add_option("--max-new-tokens", workload.max_new_tokens, "most tokens a request asks for")
+      ->capture_default_str();
+  command->add_option("--max-n", workload.max_samples, "most samples per prompt")->capture_default_str();
+  command->add_option("--arrival-rate", workload.arrivals_per_step, "mean new requests per step")
+      ->capture_default_str();
+  command->add_option("--seed", workload.seed, "seed of the workload")->capture_default_str();
+  command->add_option("--threshold", options->threshold, "flag a sample whose |dlogprob| exceeds this")
+      ->capture_default_str();
+  command->add_option("--budget-slots", options->num_budget_slots,
+                      "with --memory-budget tight: the state slots it holds (default max-n + 2)");
+  command->add_option("--inject", options->inject, "test-only fault: reproduce a historical state-cache bug")
+      ->check(CLI::IsMember({"none", "decode-before-prefill", "offset-wrap"}))
+      ->capture_default_str();
+  command->add_option("--output", options->output_path, "write the samples as JSONL (the batch format)");
+  command->add_option("--summary", options->summary_path, "write the comparison summary as JSON");
+  command->add_option("--report", options->report_path, "write the comparison as an HTML report");
+  EngineOptions& engine = options->engine.options;
+  engine.max_num_batched_tokens = 24;
+  engine.max_num_seqs = 16;
+  engine.max_model_len = 0;  // max-prompt-tokens + max-new-tokens
+  engine.memory_budget = "tight";
+  options->engine.slot_policy = "highest";
+  options->engine.add_to(*command);
+  command->callback([options] {
+    if (const int status = run_stress_command(*options); status != 0) throw ExitStatus{status};
+  });
+}
+
+}  // namespace jambo::cli

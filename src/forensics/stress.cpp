@@ -1,0 +1,90 @@
+#include "forensics/stress.h"
+
+#include "engine/memory_budget.h"
+#include "engine/request_json.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+
+namespace jambo {
+
+std::vector<RequestSpec> make_stress_requests(const StressWorkload& workload, int64_t vocab_size) {
+  std::mt19937_64 rng(workload.seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const auto uniform_int = [&](int64_t low, int64_t high) {
+    return std::uniform_int_distribution<int64_t>(low, high)(rng);
+  };
+  std::vector<RequestSpec> requests;
+  for (int64_t i = 0; i < workload.num_requests; ++i) {
+    RequestSpec spec;
+    spec.id = "stress-" + std::to_string(i);
+    const bool one_token = unit(rng) < 0.2;
+    const int64_t num_prompt =
+        one_token ? 1 : int64_t(std::exp(unit(rng) * std::log(double(workload.max_prompt_tokens))));
+    for (int64_t t = 0; t < std::max<int64_t>(num_prompt, 1); ++t)
+      spec.prompt_ids.push_back(int32_t(uniform_int(0, vocab_size - 1)));
+    spec.n = uniform_int(1, workload.max_samples);
+    spec.sampling.max_tokens = uniform_int(1, workload.max_new_tokens);
+    if (unit(rng) < 0.5) {
+      spec.sampling.temperature = 0.8;
+      spec.sampling.top_p = 0.95;
+      spec.sampling.seed = rng();
+    }
+    requests.push_back(std::move(spec));
+  }
+  return requests;
+}
+
+int64_t exact_memory_budget(const Model& model, const EngineOptions& options, int64_t num_slots,
+                            int64_t num_kv_blocks) {
+  // plan_cache with an ample budget only to learn the size of one slot and one KV block.
+  const CachePlan unit = plan_cache(model.config, model.weights.bytes_total, int64_t(1) << 50, 1,
+                                    options.kv_block_size, options.max_model_len);
+  return model.weights.bytes_total + num_slots * unit.bytes_per_slot + num_kv_blocks * unit.bytes_per_kv_block;
+}
+
+namespace {
+
+// Engine samples in the form `jambo compare` reads, so both audit exactly the same thing.
+SampleFile as_sample_file(const std::vector<SampleOutput>& samples, int64_t vocab_size) {
+  SampleFile file;
+  for (size_t i = 0; i < samples.size(); ++i)
+    for (Sample& sample : parse_sample_line(sample_to_json(samples[i]), int64_t(i) + 1, vocab_size))
+      file.samples.push_back(std::move(sample));
+  return file;
+}
+
+}  // namespace
+
+StressResult run_stress(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options,
+                        const StressWorkload& workload, double threshold,
+                        const std::function<void(int64_t, int64_t)>& on_step) {
+  std::vector<RequestSpec> requests = make_stress_requests(workload, model.config.vocab_size);
+  Engine engine(model, tokenizer, options);
+  std::mt19937_64 arrivals(workload.seed + 1);
+  std::poisson_distribution<int64_t> arrivals_per_step(workload.arrivals_per_step);
+  std::map<std::string, int64_t> samples_left;
+  StressResult result;
+  size_t num_added = 0;
+  int64_t num_finished = 0;
+  for (int64_t step = 0; num_added < requests.size() || engine.has_unfinished(); ++step) {
+    // At least one arrival when idle, so the run never stalls on an empty engine.
+    int64_t num_arriving = arrivals_per_step(arrivals);
+    if (!engine.has_unfinished()) num_arriving = std::max<int64_t>(num_arriving, 1);
+    for (; num_arriving > 0 && num_added < requests.size(); --num_arriving, ++num_added) {
+      engine.add_request(requests[num_added]);
+      samples_left[requests[num_added].id] = requests[num_added].n;
+    }
+    for (SampleOutput& sample : engine.step()) {
+      if (--samples_left[sample.id] == 0) ++num_finished;
+      result.samples.push_back(std::move(sample));
+    }
+    if (on_step) on_step(step, num_finished);
+  }
+  result.counters = engine.counters();
+  result.comparison = compare_samples(model, as_sample_file(result.samples, model.config.vocab_size), threshold);
+  return result;
+}
+
+}  // namespace jambo
