@@ -104,5 +104,45 @@ mkdir -p "$work/shape" && cp "$fixture/config.json" "$work/shape/"
 expect_exit 0 "bench random weights" "$jambo" bench --model "$work/shape" --random-weights --prompt-tokens 8 --decode-tokens 2 --repeats 1
 grep -q "tok/s" "$work/out" && pass "bench prints tok/s" || fail "bench output: $(cat "$work/out")"
 
+# batch: one line per sample, a malformed line reported by number and skipped, a rerun resumes
+cat >"$work/batch.jsonl" <<'LINES'
+{"id": "greedy", "prompt": "The meaning of life is", "max_tokens": 8}
+{"id": "sampled", "prompt_ids": [1, 296, 1842], "n": 3, "temperature": 0.8, "seed": 3, "max_tokens": 6, "logprobs": 2}
+{"id": "broken", "prompt": 12}
+not json at all
+LINES
+expect_exit 0 "batch" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/batch-out.jsonl" \
+  --max-num-batched-tokens 5 --slot-policy highest --check --trace "$work/trace.jsonl"
+grep -q "batch.jsonl:3: field 'prompt' must be a string" "$work/err" && grep -q "batch.jsonl:4: malformed JSON" "$work/err" \
+  && pass "batch names malformed lines" || fail "batch malformed lines: $(cat "$work/err")"
+if jq -e -s 'length == 4 and (map(.id) | sort) == ["greedy", "sampled", "sampled", "sampled"]
+             and all(.[]; has("prompt_ids") and has("ids") and has("text") and has("logprobs") and has("top_logprobs")
+                           and has("finish_reason") and has("sample"))
+             and ([.[] | select(.id == "sampled") | .top_logprobs[0] | length] | all(. == 2))' \
+     "$work/batch-out.jsonl" >/dev/null; then pass "batch output format"; else fail "batch output: $(cat "$work/batch-out.jsonl")"; fi
+expect_exit 0 "batch rerun" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/batch-out.jsonl"
+[[ $(wc -l <"$work/batch-out.jsonl") -eq 4 ]] && grep -q "2 already done" "$work/err" \
+  && pass "batch rerun skips finished ids" || fail "batch rerun: $(cat "$work/err")"
+
+# trace: the life of one request
+expect_exit 0 "trace" "$jambo" trace --input "$work/trace.jsonl" --request sampled
+grep -q "prefill" "$work/out" && grep -q "decode" "$work/out" && grep -q "finished" "$work/out" \
+  && pass "trace tells prefill, decode and finish" || fail "trace output: $(cat "$work/out")"
+expect_exit 1 "trace of an unknown request" "$jambo" trace --input "$work/trace.jsonl" --request nobody
+
+# compare: a clean batch passes; one perturbed logprob is flagged with exit code 3
+expect_exit 0 "compare clean" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --report "$work/report.html"
+grep -q "<svg" "$work/report.html" && pass "compare writes an HTML report" || fail "compare report lacks a plot"
+jq -c 'if .id == "greedy" then .logprobs[2] += 0.5 else . end' "$work/batch-out.jsonl" >"$work/perturbed.jsonl"
+expect_exit 3 "compare flags a perturbed sample" "$jambo" compare --model "$demo" --input "$work/perturbed.jsonl"
+jq -e '.samples | map(select(.flagged)) | length == 1 and .[0].id == "greedy" and .[0].first_divergent_position == 2' \
+  "$work/out" >/dev/null && pass "compare names the sample and position" || fail "compare summary: $(cat "$work/out")"
+
+# stress: clean without faults; each historical bug injected is caught (exit code 3)
+expect_exit 0 "stress clean" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40
+for fault in decode-before-prefill offset-wrap; do
+  expect_exit 3 "stress catches $fault" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40 --inject "$fault"
+done
+
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]

@@ -121,12 +121,15 @@ void run_batch(BatchOptions& options) {
   progress.finish(num_generated);
 
   const EngineCounters& counters = engine.counters();
+  const double elapsed = progress.elapsed_seconds();
   fmt::print(stderr,
              "batch: {} requests run, {} already done, {} skipped as malformed; {} tokens generated, {} prompt "
-             "tokens; {:.1f} generated tok/s in {:.1f} s; {} preemptions, {} slot reuses, {} steps\n",
-             samples_left.size(), input.num_already_done, input.num_malformed, num_generated,
-             counters.prefill_tokens, progress.tokens_per_second(num_generated), progress.elapsed_seconds(),
-             counters.preemptions, counters.slot_reuses, counters.steps);
+             "tokens computed in {:.1f} s: {:.1f} generated tok/s, {:.1f} tok/s in all; {} preemptions, {} slot "
+             "reuses, {} steps\n",
+             samples_left.size(), input.num_already_done, input.num_malformed, num_generated, counters.prefill_tokens,
+             elapsed, progress.tokens_per_second(num_generated),
+             progress.tokens_per_second(num_generated + counters.prefill_tokens), counters.preemptions,
+             counters.slot_reuses, counters.steps);
 }
 
 }  // namespace
