@@ -22,6 +22,7 @@ test: build
 
 bench: build
 	bench/cpu.sh $(BUILD_DIR)/jambo
+	bench/cpu_batch.sh $(BUILD_DIR)/jambo
 
 clean:
 	rm -rf $(BUILD_DIR)
