@@ -144,5 +144,17 @@ for fault in decode-before-prefill offset-wrap; do
   expect_exit 3 "stress catches $fault" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40 --inject "$fault"
 done
 
+# checked mode turns the historical stale read into a loud law 2 error naming request and slot
+expect_exit 1 "checked mode stops a stale read" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40 \
+  --inject decode-before-prefill --check
+grep -q "law 2 violation: request 'stress-" "$work/err" && grep -q "slot" "$work/err" \
+  && pass "checked mode names request and slot" || fail "checked stale read: $(cat "$work/err")"
+
+# a torn last output line (an interrupted run) is cut before the rerun appends
+head -c -20 "$work/batch-out.jsonl" >"$work/torn.jsonl"
+expect_exit 0 "batch resumes after a torn line" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/torn.jsonl"
+jq -e -s 'length == 4' "$work/torn.jsonl" >/dev/null && pass "torn line replaced by a whole one" \
+  || fail "torn resume: $(tail -c 300 "$work/torn.jsonl")"
+
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -38,21 +39,40 @@ SamplesWritten read_samples_written(const std::string& path) {
   return written;
 }
 
-// Opens the output for appending, first ending a torn last line so that new lines stay whole.
+// The length of the file up to and including its last newline: what an interrupted run wrote whole.
+uintmax_t whole_lines_length(const std::string& path) {
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file) return 0;
+  constexpr std::streamoff kChunk = 1 << 16;
+  for (std::streamoff end = file.tellg(); end > 0;) {
+    const std::streamoff begin = std::max<std::streamoff>(0, end - kChunk);
+    std::string chunk(size_t(end - begin), '\0');
+    file.seekg(begin);
+    file.read(chunk.data(), std::streamsize(chunk.size()));
+    if (const size_t newline = chunk.rfind('\n'); newline != std::string::npos) return uintmax_t(begin) + newline + 1;
+    end = begin;
+  }
+  return 0;
+}
+
+// Opens the output for appending, first cutting a torn last line (an interrupted write) away.
 std::ofstream open_output(const std::string& path) {
-  bool ends_torn = false;
-  if (std::ifstream existing{path, std::ios::binary | std::ios::ate}; existing && existing.tellg() > 0) {
-    existing.seekg(-1, std::ios::end);
-    ends_torn = existing.get() != '\n';
+  std::error_code error;
+  if (std::filesystem::exists(path, error)) {
+    const uintmax_t whole = whole_lines_length(path);
+    if (whole < std::filesystem::file_size(path)) {
+      fmt::print(stderr, "{}: cutting a torn last line left by an interrupted run\n", path);
+      std::filesystem::resize_file(path, whole);
+    }
   }
   std::ofstream out(path, std::ios::app);
   JAMBO_REQUIRE(out, "cannot write output file '{}'", path);
-  if (ends_torn) out << '\n';
   return out;
 }
 
 struct BatchInput {
   std::vector<RequestSpec> requests;
+  std::vector<int64_t> line_numbers;  // [requests]
   int64_t num_malformed = 0;
   int64_t num_already_done = 0;
 };
@@ -78,6 +98,7 @@ BatchInput read_batch_input(const BatchOptions& options, const Tokenizer* tokeni
         continue;
       }
       input.requests.push_back(std::move(spec));
+      input.line_numbers.push_back(line_number);
     } catch (const Error& error) {
       fmt::print(stderr, "{}:{}: {}; line skipped\n", options.input_path, line_number, error.what());
       ++input.num_malformed;
@@ -95,12 +116,12 @@ void run_batch(BatchOptions& options) {
 
   Engine engine(model, tokenizer ? &*tokenizer : nullptr, engine_options);
   std::map<std::string, int64_t> samples_left;  // id -> samples still to finish
-  for (const RequestSpec& spec : input.requests) {
+  for (size_t i = 0; i < input.requests.size(); ++i) {
     try {
-      engine.add_request(spec);
-      samples_left[spec.id] = spec.n;
+      engine.add_request(input.requests[i]);
+      samples_left[input.requests[i].id] = input.requests[i].n;
     } catch (const Error& error) {
-      fmt::print(stderr, "{}: {}; skipped\n", options.input_path, error.what());
+      fmt::print(stderr, "{}:{}: {}; line skipped\n", options.input_path, input.line_numbers[i], error.what());
       ++input.num_malformed;
     }
   }

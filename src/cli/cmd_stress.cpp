@@ -15,7 +15,7 @@ struct StressOptions {
   EngineFlags engine;
   StressWorkload workload;
   double threshold = kDefaultCompareThreshold;
-  int64_t num_budget_slots = 0;  // 0: max_samples + 2
+  int64_t num_budget_slots = 0;  // 0: 2 * max_samples + 4
   std::string inject = "none";
   std::string output_path;
   std::string report_path;
@@ -52,9 +52,17 @@ void write_outputs(const StressOptions& options, const StressResult& result, con
 void apply_tight_budget(StressOptions& options, const Model& model) {
   EngineOptions& engine = options.engine.options;
   const StressWorkload& workload = options.workload;
-  if (engine.max_model_len == 0) engine.max_model_len = workload.max_prompt_tokens + workload.max_new_tokens;
+  const int64_t longest_request = workload.max_prompt_tokens + workload.max_new_tokens;
+  if (engine.max_model_len == 0) engine.max_model_len = longest_request;
+  if (engine.max_model_len < longest_request)
+    throw UsageError(fmt::format("--max-model-len {} is shorter than the longest request ({} tokens)",
+                                 engine.max_model_len, longest_request));
   if (engine.memory_budget != "tight") return;
-  const int64_t num_slots = options.num_budget_slots > 0 ? options.num_budget_slots : workload.max_samples + 2;
+  // More slots than KV blocks can serve at once: sequences then compete for blocks and get preempted.
+  const int64_t num_slots = options.num_budget_slots > 0 ? options.num_budget_slots : 2 * workload.max_samples + 4;
+  if (num_slots < workload.max_samples)
+    throw UsageError(fmt::format("--budget-slots {} cannot hold the {} samples of one request", num_slots,
+                                 workload.max_samples));
   const int64_t num_blocks = workload.max_samples * ((engine.max_model_len + engine.kv_block_size - 1) / engine.kv_block_size);
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
   engine.memory_budget = std::to_string(exact_memory_budget(model, engine, num_slots, num_blocks));
@@ -98,18 +106,24 @@ void add_stress_command(CLI::App& app) {
                 "then compare every sample with the reference path; exit code 3 when any is flagged");
   options->model.add_to(*command, /*allow_random_weights=*/true);
   StressWorkload& workload = options->workload;
-  command->add_option("--requests", workload.num_requests, "requests in the workload")->capture_default_str();
-  command->add_option("--max-prompt-tokens", workload.max_prompt_tokens, "longest prompt")->capture_default_str();
-  command->add_option("--max-new-tokens", workload.max_new_tokens, "most tokens a request asks for")
+  const auto count = CLI::Range(int64_t(1), int64_t(1) << 20);
+  command->add_option("--requests", workload.num_requests, "requests in the workload")->check(count)->capture_default_str();
+  command->add_option("--max-prompt-tokens", workload.max_prompt_tokens, "longest prompt")
+      ->check(count)
       ->capture_default_str();
-  command->add_option("--max-n", workload.max_samples, "most samples per prompt")->capture_default_str();
+  command->add_option("--max-new-tokens", workload.max_new_tokens, "most tokens a request asks for")
+      ->check(count)
+      ->capture_default_str();
+  command->add_option("--max-n", workload.max_samples, "most samples per prompt")->check(count)->capture_default_str();
   command->add_option("--arrival-rate", workload.arrivals_per_step, "mean new requests per step")
+      ->check(CLI::Range(1e-3, 1e6))
       ->capture_default_str();
   command->add_option("--seed", workload.seed, "seed of the workload")->capture_default_str();
   command->add_option("--threshold", options->threshold, "flag a sample whose |dlogprob| exceeds this")
       ->capture_default_str();
   command->add_option("--budget-slots", options->num_budget_slots,
-                      "with --memory-budget tight: the state slots it holds (default max-n + 2)");
+                      "with --memory-budget tight: the state slots it holds (default 2 max-n + 4)")
+      ->check(count);
   command->add_option("--inject", options->inject, "test-only fault: reproduce a historical state-cache bug")
       ->check(CLI::IsMember({"none", "decode-before-prefill", "offset-wrap"}))
       ->capture_default_str();

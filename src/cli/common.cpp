@@ -49,19 +49,19 @@ SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t m
 
 void EngineFlags::add_to(CLI::App& command) {
   command.add_option("--max-num-batched-tokens", options.max_num_batched_tokens, "tokens of all rows of one step")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();
   command.add_option("--max-num-seqs", options.max_num_seqs, "sequences running at once")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
   command.add_option("--memory-budget", options.memory_budget,
                      "bytes (8e9, 2GiB) or a fraction of available memory for weights, state slots and KV cache")
       ->capture_default_str();
   command.add_option("--kv-block-size", options.kv_block_size, "tokens per KV block")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
       ->capture_default_str();
   command.add_option("--max-model-len", options.max_model_len, "prompt plus generated tokens of one sequence")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();
   command.add_option("--slot-policy", slot_policy, "which free state slot a request gets")
       ->check(CLI::IsMember({"lowest", "highest", "random"}))

@@ -105,10 +105,10 @@ void Engine::Impl::validate(const RequestSpec& spec) const {
   } catch (const Error& error) {
     fail("request '{}': {}", id, error.what());
   }
-  const int64_t num_tokens = int64_t(spec.prompt_ids.size()) + spec.sampling.max_tokens;
-  JAMBO_REQUIRE(num_tokens <= options.max_model_len,
+  JAMBO_REQUIRE(spec.sampling.max_tokens <= options.max_model_len - int64_t(spec.prompt_ids.size()),
                 "request '{}': prompt of {} tokens plus max_tokens {} exceeds max_model_len {}", id,
                 spec.prompt_ids.size(), spec.sampling.max_tokens, options.max_model_len);
+  const int64_t num_tokens = int64_t(spec.prompt_ids.size()) + spec.sampling.max_tokens;
   JAMBO_REQUIRE(spec.n * kv_blocks.blocks_for(num_tokens) <= kv_blocks.num_blocks(),
                 "request '{}': n = {} samples of {} tokens need {} KV blocks; the memory budget holds {}", id, spec.n,
                 num_tokens, spec.n * kv_blocks.blocks_for(num_tokens), kv_blocks.num_blocks());

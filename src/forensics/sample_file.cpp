@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <limits>
 #include <string_view>
 
 namespace jambo {
@@ -105,6 +106,8 @@ double logprob_from_row(const json& row, int32_t token) {
 // The logprob of the generated id `token` from one position's entry of a logprobs list.
 double generated_logprob(const json& entry, int32_t token, int64_t vocab_size) {
   if (entry.is_number()) return entry.get<double>();
+  // NaN and infinities are written as null (JSON has neither): a broken logprob, to be flagged, not skipped.
+  if (entry.is_null()) return std::numeric_limits<double>::quiet_NaN();
   if (entry.is_object()) return logprob_from_dict(entry, token);
   JAMBO_REQUIRE(entry.is_array() && !entry.empty(),
                 "expected a number, a {{token_id: logprob}} dict, [token_id, logprob] pairs or a row of logits; got {}",

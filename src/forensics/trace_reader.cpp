@@ -1,37 +1,51 @@
 #include "forensics/trace_reader.h"
 
+#include "core/json.h"
+
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+
+#include <climits>
 
 namespace jambo {
 namespace {
 
 using nlohmann::json;
 
+// Fields of a trace line, or the fallback when a line lacks them or has another type: a damaged trace
+// is still read as far as it goes.
+int64_t integer_or(const json& line, const char* key, int64_t fallback) {
+  return line.contains(key) && line[key].is_number_integer() ? line[key].get<int64_t>() : fallback;
+}
+
+std::string string_or(const json& line, const char* key, const std::string& fallback) {
+  return line.contains(key) && line[key].is_string() ? line[key].get<std::string>() : fallback;
+}
+
 // Request ids may be written as strings or numbers; compare them as text.
 std::string id_text(const json& id) { return id.is_string() ? id.get<std::string>() : id.dump(); }
 
 std::string row_line(int64_t step, const json& row) {
-  const int64_t start = row.value("start", int64_t(0));
-  const int64_t num_tokens = row.value("num_tokens", int64_t(0));
-  const std::string positions = num_tokens == 1 ? fmt::format("position {}", start)
-                                                : fmt::format("positions {}..{} ({} tokens)", start,
-                                                              start + num_tokens - 1, num_tokens);
+  const int64_t start = integer_or(row, "start", 0);
+  const int64_t num_tokens = integer_or(row, "num_tokens", 0);
+  const bool range_fits = num_tokens > 1 && start >= 0 && start <= INT64_MAX - num_tokens;
+  const std::string positions = range_fits ? fmt::format("positions {}..{} ({} tokens)", start,
+                                                         start + num_tokens - 1, num_tokens)
+                                           : fmt::format("position {} ({} tokens)", start, num_tokens);
   return fmt::format("step {:<6} {:<8} sample {}  {}  slot {} gen {}  kv blocks {}", step,
-                     row.value("phase", std::string("?")), row.value("sample", int64_t(0)), positions,
-                     row.value("slot", int64_t(-1)), row.value("generation", int64_t(0)),
-                     row.contains("kv_blocks") ? row["kv_blocks"].dump() : "[]");
+                     string_or(row, "phase", "?"), integer_or(row, "sample", 0), positions,
+                     integer_or(row, "slot", -1), integer_or(row, "generation", 0),
+                     row.contains("kv_blocks") ? describe_json(row["kv_blocks"]) : "[]");
 }
 
 std::string event_line(const json& event) {
   std::string details;
   for (const auto& [key, value] : event.items()) {
     if (key == "type" || key == "step" || key == "request" || key == "event" || key == "sample") continue;
-    details += fmt::format("  {}={}", key, value.is_string() ? value.get<std::string>() : value.dump());
+    details += fmt::format("  {}={}", key, value.is_string() ? value.get<std::string>() : describe_json(value));
   }
-  return fmt::format("step {:<6} {:<8} sample {}{}", event.value("step", int64_t(0)),
-                     event.value("event", std::string("?")), event.value("sample", int64_t(0)), details);
+  return fmt::format("step {:<6} {:<8} sample {}{}", integer_or(event, "step", 0), string_or(event, "event", "?"),
+                     integer_or(event, "sample", 0), details);
 }
 
 }  // namespace
@@ -45,14 +59,14 @@ RequestLife read_request_life(std::istream& trace, const std::string& request_id
       ++life.num_unreadable;
       continue;
     }
-    if (line.value("type", std::string()) == "event") {
+    if (string_or(line, "type", "") == "event") {
       if (line.contains("request") && id_text(line["request"]) == request_id) life.lines.push_back(event_line(line));
       continue;
     }
     if (!line.contains("rows") || !line["rows"].is_array()) continue;
     for (const json& row : line["rows"])
       if (row.is_object() && row.contains("request") && id_text(row["request"]) == request_id)
-        life.lines.push_back(row_line(line.value("step", int64_t(0)), row));
+        life.lines.push_back(row_line(integer_or(line, "step", 0), row));
   }
   return life;
 }

@@ -31,6 +31,19 @@ TEST(TraceReader, TellsTheLifeOfOneRequestInOrder) {
   EXPECT_EQ(life.num_unreadable, 1);
 }
 
+TEST(TraceReader, ReadsPastLinesWithFieldsOfTheWrongType) {
+  std::istringstream trace(
+      R"({"type":5,"step":"x"})"
+      "\n"
+      R"({"type":"step","step":1,"rows":[{"request":"a","start":9223372036854775807,"num_tokens":9,"slot":"s"}]})"
+      "\n"
+      R"({"type":"event","step":2,"request":"a","event":"finished"})"
+      "\n");
+  const RequestLife life = read_request_life(trace, "a");
+  ASSERT_EQ(life.lines.size(), 2u);
+  EXPECT_NE(life.lines[1].find("finished"), std::string::npos);
+}
+
 TEST(TraceReader, MatchesNumericIdsAsText) {
   std::istringstream trace(R"({"type":"event","step":0,"request":12,"event":"queued"})");
   EXPECT_EQ(read_request_life(trace, "12").lines.size(), 1u);
