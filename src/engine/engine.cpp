@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <random>
+#include <unordered_map>
 
 namespace jambo {
 
@@ -42,6 +43,7 @@ struct Engine::Impl {
   std::vector<SampleOutput> step();
   void update_counters();
   Request* find(const std::string& id);
+  void forget_finished(const std::vector<ScheduledRow>& rows);
 
   // After a row ran: its prompt logprobs, and a new token once all its tokens are in its state.
   void advance(const ScheduledRow& row, int64_t row_index, const StepLogits& logits);
@@ -59,7 +61,7 @@ struct Engine::Impl {
   ModelRunner runner;
   Scheduler scheduler;
   Trace trace;
-  std::vector<std::unique_ptr<Request>> requests;  // unfinished, in order of arrival
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests;  // unfinished, by id
   std::vector<SampleOutput> finished;              // samples finished (or aborted) since the last step returned
   int64_t num_arrivals = 0;
   int64_t num_sequences = 0;
@@ -125,9 +127,8 @@ void Engine::Impl::validate(const RequestSpec& spec) const {
 }
 
 Request* Engine::Impl::find(const std::string& id) {
-  for (const auto& request : requests)
-    if (request->spec.id == id) return request.get();
-  return nullptr;
+  const auto found = requests.find(id);
+  return found == requests.end() ? nullptr : found->second.get();
 }
 
 void Engine::Impl::add_request(const RequestSpec& spec) {
@@ -148,7 +149,7 @@ void Engine::Impl::add_request(const RequestSpec& spec) {
   scheduler.add(leader);
   trace.event(counters.steps, leader, "queued",
               {{"num_prompt_tokens", spec.prompt_ids.size()}, {"n", spec.n}, {"max_tokens", spec.sampling.max_tokens}});
-  requests.push_back(std::move(request));
+  requests.emplace(spec.id, std::move(request));
 }
 
 void Engine::Impl::abort_request(const std::string& id) {
@@ -161,7 +162,7 @@ void Engine::Impl::abort_request(const std::string& id) {
     trace.event(counters.steps, *sample, "aborted");
     finished.push_back(sample->output);
   }
-  std::erase_if(requests, [&](const auto& r) { return r.get() == request; });
+  requests.erase(id);
 }
 
 std::vector<SampleOutput> Engine::Impl::step() {
@@ -176,10 +177,19 @@ std::vector<SampleOutput> Engine::Impl::step() {
     trace.step(counters.steps, plan.rows);
     const StepLogits& logits = runner.run(plan.rows);
     for (size_t r = 0; r < plan.rows.size(); ++r) advance(plan.rows[r], int64_t(r), logits);
-    std::erase_if(requests, [](const auto& request) { return request->is_done(); });
+    forget_finished(plan.rows);
     ++counters.steps;
   }
   return std::exchange(finished, {});
+}
+
+// Only requests with a row in this step can have finished in it; ids first, since a request owns its rows'
+// sequences.
+void Engine::Impl::forget_finished(const std::vector<ScheduledRow>& rows) {
+  std::vector<std::string> done_ids;
+  for (const ScheduledRow& row : rows)
+    if (row.sequence->request.is_done()) done_ids.push_back(row.sequence->request.spec.id);
+  for (const std::string& id : done_ids) requests.erase(id);
 }
 
 void Engine::Impl::advance(const ScheduledRow& row, int64_t row_index, const StepLogits& logits) {
