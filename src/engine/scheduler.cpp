@@ -77,7 +77,7 @@ void Scheduler::admit_waiting(int64_t& budget, StepPlan& plan) {
     waiting_.pop_front();
     sequence.admit(slots_.allocate(sequence.id));
     num_reserved_slots_ += num_slots - 1;
-    running_.push_back(&sequence);
+    start_running(sequence);
     plan.admitted.push_back(&sequence);
     schedule_row(sequence, num_tokens, plan);
     budget -= num_tokens;
@@ -122,7 +122,13 @@ void Scheduler::preempt(Sequence& sequence, StepPlan& plan) {
   ++num_preemptions_;
 }
 
-void Scheduler::start_forked(Sequence& sequence) { running_.push_back(&sequence); }
+void Scheduler::start_forked(Sequence& sequence) { start_running(sequence); }
+
+// Running sequences stay in arrival order, so the preemption victim is the newest request, also when an
+// old request was preempted and admitted again (else it would be the victim again and again).
+void Scheduler::start_running(Sequence& sequence) {
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), &sequence, arrived_before), &sequence);
+}
 
 void Scheduler::remove(Sequence& sequence) {
   release(sequence);

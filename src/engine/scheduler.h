@@ -45,12 +45,13 @@ class Scheduler {
   void remove(Sequence& sequence);
 
  private:
+  void start_running(Sequence& sequence);
   void schedule_running(SequenceState phase, int64_t& budget, StepPlan& plan);
   void admit_waiting(int64_t& budget, StepPlan& plan);
   void schedule_row(Sequence& sequence, int64_t num_tokens, StepPlan& plan);
   // Blocks the row needs beyond those the sequence holds (and its fork's blocks when its prompt completes).
   int64_t num_blocks_needed(const Sequence& sequence, int64_t num_tokens) const;
-  // The most recently admitted running sequence after `index` not scheduled yet, or null.
+  // The newest-arrived running sequence after `index` not scheduled yet, or null.
   Sequence* preemption_victim(size_t index, const StepPlan& plan) const;
   void preempt(Sequence& sequence, StepPlan& plan);
   void release(Sequence& sequence);
@@ -62,7 +63,7 @@ class Scheduler {
   KvBlockManager& kv_blocks_;
   std::function<void(int64_t)> on_slot_freed_;
   std::deque<Sequence*> waiting_;   // by (arrival, sample): first come, first served
-  std::vector<Sequence*> running_;  // in order of admission
+  std::vector<Sequence*> running_;  // by (arrival, sample)
   int64_t num_reserved_slots_ = 0;  // free slots promised to the samples of running requests still to fork
   int64_t num_preemptions_ = 0;
 };
