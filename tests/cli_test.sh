@@ -138,6 +138,9 @@ expect_exit 3 "compare flags a perturbed sample" "$jambo" compare --model "$demo
 jq -e '.samples | map(select(.flagged)) | length == 1 and .[0].id == "greedy" and .[0].first_divergent_position == 2' \
   "$work/out" >/dev/null && pass "compare names the sample and position" || fail "compare summary: $(cat "$work/out")"
 
+jq -c 'if .id == "greedy" then .logprobs[1] = null else . end' "$work/batch-out.jsonl" >"$work/nan.jsonl"
+expect_exit 3 "compare flags a NaN (null) logprob" "$jambo" compare --model "$demo" --input "$work/nan.jsonl"
+
 # stress: clean without faults; each historical bug injected is caught (exit code 3)
 expect_exit 0 "stress clean" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40
 for fault in decode-before-prefill offset-wrap; do
