@@ -107,7 +107,8 @@ void attend(const JambaConfig& config, KvCache& kv_cache, int64_t attention_laye
 
 void attention_mixer(const AttentionWeights& weights, const JambaConfig& config, KvCache& kv_cache,
                      int64_t attention_layer, const Matrix& x, std::span<const AttentionRow> rows, Matrix& out) {
-  Matrix queries, keys, values;
+  // Kept from call to call (per thread) to reuse their storage; only this thread names them.
+  thread_local Matrix queries, keys, values, context;
   matmul(x, weights.q_proj, queries);
   matmul(x, weights.k_proj, keys);
   matmul(x, weights.v_proj, values);
@@ -116,7 +117,7 @@ void attention_mixer(const AttentionWeights& weights, const JambaConfig& config,
     store_keys_and_values(kv_cache, attention_layer, row, keys, values);
     for (int64_t t = 0; t < row.num_tokens; ++t) tokens[size_t(row.first_token + t)] = {&row, t};
   }
-  Matrix context(x.num_rows(), queries.num_cols());
+  context.resize(x.num_rows(), queries.num_cols());
   attend(config, kv_cache, attention_layer, tokens, queries, context);
   matmul(context, weights.o_proj, out);
 }

@@ -37,19 +37,23 @@ class CpuBackend final : public Backend {
   void validate_row(const BatchRow& row) const;
   void validate_block_table(const BatchRow& row) const;
   void validate_kv_writes(std::span<const BatchRow> rows) const;
-  Matrix embed(std::span<const BatchRow> rows) const;
-  void run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
-                 Matrix& hidden);
+  void embed(std::span<const BatchRow> rows);
+  void run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens);
   void run_mixer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
                  const Matrix& normed, Matrix& mixed);
   void compute_logits(std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
-                      const Matrix& hidden, StepLogits& logits) const;
+                      StepLogits& logits);
 
   Model model_;
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
   cpu::StatePool states_;
   cpu::KvCache kv_cache_;
   FaultInjection faults_;  // test-only; none by default
+  // The step's activations, kept so that later steps and layers reuse their storage.
+  Matrix hidden_;        // [num_tokens, H] the residual stream
+  Matrix normed_;        // [num_tokens, H] its normalized copy, the input of a mixer or FFN
+  Matrix update_;        // [num_tokens, H] the mixer's or FFN's output, added to hidden_
+  Matrix final_normed_;  // [num_vectors, H] the normalized tokens whose logits are asked for
 };
 
 std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
@@ -140,21 +144,17 @@ void CpuBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
   }
 }
 
-Matrix CpuBackend::embed(std::span<const BatchRow> rows) const {
+void CpuBackend::embed(std::span<const BatchRow> rows) {
   const TensorView& table = model_.weights.embed_tokens;  // [V, H]
   const int64_t hidden_size = model_.config.hidden_size;
-  int64_t num_tokens = 0;
-  for (const BatchRow& row : rows) num_tokens += int64_t(row.tokens.size());
-  Matrix hidden(num_tokens, hidden_size);
-  int64_t t = 0;
-  for (const BatchRow& row : rows) {
-    for (int32_t token : row.tokens) {
-      const int64_t first = element_offset(token, hidden_size);
-      float* out = hidden.row(t++);
-      for (int64_t i = 0; i < hidden_size; ++i) out[i] = table.at(first + i);
-    }
-  }
-  return hidden;
+  std::vector<int32_t> tokens;  // [num_tokens] the step's tokens, row after row
+  for (const BatchRow& row : rows) tokens.insert(tokens.end(), row.tokens.begin(), row.tokens.end());
+  hidden_.resize(int64_t(tokens.size()), hidden_size);
+  cpu::parallel_for(int64_t(tokens.size()), hidden_size, [&](int64_t t) {
+    const int64_t first = element_offset(tokens[t], hidden_size);
+    float* out = hidden_.row(t);
+    for (int64_t i = 0; i < hidden_size; ++i) out[i] = table.at(first + i);
+  });
 }
 
 void CpuBackend::run_mixer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
@@ -180,25 +180,23 @@ void CpuBackend::run_mixer(int64_t layer, std::span<const BatchRow> rows, const 
 }
 
 // Pre-norm decoder layer (spec §3.2): h += mixer(norm(h)); h += ffn(norm(h)).
-void CpuBackend::run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
-                           Matrix& hidden) {
+void CpuBackend::run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens) {
   const LayerWeights& weights = model_.weights.layers[layer];
   const float eps = float(model_.config.rms_norm_eps);
-  Matrix normed, update;  // [num_tokens, H]
-  cpu::rms_norm_rows(hidden, weights.input_norm, eps, normed);
-  run_mixer(layer, rows, first_tokens, normed, update);
-  cpu::add_in_place(hidden, update);
+  cpu::rms_norm_rows(hidden_, weights.input_norm, eps, normed_);
+  run_mixer(layer, rows, first_tokens, normed_, update_);
+  cpu::add_in_place(hidden_, update_);
 
-  cpu::rms_norm_rows(hidden, weights.pre_ff_norm, eps, normed);
+  cpu::rms_norm_rows(hidden_, weights.pre_ff_norm, eps, normed_);
   if (model_.config.ffn_kinds[layer] == FfnKind::Moe)
-    cpu::sparse_moe(weights.moe, model_.config.num_experts_per_tok, normed, update);
+    cpu::sparse_moe(weights.moe, model_.config.num_experts_per_tok, normed_, update_);
   else
-    cpu::dense_mlp(weights.mlp, normed, update);
-  cpu::add_in_place(hidden, update);
+    cpu::dense_mlp(weights.mlp, normed_, update_);
+  cpu::add_in_place(hidden_, update_);
 }
 
 void CpuBackend::compute_logits(std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
-                                const Matrix& hidden, StepLogits& logits) const {
+                                StepLogits& logits) {
   std::vector<int64_t> selected_tokens;  // [num_vectors] the tokens whose logits are asked for
   logits.first_vector.clear();
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -208,13 +206,14 @@ void CpuBackend::compute_logits(std::span<const BatchRow> rows, const std::vecto
       selected_tokens.push_back(first_tokens[r] + t);
   }
   const int64_t num_vectors = int64_t(selected_tokens.size());
-  Matrix normed(num_vectors, hidden.num_cols());  // [num_vectors, H]
-  for (int64_t v = 0; v < num_vectors; ++v)
-    cpu::rms_norm(hidden.row(selected_tokens[v]), model_.weights.final_norm, float(model_.config.rms_norm_eps),
-                  normed.row(v));
+  final_normed_.resize(num_vectors, hidden_.num_cols());
+  cpu::parallel_for(num_vectors, hidden_.num_cols(), [&](int64_t v) {
+    cpu::rms_norm(hidden_.row(selected_tokens[v]), model_.weights.final_norm, float(model_.config.rms_norm_eps),
+                  final_normed_.row(v));
+  });
   logits.vocab_size = model_.config.vocab_size;
-  logits.values.assign(size_t(element_offset(num_vectors, logits.vocab_size)), 0.0f);
-  cpu::matmul(normed.data(), num_vectors, model_.weights.lm_head, logits.values.data());
+  logits.values.resize(size_t(element_offset(num_vectors, logits.vocab_size)));  // matmul writes every value
+  cpu::matmul(final_normed_.data(), num_vectors, model_.weights.lm_head, logits.values.data());
 }
 
 void CpuBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
@@ -225,10 +224,9 @@ void CpuBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
     first_tokens.push_back(num_tokens);
     num_tokens += int64_t(row.tokens.size());
   }
-  Matrix hidden = embed(rows);  // [num_tokens, H]
-  for (int64_t layer = 0; layer < model_.config.num_hidden_layers; ++layer)
-    run_layer(layer, rows, first_tokens, hidden);
-  compute_logits(rows, first_tokens, hidden, logits);
+  embed(rows);
+  for (int64_t layer = 0; layer < model_.config.num_hidden_layers; ++layer) run_layer(layer, rows, first_tokens);
+  compute_logits(rows, first_tokens, logits);
 }
 
 }  // namespace

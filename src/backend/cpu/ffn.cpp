@@ -50,34 +50,49 @@ std::vector<std::vector<Route>> route_tokens(const Matrix& router_logits,  // [n
 }  // namespace
 
 void dense_mlp(const MlpWeights& weights, const Matrix& x, Matrix& out) {
-  Matrix gate, up;  // [num_tokens, I]
+  // Kept from call to call (per thread) to reuse their storage; used through references, because a
+  // thread_local named inside a lambda run by a worker would be the worker's own.
+  thread_local Matrix kept_gate, kept_up;
+  Matrix& gate = kept_gate;  // [num_tokens, I]
+  Matrix& up = kept_up;      // [num_tokens, I]
   matmul(x, weights.gate_proj, gate);
   matmul(x, weights.up_proj, up);
-  const int64_t count = gate.num_rows() * gate.num_cols();
-  for (int64_t i = 0; i < count; ++i) gate.data()[i] = silu(gate.data()[i]) * up.data()[i];
+  const int64_t num_cols = gate.num_cols();
+  parallel_for(gate.num_rows(), num_cols, [&](int64_t t) {
+    float* gate_row = gate.row(t);
+    const float* up_row = up.row(t);
+    for (int64_t i = 0; i < num_cols; ++i) gate_row[i] = silu(gate_row[i]) * up_row[i];
+  });
   matmul(gate, weights.down_proj, out);
 }
 
 void sparse_moe(const MoeWeights& weights, int64_t num_experts_per_tok, const Matrix& x, Matrix& out) {
-  Matrix router_logits;  // [num_tokens, E]
+  // Kept from call to call (per thread) to reuse their storage; used through references, as in dense_mlp.
+  thread_local Matrix router_logits;  // [num_tokens, E]
+  thread_local Matrix kept_input, kept_output;
+  Matrix& expert_input = kept_input;    // [num_routed, H]
+  Matrix& expert_output = kept_output;  // [num_routed, H]
   matmul(x, weights.router, router_logits);
   const std::vector<std::vector<Route>> routes = route_tokens(router_logits, num_experts_per_tok);
 
-  out = Matrix(x.num_rows(), x.num_cols());
+  out.resize(x.num_rows(), x.num_cols());  // the experts' shares are added into zeros
+  std::fill_n(out.data(), x.num_rows() * x.num_cols(), 0.0f);
   const int64_t hidden_size = x.num_cols();
   for (size_t expert = 0; expert < routes.size(); ++expert) {
     const std::vector<Route>& routed = routes[expert];
     if (routed.empty()) continue;
-    Matrix expert_input(int64_t(routed.size()), hidden_size);  // [num_routed, H]
-    for (size_t i = 0; i < routed.size(); ++i)
-      std::copy_n(x.row(routed[i].token), hidden_size, expert_input.row(int64_t(i)));
-    Matrix expert_output;  // [num_routed, H]
+    const int64_t num_routed = int64_t(routed.size());
+    expert_input.resize(num_routed, hidden_size);
+    parallel_for(num_routed, hidden_size, [&](int64_t i) {
+      std::copy_n(x.row(routed[i].token), hidden_size, expert_input.row(i));
+    });
     dense_mlp(weights.experts[expert], expert_input, expert_output);
-    for (size_t i = 0; i < routed.size(); ++i) {
+    // A token appears once per expert, so the rows can be added in parallel; the experts stay in order.
+    parallel_for(num_routed, hidden_size, [&](int64_t i) {
       float* target = out.row(routed[i].token);
-      const float* source = expert_output.row(int64_t(i));
+      const float* source = expert_output.row(i);
       for (int64_t d = 0; d < hidden_size; ++d) target[d] += routed[i].weight * source[d];
-    }
+    });
   }
 }
 

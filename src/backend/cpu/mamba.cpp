@@ -80,6 +80,19 @@ void selective_scan_channel(const MambaWeights& weights, const JambaConfig& conf
   std::copy(h.begin(), h.end(), saved_h);
 }
 
+// The mixer's intermediates, kept from call to call (per thread) so that each layer and step
+// reuses their storage instead of allocating and faulting in fresh pages.
+struct Intermediates {
+  Matrix projected;  // [num_tokens, 2*Di]: u then z
+  Matrix activated;  // [num_tokens, Di]
+  Matrix selective;  // [num_tokens, R + 2N]: dt, B, C
+  Matrix dt_normed;  // [num_tokens, R]
+  Matrix b_normed;   // [num_tokens, N]
+  Matrix c_normed;   // [num_tokens, N]
+  Matrix delta;      // [num_tokens, Di]
+  Matrix gated;      // [num_tokens, Di]
+};
+
 }  // namespace
 
 void mamba_mixer(const MambaWeights& weights, const JambaConfig& config, const Matrix& x,
@@ -90,33 +103,34 @@ void mamba_mixer(const MambaWeights& weights, const JambaConfig& config, const M
   const int64_t state_size = config.mamba_d_state;
   const float eps = float(config.rms_norm_eps);
 
-  Matrix projected;  // [num_tokens, 2*Di]: u then z
+  // Used through references: a thread_local named inside a lambda run by a worker is the worker's own.
+  thread_local Intermediates kept;
+  auto& [projected, activated, selective, dt_normed, b_normed, c_normed, delta, gated] = kept;
   matmul(x, weights.in_proj, projected);
   add_bias(projected, weights.in_proj_bias);
 
-  Matrix activated(num_tokens, num_channels);  // [num_tokens, Di]
+  activated.resize(num_tokens, num_channels);  // every token belongs to a row, so every entry is written
   for_each_row_and_channel(rows, num_channels, [&](const MambaRow& row, int64_t channel) {
     causal_conv_channel(weights, config.mamba_d_conv, projected, row, channel, activated);
   });
 
-  Matrix selective;  // [num_tokens, R + 2N]: dt, B, C
   matmul(activated, weights.x_proj, selective);
-  Matrix dt_normed(num_tokens, dt_rank);   // [num_tokens, R]
-  Matrix b_normed(num_tokens, state_size);  // [num_tokens, N]
-  Matrix c_normed(num_tokens, state_size);  // [num_tokens, N]
-  for (int64_t t = 0; t < num_tokens; ++t) {
+  dt_normed.resize(num_tokens, dt_rank);
+  b_normed.resize(num_tokens, state_size);
+  c_normed.resize(num_tokens, state_size);
+  parallel_for(num_tokens, selective.num_cols(), [&](int64_t t) {
     rms_norm(selective.row(t), weights.dt_norm, eps, dt_normed.row(t));
     rms_norm(selective.row(t) + dt_rank, weights.b_norm, eps, b_normed.row(t));
     rms_norm(selective.row(t) + dt_rank + state_size, weights.c_norm, eps, c_normed.row(t));
-  }
+  });
 
-  Matrix delta;  // [num_tokens, Di]
   matmul(dt_normed, weights.dt_proj, delta);
   add_bias(delta, weights.dt_proj_bias);
-  for (int64_t t = 0; t < num_tokens; ++t)
+  parallel_for(num_tokens, num_channels, [&](int64_t t) {
     for (int64_t c = 0; c < num_channels; ++c) delta.row(t)[c] = softplus(delta.row(t)[c]);
+  });
 
-  Matrix gated(num_tokens, num_channels);  // [num_tokens, Di]
+  gated.resize(num_tokens, num_channels);  // every entry is written, as for activated
   for_each_row_and_channel(rows, num_channels, [&](const MambaRow& row, int64_t channel) {
     selective_scan_channel(weights, config, activated, delta, b_normed, c_normed, projected, row, channel, gated);
   });

@@ -150,7 +150,7 @@ void matmul(const float* x, int64_t num_rows, const TensorView& weight, float* y
 void matmul(const Matrix& x, const TensorView& weight, Matrix& y) {
   JAMBO_REQUIRE(x.num_cols() == weight.cols(), "matmul: input has {} columns but weight '{}' has {}", x.num_cols(),
                 weight.name, weight.cols());
-  if (y.num_rows() != x.num_rows() || y.num_cols() != weight.rows()) y = Matrix(x.num_rows(), weight.rows());
+  y.resize(x.num_rows(), weight.rows());
   matmul(x.data(), x.num_rows(), weight, y.data());
 }
 

@@ -15,26 +15,28 @@ void rms_norm(const float* x, const TensorView& weight, float eps, float* out) {
 void rms_norm_rows(const Matrix& x, const TensorView& weight, float eps, Matrix& out) {
   JAMBO_REQUIRE(x.num_cols() == weight.numel(), "rms_norm: input has {} columns but '{}' has {} values",
                 x.num_cols(), weight.name, weight.numel());
-  if (out.num_rows() != x.num_rows() || out.num_cols() != x.num_cols()) out = Matrix(x.num_rows(), x.num_cols());
-  for (int64_t t = 0; t < x.num_rows(); ++t) rms_norm(x.row(t), weight, eps, out.row(t));
+  out.resize(x.num_rows(), x.num_cols());
+  parallel_for(x.num_rows(), x.num_cols(), [&](int64_t t) { rms_norm(x.row(t), weight, eps, out.row(t)); });
 }
 
 void add_bias(Matrix& y, const TensorView& bias) {
   if (bias.empty()) return;
   JAMBO_REQUIRE(bias.numel() == y.num_cols(), "bias '{}' has {} values for {} columns", bias.name, bias.numel(),
                 y.num_cols());
-  for (int64_t t = 0; t < y.num_rows(); ++t) {
+  parallel_for(y.num_rows(), y.num_cols(), [&](int64_t t) {
     float* row = y.row(t);
     for (int64_t i = 0; i < y.num_cols(); ++i) row[i] += bias.at(i);
-  }
+  });
 }
 
 void add_in_place(Matrix& y, const Matrix& x) {
   JAMBO_ASSERT(y.num_rows() == x.num_rows() && y.num_cols() == x.num_cols());
-  const int64_t count = y.num_rows() * y.num_cols();
-  float* out = y.data();
-  const float* in = x.data();
-  for (int64_t i = 0; i < count; ++i) out[i] += in[i];
+  const int64_t num_cols = y.num_cols();
+  parallel_for(y.num_rows(), num_cols, [&](int64_t t) {
+    float* out = y.row(t);
+    const float* in = x.row(t);
+    for (int64_t i = 0; i < num_cols; ++i) out[i] += in[i];
+  });
 }
 
 }  // namespace jambo::cpu
