@@ -1,6 +1,7 @@
 // jambo stress: a workload built to surface state-cache bugs, then `compare` on every sample. Defaults
 // finish in well under a minute on the demo model with two cores.
 #include "cli/common.h"
+#include "engine/memory_budget.h"
 #include "engine/request_json.h"
 #include "forensics/report.h"
 #include "forensics/stress.h"
@@ -65,7 +66,8 @@ void apply_tight_budget(StressOptions& options, const Model& model) {
                                  workload.max_samples));
   const int64_t num_blocks = workload.max_samples * ((engine.max_model_len + engine.kv_block_size - 1) / engine.kv_block_size);
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
-  engine.memory_budget = std::to_string(exact_memory_budget(model, engine, num_slots, num_blocks));
+  engine.memory_budget = std::to_string(
+      exact_memory_budget(model.config, model.weights.bytes_total, num_slots, num_blocks, engine.kv_block_size));
 }
 
 int run_stress_command(StressOptions& options) {

@@ -74,6 +74,11 @@ int64_t parse_memory_budget(const std::string& text) {
   return int64_t(bytes);
 }
 
+int64_t exact_memory_budget(const JambaConfig& config, int64_t weight_bytes, int64_t num_slots, int64_t num_kv_blocks,
+                            int64_t kv_block_size) {
+  return weight_bytes + num_slots * state_bytes_per_slot(config) + num_kv_blocks * kv_bytes_per_block(config, kv_block_size);
+}
+
 CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t budget_bytes, int64_t max_num_seqs,
                      int64_t kv_block_size, int64_t max_model_len) {
   JAMBO_REQUIRE(max_num_seqs > 0, "max_num_seqs must be positive, got {}", max_num_seqs);

@@ -20,6 +20,11 @@ struct CachePlan {
   int64_t weight_bytes = 0;        // taken from the budget first
 };
 
+// The budget (bytes) that plan_cache, given max_num_seqs = num_slots, splits into exactly num_slots state slots
+// and num_kv_blocks KV blocks beside weight_bytes: for tests and stress runs that need a precise squeeze.
+int64_t exact_memory_budget(const JambaConfig& config, int64_t weight_bytes, int64_t num_slots, int64_t num_kv_blocks,
+                            int64_t kv_block_size);
+
 // Splits budget_bytes minus the weights between slots and KV blocks: num_state_slots =
 // min(max_num_seqs, what fits), and the rest as KV blocks. Throws jambo::Error, saying how much one
 // request of max_model_len tokens needs, when the budget cannot hold even one such request.

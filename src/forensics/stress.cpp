@@ -1,6 +1,5 @@
 #include "forensics/stress.h"
 
-#include "engine/memory_budget.h"
 #include "engine/request_json.h"
 
 #include <cmath>
@@ -34,14 +33,6 @@ std::vector<RequestSpec> make_stress_requests(const StressWorkload& workload, in
     requests.push_back(std::move(spec));
   }
   return requests;
-}
-
-int64_t exact_memory_budget(const Model& model, const EngineOptions& options, int64_t num_slots,
-                            int64_t num_kv_blocks) {
-  // plan_cache with an ample budget only to learn the size of one slot and one KV block.
-  const CachePlan unit = plan_cache(model.config, model.weights.bytes_total, int64_t(1) << 50, 1,
-                                    options.kv_block_size, options.max_model_len);
-  return model.weights.bytes_total + num_slots * unit.bytes_per_slot + num_kv_blocks * unit.bytes_per_kv_block;
 }
 
 namespace {

@@ -24,11 +24,6 @@ struct StressWorkload {
 // The requests of a workload, in arrival order: half greedy, half sampled with their own seed.
 std::vector<RequestSpec> make_stress_requests(const StressWorkload& workload, int64_t vocab_size);
 
-// The memory budget that plan_cache (with max_num_seqs = num_slots) splits into exactly num_slots state
-// slots and num_kv_blocks KV blocks beside the weights.
-int64_t exact_memory_budget(const Model& model, const EngineOptions& options, int64_t num_slots,
-                            int64_t num_kv_blocks);
-
 struct StressResult {
   std::vector<SampleOutput> samples;  // in finishing order
   EngineCounters counters;

@@ -41,9 +41,8 @@ inline Model load_fixture_model(const std::string& name = "moe-top2-gqa2-fp32") 
 // The memory budget (bytes, as text) that holds the weights, num_slots state slots and num_kv_blocks blocks.
 inline std::string memory_budget_for(const Model& model, int64_t num_slots, int64_t num_kv_blocks,
                                      int64_t kv_block_size) {
-  const CachePlan unit = plan_cache(model.config, 0, int64_t(1) << 40, 1, kv_block_size, 1);
-  return std::to_string(model.weights.bytes_total + num_slots * unit.bytes_per_slot +
-                        num_kv_blocks * unit.bytes_per_kv_block);
+  return std::to_string(
+      exact_memory_budget(model.config, model.weights.bytes_total, num_slots, num_kv_blocks, kv_block_size));
 }
 
 // num_requests requests with prompts of 1..max_prompt random tokens, greedy and seeded sampled ones,

@@ -1,5 +1,6 @@
 // The forensics bite: `jambo stress` finds nothing on a correct engine and flags samples when either of
 // the two historical state-cache bugs is injected (DESIGN.md, "Why").
+#include "engine/memory_budget.h"
 #include "forensics/stress.h"
 
 #include <gtest/gtest.h>
@@ -23,7 +24,8 @@ class StressTest : public ::testing::Test {
     options.max_num_seqs = workload.max_samples + 2;  // few slots: fast reuse
     const int64_t blocks_per_sequence = (options.max_model_len + options.kv_block_size - 1) / options.kv_block_size;
     options.memory_budget = std::to_string(
-        exact_memory_budget(model_, options, options.max_num_seqs, workload.max_samples * blocks_per_sequence));
+        exact_memory_budget(model_.config, model_.weights.bytes_total, options.max_num_seqs,
+                            workload.max_samples * blocks_per_sequence, options.kv_block_size));
     options.faults = faults;
     return run_stress(model_, nullptr, options, workload, kDefaultCompareThreshold);
   }
