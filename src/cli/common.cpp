@@ -2,6 +2,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/memory_budget.h"
+#include "engine/sequence_runner.h"
 
 #include <filesystem>
 
@@ -40,10 +41,7 @@ std::ifstream open_input_file(const std::string& path) {
 }
 
 SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens) {
-  CacheConfig cache;
-  cache.num_state_slots = 1;
-  cache.kv_block_size = 16;
-  cache.num_kv_blocks = std::max<int64_t>(1, (max_tokens + cache.kv_block_size - 1) / cache.kv_block_size);
+  const CacheConfig cache = single_sequence_cache(max_tokens);
   return {make_cpu_backend(model, cache), cache};
 }
 

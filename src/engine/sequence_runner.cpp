@@ -2,9 +2,17 @@
 
 #include "core/error.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace jambo {
+
+CacheConfig single_sequence_cache(int64_t max_tokens) {
+  CacheConfig cache;
+  cache.num_state_slots = 1;
+  cache.num_kv_blocks = std::max<int64_t>(1, (max_tokens + cache.kv_block_size - 1) / cache.kv_block_size);
+  return cache;
+}
 
 SequenceRunner::SequenceRunner(Backend& backend, const CacheConfig& cache, int64_t max_chunk_tokens)
     : backend_(backend), cache_(cache), max_chunk_tokens_(max_chunk_tokens), block_table_(cache.num_kv_blocks) {

@@ -25,6 +25,9 @@ struct GenerationResult {
   std::string finish_reason;                            // "stop" (EOS) or "length"
 };
 
+// The cache of the reference path: one state slot and KV blocks for max_tokens tokens (at least one block).
+CacheConfig single_sequence_cache(int64_t max_tokens);
+
 class SequenceRunner {
  public:
   // The backend must have at least one state slot and num_kv_blocks blocks of kv_block_size.

@@ -16,10 +16,7 @@ CacheConfig reference_cache(const std::vector<Sample>& samples) {
   int64_t longest = 1;
   for (const Sample& sample : samples)
     longest = std::max<int64_t>(longest, int64_t(sample.prompt_ids.size() + sample.ids.size()));
-  CacheConfig cache;
-  cache.num_state_slots = 1;
-  cache.num_kv_blocks = (longest + cache.kv_block_size - 1) / cache.kv_block_size;
-  return cache;
+  return single_sequence_cache(longest);
 }
 
 // The reference's logprob of each generated id: prompt and generated ids scored in one shot.
