@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/memory_budget.h"
 #include "engine/sequence_runner.h"
@@ -46,6 +47,9 @@ SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t m
 }
 
 void EngineFlags::add_to(CLI::App& command) {
+  command.add_option("--backend", options.backend, "compute backend")
+      ->check(CLI::IsMember(available_backends()))
+      ->capture_default_str();
   command.add_option("--max-num-batched-tokens", options.max_num_batched_tokens, "tokens of all rows of one step")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();

@@ -1,6 +1,6 @@
 #include "engine/engine.h"
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/backend_factory.h"
 #include "core/error.h"
 #include "engine/kv_block_manager.h"
 #include "engine/memory_budget.h"
@@ -72,7 +72,7 @@ Engine::Impl::Impl(const Model& model, const Tokenizer* tokenizer, const EngineO
     : tokenizer(tokenizer),
       options(options),
       cache_plan(plan_engine_cache(model, options)),
-      backend(make_cpu_backend(model, cache_plan.cache)),
+      backend(make_backend(options.backend, model, cache_plan.cache)),
       slots(cache_plan.cache.num_state_slots, options.slot_policy, options.slot_seed),
       kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
       runner(*backend, slots, options.checked),

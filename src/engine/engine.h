@@ -26,6 +26,7 @@ struct EngineFaults {
 };
 
 struct EngineOptions {
+  std::string backend = "cpu";           // make_backend: "cpu" or "cuda"
   int64_t max_num_batched_tokens = 512;  // tokens of all rows of one step
   int64_t max_num_seqs = 64;             // sequences (samples) running at once
   int64_t kv_block_size = 16;

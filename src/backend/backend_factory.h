@@ -1,0 +1,19 @@
+// Picks a backend by name ("cpu", or "cuda" when this build has CUDA), so that every command and the
+// server can run on either with one flag.
+#pragma once
+
+#include "backend/backend.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace jambo {
+
+// The backends this build has, "cpu" first.
+std::vector<std::string> available_backends();
+
+// Throws jambo::Error naming the backend when it is unknown or not in this build.
+std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache);
+
+}  // namespace jambo
