@@ -7,6 +7,9 @@
 
 #include <fmt/ranges.h>
 
+#include <fstream>
+#include <sstream>
+
 namespace jambo {
 
 std::vector<std::string> available_backends() {
@@ -17,13 +20,42 @@ std::vector<std::string> available_backends() {
 #endif
 }
 
+namespace {
+
+[[noreturn]] void fail_unknown_backend(const std::string& name) {
+  fail("backend '{}' is not in this build (it has: {}){}", name, fmt::join(available_backends(), ", "),
+       name == "cuda" ? "; build with nvcc present to get the CUDA backend" : "");
+}
+
+// MemAvailable of /proc/meminfo: what the kernel estimates can be allocated without swapping.
+int64_t host_available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    int64_t kibibytes = 0;
+    if (fields >> key >> kibibytes && key == "MemAvailable:") return kibibytes * 1024;
+  }
+  fail("cannot read MemAvailable from /proc/meminfo, needed for a memory budget given as a fraction");
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache) {
   if (name == "cpu") return make_cpu_backend(model, cache);
 #ifdef JAMBO_WITH_CUDA
   if (name == "cuda") return make_cuda_backend(model, cache);
 #endif
-  fail("backend '{}' is not in this build (it has: {}){}", name, fmt::join(available_backends(), ", "),
-       name == "cuda" ? "; build with nvcc present to get the CUDA backend" : "");
+  fail_unknown_backend(name);
+}
+
+int64_t available_memory_bytes(const std::string& backend_name) {
+  if (backend_name == "cpu") return host_available_memory_bytes();
+#ifdef JAMBO_WITH_CUDA
+  if (backend_name == "cuda") return cuda_available_memory_bytes();
+#endif
+  fail_unknown_backend(backend_name);
 }
 
 }  // namespace jambo

@@ -16,4 +16,8 @@ std::vector<std::string> available_backends();
 // Throws jambo::Error naming the backend when it is unknown or not in this build.
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache);
 
+// The memory a backend's caches can take now, for budgets given as a fraction: MemAvailable of
+// /proc/meminfo for "cpu", the GPU's free memory for "cuda". Throws jambo::Error like make_backend.
+int64_t available_memory_bytes(const std::string& backend_name);
+
 }  // namespace jambo

@@ -27,8 +27,9 @@ void validate_options(const EngineOptions& options) {
 
 CachePlan plan_engine_cache(const Model& model, const EngineOptions& options) {
   validate_options(options);
-  return plan_cache(model.config, model.weights.bytes_total, parse_memory_budget(options.memory_budget),
-                    options.max_num_seqs, options.kv_block_size, options.max_model_len);
+  return plan_cache(model.config, model.weights.bytes_total,
+                    parse_memory_budget(options.memory_budget, options.backend), options.max_num_seqs,
+                    options.kv_block_size, options.max_model_len);
 }
 
 }  // namespace

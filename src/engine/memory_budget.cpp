@@ -1,11 +1,11 @@
 #include "engine/memory_budget.h"
 
+#include "backend/backend_factory.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <string_view>
 
 #include "core/error.h"
@@ -29,19 +29,6 @@ int64_t bytes_per_unit(std::string_view suffix, const std::string& text) {
   fail("memory budget '{}' has an unknown unit '{}' (KiB, MiB, GiB or TiB): {}", text, suffix, kBudgetForms);
 }
 
-// MemAvailable of /proc/meminfo: what the kernel estimates can be allocated without swapping.
-int64_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string line;
-  while (std::getline(meminfo, line)) {
-    std::istringstream fields(line);
-    std::string key;
-    int64_t kibibytes = 0;
-    if (fields >> key >> kibibytes && key == "MemAvailable:") return kibibytes * 1024;
-  }
-  fail("cannot read MemAvailable from /proc/meminfo, needed for a memory budget given as a fraction");
-}
-
 std::string format_bytes(int64_t bytes) { return fmt::format("{} bytes ({:.1f} MiB)", bytes, bytes / 1048576.0); }
 
 // Conv tail [Di, K-1] and SSM state [Di, N] of every Mamba layer, fp32.
@@ -58,14 +45,14 @@ int64_t kv_bytes_per_block(const JambaConfig& config, int64_t kv_block_size) {
 
 }  // namespace
 
-int64_t parse_memory_budget(const std::string& text) {
+int64_t parse_memory_budget(const std::string& text, const std::string& backend_name) {
   double value = 0;
   const char* end = text.data() + text.size();
   const auto [suffix_begin, error] = std::from_chars(text.data(), end, value);
   JAMBO_REQUIRE(error == std::errc() && std::isfinite(value) && value > 0, "memory budget '{}' is not valid: {}", text,
                 kBudgetForms);
   const std::string_view suffix(suffix_begin, end - suffix_begin);
-  if (suffix.empty() && value <= 1) return int64_t(value * double(available_memory_bytes()));
+  if (suffix.empty() && value <= 1) return int64_t(value * double(available_memory_bytes(backend_name)));
 
   const double bytes = value * double(bytes_per_unit(suffix, text));
   JAMBO_REQUIRE(bytes < 0x1p63, "memory budget '{}' is too large", text);

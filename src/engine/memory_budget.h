@@ -10,8 +10,9 @@
 namespace jambo {
 
 // "8e9", "8000000000" or "2GiB"/"512MiB" are bytes; a number in (0, 1] is a fraction of the memory
-// available now (MemAvailable). Throws jambo::Error naming the value when it is neither.
-int64_t parse_memory_budget(const std::string& text);
+// available now to the backend (available_memory_bytes: MemAvailable for "cpu", free GPU memory for
+// "cuda"). Throws jambo::Error naming the value when it is neither.
+int64_t parse_memory_budget(const std::string& text, const std::string& backend_name = "cpu");
 
 struct CachePlan {
   CacheConfig cache;               // slots and KV blocks for the backend

@@ -6,11 +6,10 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/state_memory.h"
 #include "backend/cpu/vector_ops.h"
+#include "backend/row_validation.h"
 #include "core/error.h"
 
 #include <algorithm>
-#include <map>
-#include <set>
 
 namespace jambo {
 namespace {
@@ -34,9 +33,6 @@ class CpuBackend final : public Backend {
 
  private:
   void validate(std::span<const BatchRow> rows) const;
-  void validate_row(const BatchRow& row) const;
-  void validate_block_table(const BatchRow& row) const;
-  void validate_kv_writes(std::span<const BatchRow> rows) const;
   void embed(std::span<const BatchRow> rows);
   void run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens);
   void run_mixer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
@@ -71,71 +67,12 @@ CpuBackend::CpuBackend(const Model& model, const CacheConfig& cache)
       states_(model.config, cache.num_state_slots),
       kv_cache_(model.config, cache) {}
 
-void CpuBackend::validate_row(const BatchRow& row) const {
-  const int64_t id = row.request_id;
-  const int64_t vocab_size = model_.config.vocab_size;
-  JAMBO_REQUIRE(!row.tokens.empty(), "request {}: a step row needs at least one token", id);
-  for (int32_t token : row.tokens)
-    JAMBO_REQUIRE(token >= 0 && token < vocab_size, "request {}: token {} is outside the vocabulary [0, {})", id,
-                  token, vocab_size);
-  JAMBO_REQUIRE(row.start_position >= 0, "request {}: negative start position {}", id, row.start_position);
-  // Law 1: a zero state can only start a sequence, and a sequence can only start from zero.
-  JAMBO_REQUIRE(row.has_initial_state == (row.start_position > 0),
-                "request {}: has_initial_state is {} at start position {} (state exists iff start > 0)", id,
-                row.has_initial_state, row.start_position);
-  JAMBO_REQUIRE(row.slot >= 0 && row.slot < states_.num_slots(), "request {}: state slot {} is out of range [0, {})",
-                id, row.slot, states_.num_slots());
-}
-
-void CpuBackend::validate_block_table(const BatchRow& row) const {
-  const int64_t id = row.request_id;
-  const int64_t end_position = row.start_position + int64_t(row.tokens.size());
-  const int64_t num_blocks_needed = (end_position + kv_cache_.block_size() - 1) / kv_cache_.block_size();
-  JAMBO_REQUIRE(int64_t(row.block_table.size()) >= num_blocks_needed,
-                "request {}: block table has {} blocks but positions up to {} need {}", id, row.block_table.size(),
-                end_position, num_blocks_needed);
-  for (int64_t i = 0; i < num_blocks_needed; ++i)
-    JAMBO_REQUIRE(row.block_table[i] >= 0 && row.block_table[i] < kv_cache_.num_blocks(),
-                  "request {}: KV block {} (logical block {}) is out of range [0, {})", id, row.block_table[i], i,
-                  kv_cache_.num_blocks());
-}
-
 void CpuBackend::validate(std::span<const BatchRow> rows) const {
-  std::set<int64_t> slots_in_step;
-  for (const BatchRow& row : rows) {
-    validate_row(row);
-    JAMBO_REQUIRE(slots_in_step.insert(row.slot).second, "request {}: state slot {} is used by two rows of one step",
-                  row.request_id, row.slot);
-    if (model_.config.num_attention_layers() > 0) validate_block_table(row);
-  }
-  if (model_.config.num_attention_layers() > 0) validate_kv_writes(rows);
-}
-
-// A block this step writes into must belong to that row alone; blocks that are only read (a shared
-// prompt prefix) may appear in several rows.
-void CpuBackend::validate_kv_writes(std::span<const BatchRow> rows) const {
-  const int64_t block_size = kv_cache_.block_size();
-  std::map<int32_t, int64_t> writer_of_block;  // block -> index of the row writing it
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const int64_t end_position = rows[r].start_position + int64_t(rows[r].tokens.size());
-    for (int64_t i = rows[r].start_position / block_size; i < (end_position + block_size - 1) / block_size; ++i)
-      writer_of_block.emplace(rows[r].block_table[i], int64_t(r));
-  }
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const int64_t end_position = rows[r].start_position + int64_t(rows[r].tokens.size());
-    for (int64_t i = 0; i < (end_position + block_size - 1) / block_size; ++i) {
-      const auto writer = writer_of_block.find(rows[r].block_table[i]);
-      JAMBO_REQUIRE(writer == writer_of_block.end() || writer->second == int64_t(r),
-                    "request {}: KV block {} is written by request {} in the same step", rows[r].request_id,
-                    rows[r].block_table[i], rows[writer->second].request_id);
-    }
-  }
+  validate_rows(rows, model_.config, {states_.num_slots(), kv_cache_.num_blocks(), kv_cache_.block_size()});
 }
 
 void CpuBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
-  for (int64_t block : {from_block, to_block})
-    JAMBO_REQUIRE(block >= 0 && block < kv_cache_.num_blocks(), "KV block {} is out of range [0, {})", block,
-                  kv_cache_.num_blocks());
+  for (int64_t block : {from_block, to_block}) require_kv_block(block, kv_cache_.num_blocks());
   // The keys (and the values) of one layer in one block are contiguous: [kv_block_size, nkv, hd].
   const int64_t num_floats = element_offset(kv_cache_.block_size(), model_.config.num_key_value_heads * model_.config.head_dim);
   for (int64_t layer = 0; layer < model_.config.num_attention_layers(); ++layer) {

@@ -1,5 +1,6 @@
 #include "backend/cpu/state_memory.h"
 
+#include "backend/row_validation.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -36,7 +37,7 @@ StatePool::StatePool(const JambaConfig& config, int64_t num_slots)
 }
 
 void StatePool::require_slot(int64_t slot, const char* action) const {
-  JAMBO_REQUIRE(slot >= 0 && slot < num_slots_, "{}: state slot {} is out of range [0, {})", action, slot, num_slots_);
+  require_state_slot(slot, num_slots_, action);
 }
 
 float* StatePool::slot_begin(int64_t slot) {
@@ -45,9 +46,7 @@ float* StatePool::slot_begin(int64_t slot) {
 }
 
 void StatePool::wrap_offsets_at(int64_t modulus) {
-  JAMBO_REQUIRE(modulus == 0 || (modulus > 0 && modulus % slot_stride_ == 0 && modulus <= num_slots_ * slot_stride_),
-                "state offset modulus {} must be 0 or a multiple of the slot size {} within the pool", modulus,
-                slot_stride_);
+  require_state_offset_modulus(modulus, slot_stride_, num_slots_);
   offset_modulus_ = modulus;
 }
 

@@ -1,0 +1,38 @@
+// The attention mixer's kernels (spec §3.4): this step's keys and values written into each row's paged KV
+// blocks, then causal attention over the block tables, GQA and MQA (query head h reads KV head
+// h / (nh / nkv)), no positional encoding. One launch each for all rows of a step, prefill and decode alike.
+#pragma once
+
+#include "backend/cuda/device_rows.h"
+
+namespace jambo::cuda {
+
+// Where one attention layer's keys and values lie in the paged pool
+// [num_blocks, num_attention_layers, 2 (key, value), block_size, nkv, hd].
+struct KvLayout {
+  int64_t block_size = 0;    // tokens per block
+  int64_t num_kv_heads = 0;  // nkv
+  int64_t head_dim = 0;      // hd
+  int64_t block_stride = 0;  // elements of one block (all attention layers)
+  int64_t layer_offset = 0;  // elements from a block's start to this layer's keys; its values follow them
+
+  JAMBO_HOST_DEVICE int64_t token_stride() const { return num_kv_heads * head_dim; }
+  JAMBO_HOST_DEVICE int64_t half_stride() const { return block_size * token_stride(); }
+};
+
+// kv_pool[block of position p][layer][key|value][p % block_size] = keys|values[t] for every step token t at
+// position p = start_position + its index in the row.
+void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout,
+                           const float* keys,    // [T, nkv*hd]
+                           const float* values,  // [T, nkv*hd]
+                           float* kv_pool,       // [num_blocks, block_stride]
+                           cudaStream_t stream);
+
+// context[t, head] = sum_j softmax_j(q · k_j / sqrt(hd)) v_j over positions j = 0 .. p of the token's row.
+void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads,
+                     const float* queries,  // [T, nh*hd]
+                     const float* kv_pool,  // [num_blocks, block_stride]
+                     float* context,        // [T, nh*hd]
+                     cudaStream_t stream);
+
+}  // namespace jambo::cuda

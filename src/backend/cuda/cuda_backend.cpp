@@ -1,0 +1,233 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/embedding_norm.h"
+#include "backend/cuda/ffn.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/mixers.h"
+#include "backend/cuda/step_rows.h"
+#include "backend/row_validation.h"
+
+#include <limits>
+#include <vector>
+
+namespace jambo {
+namespace {
+
+using namespace cuda;
+
+// The step's activations, grown on demand and kept across steps.
+struct Activations {
+  DeviceBuffer<float> hidden;        // [T, H] the residual stream
+  DeviceBuffer<float> normed;        // [T, H] the input of a mixer or FFN
+  DeviceBuffer<float> update;        // [T, H] the mixer's or FFN's output
+  DeviceBuffer<float> final_normed;  // [num_vectors, H]
+  DeviceBuffer<float> logits;        // [num_vectors, V]
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Model& model, const CacheConfig& cache);
+  ~CudaBackend() override;
+
+  const JambaConfig& config() const override { return config_; }
+  void forward(std::span<const BatchRow> rows, StepLogits& logits) override;
+  void copy_state(int64_t from_slot, int64_t to_slot) override;
+  void copy_kv_block(int64_t from_block, int64_t to_block) override;
+  void poison_state(int64_t slot) override;
+  int64_t state_elements_per_slot() const override { return slot_stride_; }
+  void inject_faults(const FaultInjection& faults) override {
+    require_state_offset_modulus(faults.state_offset_modulus, slot_stride_, cache_.num_state_slots);
+    faults_ = faults;
+  }
+
+ private:
+  int64_t slot_offset(int64_t slot) const;  // element offset of a slot, through the test-only wrap
+  void reserve_activations(int64_t num_tokens, int64_t num_vectors);
+  void run_mamba(int64_t layer, const DeviceRows& rows);
+  void run_attention(int64_t layer, const DeviceRows& rows);
+  KvLayout kv_layout(int64_t attention_layer) const;
+
+  JambaConfig config_;
+  CacheConfig cache_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<DeviceWeights> weights_;
+  std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
+  int64_t layer_stride_ = 0;            // Di * (K-1 + N): one Mamba layer's state in a slot
+  int64_t slot_stride_ = 0;             // num_mamba_layers * layer_stride_
+  DeviceBuffer<float> states_;          // [num_slots, num_mamba_layers, Di * (K-1 + N)]
+  int64_t kv_block_stride_ = 0;         // num_attention_layers * 2 * kv_block_size * nkv * hd
+  DeviceBuffer<float> kv_cache_;        // [num_kv_blocks, num_attention_layers, 2, kv_block_size, nkv, hd]
+  FaultInjection faults_;               // test-only; none by default
+  StepRowsUploader uploader_;
+  Activations activations_;
+  MambaScratch mamba_scratch_;
+  AttentionScratch attention_scratch_;
+  FfnWorkspace ffn_workspace_;
+};
+
+std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
+  std::vector<int64_t> indices;
+  int64_t num_mamba = 0, num_attention = 0;
+  for (MixerKind kind : config.mixer_kinds)
+    indices.push_back(kind == MixerKind::Attention ? num_attention++ : num_mamba++);
+  return indices;
+}
+
+CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache)
+    : config_(model.config), cache_(cache), index_in_kind_(indices_within_kind(model.config)) {
+  JAMBO_REQUIRE(cache.num_state_slots > 0, "the recurrent-state pool needs at least one slot, got {}",
+                cache.num_state_slots);
+  JAMBO_REQUIRE(cache.kv_block_size > 0, "kv_block_size must be positive, got {}", cache.kv_block_size);
+  JAMBO_REQUIRE(cache.num_kv_blocks >= 0, "num_kv_blocks must not be negative, got {}", cache.num_kv_blocks);
+  JAMBO_REQUIRE(cuda_device_available(),
+                "the CUDA backend needs a GPU, and none is visible (check nvidia-smi and "
+                "CUDA_VISIBLE_DEVICES)");
+  JAMBO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  cublas_ = make_cublas(stream_);
+  weights_ = std::make_unique<DeviceWeights>(model, WeightMode::F32, stream_);
+
+  layer_stride_ = config_.mamba_d_inner * (config_.mamba_d_conv - 1 + config_.mamba_d_state);
+  slot_stride_ = config_.num_mamba_layers() * layer_stride_;
+  const int64_t state_elements = element_offset(cache.num_state_slots, slot_stride_);
+  states_ = DeviceBuffer<float>(state_elements);
+  JAMBO_CUDA_CHECK(cudaMemsetAsync(states_.data(), 0, size_t(element_offset(state_elements, 4)), stream_));
+  kv_block_stride_ =
+      config_.num_attention_layers() * 2 * cache.kv_block_size * config_.num_key_value_heads * config_.head_dim;
+  const int64_t kv_elements = element_offset(cache.num_kv_blocks, kv_block_stride_);
+  kv_cache_ = DeviceBuffer<float>(kv_elements);
+  JAMBO_CUDA_CHECK(cudaMemsetAsync(kv_cache_.data(), 0, size_t(element_offset(kv_elements, 4)), stream_));
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+int64_t CudaBackend::slot_offset(int64_t slot) const {
+  const int64_t offset = element_offset(slot, slot_stride_);
+  return faults_.state_offset_modulus > 0 ? offset % faults_.state_offset_modulus : offset;
+}
+
+KvLayout CudaBackend::kv_layout(int64_t attention_layer) const {
+  KvLayout layout;
+  layout.block_size = cache_.kv_block_size;
+  layout.num_kv_heads = config_.num_key_value_heads;
+  layout.head_dim = config_.head_dim;
+  layout.block_stride = kv_block_stride_;
+  layout.layer_offset = element_offset(attention_layer, 2 * layout.half_stride());
+  return layout;
+}
+
+void CudaBackend::copy_state(int64_t from_slot, int64_t to_slot) {
+  require_state_slot(from_slot, cache_.num_state_slots, "copy_state");
+  require_state_slot(to_slot, cache_.num_state_slots, "copy_state");
+  if (from_slot == to_slot || slot_stride_ == 0) return;
+  JAMBO_CUDA_CHECK(cudaMemcpyAsync(states_.data() + slot_offset(to_slot), states_.data() + slot_offset(from_slot),
+                                   size_t(element_offset(slot_stride_, 4)), cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
+  for (int64_t block : {from_block, to_block}) require_kv_block(block, cache_.num_kv_blocks);
+  if (from_block == to_block || kv_block_stride_ == 0) return;
+  // One block of every attention layer is contiguous: [num_attention_layers, 2, kv_block_size, nkv, hd].
+  JAMBO_CUDA_CHECK(cudaMemcpyAsync(kv_cache_.data() + element_offset(to_block, kv_block_stride_),
+                                   kv_cache_.data() + element_offset(from_block, kv_block_stride_),
+                                   size_t(element_offset(kv_block_stride_, 4)), cudaMemcpyDeviceToDevice, stream_));
+}
+
+// NaN is all-ones bytes (0xffffffff is a quiet NaN), so one memset poisons the slot.
+void CudaBackend::poison_state(int64_t slot) {
+  require_state_slot(slot, cache_.num_state_slots, "poison_state");
+  if (slot_stride_ == 0) return;
+  JAMBO_CUDA_CHECK(
+      cudaMemsetAsync(states_.data() + slot_offset(slot), 0xff, size_t(element_offset(slot_stride_, 4)), stream_));
+}
+
+void CudaBackend::reserve_activations(int64_t num_tokens, int64_t num_vectors) {
+  const int64_t hidden = config_.hidden_size;
+  activations_.hidden.reserve(element_offset(num_tokens, hidden));
+  activations_.normed.reserve(element_offset(num_tokens, hidden));
+  activations_.update.reserve(element_offset(num_tokens, hidden));
+  activations_.final_normed.reserve(element_offset(num_vectors, hidden));
+  activations_.logits.reserve(element_offset(num_vectors, config_.vocab_size));
+}
+
+void CudaBackend::run_mamba(int64_t layer, const DeviceRows& rows) {
+  const MambaStateLayout layout{config_.mamba_d_inner, config_.mamba_d_conv, config_.mamba_d_state,
+                                element_offset(index_in_kind_[layer], layer_stride_)};
+  mamba_mixer(cublas_, weights_->layers[layer].mamba, config_, layout, rows, activations_.normed.data(), states_.data(),
+              activations_.update.data(), mamba_scratch_, stream_);
+}
+
+void CudaBackend::run_attention(int64_t layer, const DeviceRows& rows) {
+  attention_mixer(cublas_, weights_->layers[layer].attention, config_, kv_layout(index_in_kind_[layer]), rows,
+                  activations_.normed.data(), kv_cache_.data(), activations_.update.data(), attention_scratch_,
+                  stream_);
+}
+
+void CudaBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
+  validate_rows(rows, config_, {cache_.num_state_slots, cache_.num_kv_blocks, cache_.kv_block_size});
+  std::vector<int64_t> state_offsets;
+  std::vector<int32_t> reads_state;
+  for (const BatchRow& row : rows) {
+    state_offsets.push_back(slot_offset(row.slot));
+    reads_state.push_back(row.has_initial_state || (faults_.decode_before_prefill && row.tokens.size() == 1));
+  }
+  const DeviceRows device_rows = uploader_.upload(rows, state_offsets, reads_state, stream_, logits.first_vector);
+  const int64_t num_tokens = device_rows.num_tokens, num_vectors = device_rows.num_vectors;
+  const int64_t hidden = config_.hidden_size;
+  const float eps = float(config_.rms_norm_eps);
+  reserve_activations(num_tokens, num_vectors);
+  Activations& a = activations_;
+
+  embed(device_rows, weights_->embed_tokens, hidden, a.hidden.data(), stream_);
+  rms_norm(a.hidden.data(), hidden, num_tokens, hidden, weights_->layers[0].input_norm, eps, a.normed.data(), hidden,
+           stream_);
+  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    const DeviceLayer& w = weights_->layers[layer];
+    if (config_.mixer_kinds[layer] == MixerKind::Attention)
+      run_attention(layer, device_rows);
+    else
+      run_mamba(layer, device_rows);
+    add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden, w.pre_ff_norm, eps, a.normed.data(), stream_);
+    if (config_.ffn_kinds[layer] == FfnKind::Moe)
+      sparse_moe(cublas_, w.moe, config_.num_experts_per_tok, a.normed.data(), num_tokens, a.update.data(),
+                 ffn_workspace_, stream_);
+    else
+      dense_mlp(cublas_, w.mlp, a.normed.data(), num_tokens, a.update.data(), ffn_workspace_, stream_);
+    const bool last = layer + 1 == config_.num_hidden_layers;
+    add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden,
+                 last ? nullptr : weights_->layers[layer + 1].input_norm, eps, a.normed.data(), stream_);
+  }
+  gather_rms_norm(device_rows, a.hidden.data(), hidden, weights_->final_norm, eps, a.final_normed.data(), stream_);
+  linear(cublas_, a.final_normed.data(), num_vectors, weights_->lm_head, a.logits.data());
+  logits.vocab_size = config_.vocab_size;
+  logits.values.resize(size_t(element_offset(num_vectors, logits.vocab_size)));
+  JAMBO_CUDA_CHECK(cudaMemcpyAsync(logits.values.data(), a.logits.data(),
+                                   size_t(element_offset(logits.values.size(), sizeof(float))), cudaMemcpyDeviceToHost,
+                                   stream_));
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace
+
+bool cuda_device_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+int64_t cuda_available_memory_bytes() {
+  JAMBO_REQUIRE(cuda_device_available(), "a memory budget for the CUDA backend needs a GPU, and none is visible");
+  size_t free_bytes = 0, total_bytes = 0;
+  JAMBO_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return int64_t(free_bytes);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache) {
+  return std::make_unique<CudaBackend>(model, cache);
+}
+
+}  // namespace jambo

@@ -1,0 +1,25 @@
+#include "backend/cuda/cuda_check.h"
+
+#include "core/error.h"
+
+namespace jambo::cuda {
+
+void fail_cuda(cudaError_t status, const char* call, const char* file, int line) {
+  const char* hint = status == cudaErrorMemoryAllocation ? "lower --memory-budget or the batch size"
+                     : status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver
+                         ? "no usable GPU: check nvidia-smi and CUDA_VISIBLE_DEVICES"
+                         : "a kernel may have failed earlier; rerun with CUDA_LAUNCH_BLOCKING=1 to find it";
+  fail("CUDA error at {}:{}: {} failed: {} ({}); {}", file, line, call, cudaGetErrorString(status),
+       cudaGetErrorName(status), hint);
+}
+
+void fail_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+  fail("cuBLAS error at {}:{}: {} failed: {} ({}); check the matrix sizes and that the GPU has memory left", file, line,
+       call, cublasGetStatusString(status), cublasGetStatusName(status));
+}
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw Error(message);
+}
+
+}  // namespace jambo::cuda

@@ -1,0 +1,69 @@
+// Device memory: an owning buffer of T that grows on demand, and the one 64-bit offset helper on the GPU.
+#pragma once
+
+#include "backend/cuda/cuda_check.h"
+
+#include <cstdint>
+#include <utility>
+
+#ifdef __CUDACC__
+#define JAMBO_HOST_DEVICE __host__ __device__
+#else
+#define JAMBO_HOST_DEVICE
+#endif
+
+namespace jambo::cuda {
+
+// Law 3 on the device: the twin of element_offset (core/tensor.h). Both factors are int64_t.
+JAMBO_HOST_DEVICE inline int64_t device_offset(int64_t index, int64_t stride) { return index * stride; }
+
+// cudaMalloc'd storage of num_elements T; uninitialized unless zeroed.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(int64_t num_elements) { allocate(num_elements); }
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+
+  T* data() const { return data_; }
+  int64_t size() const { return size_; }
+
+  // Makes room for at least num_elements; old contents are lost when it grows.
+  T* reserve(int64_t num_elements) {
+    if (num_elements > size_) {
+      release();
+      allocate(num_elements + num_elements / 4);  // headroom, so that steps of varying size rarely reallocate
+    }
+    return data_;
+  }
+
+ private:
+  void allocate(int64_t num_elements) {
+    require(num_elements >= 0, "negative device allocation of " + std::to_string(num_elements) + " elements");
+    if (num_elements > 0)
+      JAMBO_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), size_t(device_offset(num_elements, sizeof(T)))));
+    size_ = num_elements;
+  }
+  void release() {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  T* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+}  // namespace jambo::cuda

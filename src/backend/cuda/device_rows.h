@@ -1,0 +1,29 @@
+// One step's row descriptions as the kernels see them: per-row offsets (64-bit) and a per-token row index,
+// so that every kernel handles all rows of a step in one launch. Plain device pointers (no host types), so
+// that .cu files include it alone.
+#pragma once
+
+#include "backend/cuda/device_memory.h"
+
+#include <cstdint>
+
+namespace jambo::cuda {
+
+// Device pointers into one upload; valid until the next upload.
+struct DeviceRows {
+  int64_t num_rows = 0;
+  int64_t num_tokens = 0;                       // T, all rows' tokens
+  int64_t num_vectors = 0;                      // logits asked for
+  const int64_t* first_token = nullptr;         // [num_rows] index of the row's first token in the step
+  const int64_t* row_tokens = nullptr;          // [num_rows] tokens of the row in this step
+  const int64_t* start_position = nullptr;      // [num_rows] tokens already in the row's state and KV
+  const int64_t* state_offset = nullptr;        // [num_rows] element offset of the row's slot in the state pool
+  const int64_t* block_table_offset = nullptr;  // [num_rows] index of the row's first entry in block_tables
+  const int32_t* reads_state = nullptr;         // [num_rows] 1: Mamba kernels read the slot (law 1), 0: zero state
+  const int32_t* token_row = nullptr;           // [T] the row of each token
+  const int32_t* tokens = nullptr;              // [T] token ids
+  const int32_t* block_tables = nullptr;        // [sum of the rows' table lengths] physical KV blocks
+  const int64_t* selected = nullptr;            // [num_vectors] step token index of each logits vector
+};
+
+}  // namespace jambo::cuda

@@ -1,0 +1,94 @@
+#include "backend/cuda/device_weights.h"
+
+#include "backend/cuda/convert.h"
+#include "core/error.h"
+
+namespace jambo::cuda {
+
+DeviceWeights::DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream) : mode_(mode), stream_(stream) {
+  const JambaConfig& config = model.config;
+  const ModelWeights& host = model.weights;
+  embed_tokens = upload_as_f32(host.embed_tokens);
+  final_norm = upload_vector(host.final_norm);
+  lm_head = upload_matrix(host.lm_head);
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    const LayerWeights& in = host.layers[layer];
+    DeviceLayer out;
+    out.input_norm = upload_vector(in.input_norm);
+    out.pre_ff_norm = upload_vector(in.pre_ff_norm);
+    if (config.mixer_kinds[layer] == MixerKind::Attention) {
+      out.attention = {upload_matrix(in.attention.q_proj), upload_matrix(in.attention.k_proj),
+                       upload_matrix(in.attention.v_proj), upload_matrix(in.attention.o_proj)};
+    } else {
+      const MambaWeights& m = in.mamba;
+      DeviceMamba& d = out.mamba;
+      d.in_proj = upload_matrix(m.in_proj);
+      d.in_proj_bias = upload_vector(m.in_proj_bias);
+      d.conv_weight = upload_vector(m.conv_weight);
+      d.conv_bias = upload_vector(m.conv_bias);
+      d.x_proj = upload_matrix(m.x_proj);
+      d.dt_norm = upload_vector(m.dt_norm);
+      d.b_norm = upload_vector(m.b_norm);
+      d.c_norm = upload_vector(m.c_norm);
+      d.dt_proj = upload_matrix(m.dt_proj);
+      d.dt_proj_bias = upload_vector(m.dt_proj_bias);
+      d.a = negative_exp(m.A_log);
+      d.d = upload_vector(m.D);
+      d.out_proj = upload_matrix(m.out_proj);
+      d.out_proj_bias = upload_vector(m.out_proj_bias);
+    }
+    auto upload_mlp = [&](const MlpWeights& mlp) {
+      return DeviceMlp{upload_matrix(mlp.gate_proj), upload_matrix(mlp.up_proj), upload_matrix(mlp.down_proj)};
+    };
+    if (config.ffn_kinds[layer] == FfnKind::Moe) {
+      out.moe.router = upload_matrix(in.moe.router);
+      for (const MlpWeights& expert : in.moe.experts) out.moe.experts.push_back(upload_mlp(expert));
+    } else {
+      out.mlp = upload_mlp(in.mlp);
+    }
+    layers.push_back(std::move(out));
+  }
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  staging_ = DeviceBuffer<uint16_t>();  // only needed while loading
+}
+
+const float* DeviceWeights::upload_as_f32(const TensorView& view) {
+  const int64_t count = view.numel();
+  const auto key = std::pair(view.data, count);
+  if (const auto found = uploaded_.find(key); found != uploaded_.end()) return found->second;
+  DeviceBuffer<float>& buffer = owned_.emplace_back(count);
+  bytes_on_device += device_offset(count, sizeof(float));
+  if (view.dtype == DType::F32) {
+    JAMBO_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), view.data, size_t(device_offset(count, sizeof(float))),
+                                     cudaMemcpyHostToDevice, stream_));
+  } else {
+    // The staging buffer is reused tensor after tensor: wait until the last widening has read it.
+    JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    staging_.reserve(count);
+    JAMBO_CUDA_CHECK(
+        cudaMemcpyAsync(staging_.data(), view.data, size_t(device_offset(count, 2)), cudaMemcpyHostToDevice, stream_));
+    widen_to_f32(staging_.data(), view.dtype == DType::BF16, count, buffer.data(), stream_);
+  }
+  uploaded_.emplace(key, buffer.data());
+  return buffer.data();
+}
+
+const float* DeviceWeights::upload_vector(const TensorView& view) {
+  return view.empty() ? nullptr : upload_as_f32(view);
+}
+
+DeviceMatrix DeviceWeights::upload_matrix(const TensorView& view) {
+  JAMBO_ASSERT(mode_ == WeightMode::F32);
+  return {upload_as_f32(view), DType::F32, view.rows(), view.cols()};
+}
+
+const float* DeviceWeights::negative_exp(const TensorView& a_log) {
+  const float* log_values = upload_as_f32(a_log);
+  const int64_t count = a_log.numel();
+  DeviceBuffer<float>& buffer = owned_.emplace_back(count);
+  bytes_on_device += device_offset(count, sizeof(float));
+  negative_exp_f32(log_values, count, buffer.data(), stream_);
+  return buffer.data();
+}
+
+}  // namespace jambo::cuda

@@ -1,0 +1,113 @@
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/embedding_norm.h"
+
+namespace jambo::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void embed_kernel(const int32_t* tokens,  // [T]
+                             const float* table,     // [V, H]
+                             int64_t num_tokens, int64_t hidden_size,
+                             float* hidden) {  // [T, H]
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= device_offset(num_tokens, hidden_size)) return;
+  const int64_t t = i / hidden_size, h = i % hidden_size;
+  hidden[i] = table[device_offset(tokens[t], hidden_size) + h];
+}
+
+// One block per row: out = weight * x * rsqrt(mean(x^2) + eps), as vector_ops.cpp (1 / sqrt, not rsqrtf).
+__device__ void normalize_row(const float* x,  // [n]
+                              int64_t n,
+                              const float* weight,  // [n]
+                              float eps,
+                              float* out) {  // [n]
+  __shared__ float scratch[kWarpSize];
+  float sum_of_squares = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum_of_squares += x[i] * x[i];
+  sum_of_squares = block_sum(sum_of_squares, scratch);
+  const float inverse_rms = 1.0f / sqrtf(sum_of_squares / float(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = weight[i] * (x[i] * inverse_rms);
+}
+
+__global__ void rms_norm_kernel(const float* x,  // [num_rows, x_stride]
+                                int64_t x_stride, int64_t n,
+                                const float* weight,  // [n]
+                                float eps,
+                                float* out,  // [num_rows, out_stride]
+                                int64_t out_stride) {
+  const int64_t row = blockIdx.x;
+  normalize_row(x + device_offset(row, x_stride), n, weight, eps, out + device_offset(row, out_stride));
+}
+
+__global__ void add_rms_norm_kernel(float* hidden,        // [num_rows, n]
+                                    const float* update,  // [num_rows, n]
+                                    int64_t n,
+                                    const float* weight,  // [n] or null
+                                    float eps,
+                                    float* normed) {  // [num_rows, n]
+  const int64_t first = device_offset(blockIdx.x, n);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) hidden[first + i] += update[first + i];
+  if (weight == nullptr) return;
+  __syncthreads();
+  normalize_row(hidden + first, n, weight, eps, normed + first);
+}
+
+__global__ void gather_rms_norm_kernel(const int64_t* selected,  // [num_vectors]
+                                       const float* hidden,      // [T, H]
+                                       int64_t hidden_size,
+                                       const float* weight,  // [H]
+                                       float eps,
+                                       float* out) {  // [num_vectors, H]
+  const int64_t v = blockIdx.x;
+  normalize_row(hidden + device_offset(selected[v], hidden_size), hidden_size, weight, eps,
+                out + device_offset(v, hidden_size));
+}
+
+__global__ void add_bias_kernel(float* y,  // [num_rows, n]
+                                int64_t num_rows, int64_t n,
+                                const float* bias) {  // [n]
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < device_offset(num_rows, n)) y[i] += bias[i % n];
+}
+
+}  // namespace
+
+void embed(const DeviceRows& rows, const float* table, int64_t hidden_size, float* hidden, cudaStream_t stream) {
+  const int64_t count = device_offset(rows.num_tokens, hidden_size);
+  if (count == 0) return;
+  embed_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(rows.tokens, table, rows.num_tokens,
+                                                                         hidden_size, hidden);
+  JAMBO_CUDA_CHECK_LAUNCH(embed_kernel);
+}
+
+void rms_norm(const float* x, int64_t x_stride, int64_t num_rows, int64_t n, const float* weight, float eps, float* out,
+              int64_t out_stride, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  rms_norm_kernel<<<unsigned(num_rows), kThreads, 0, stream>>>(x, x_stride, n, weight, eps, out, out_stride);
+  JAMBO_CUDA_CHECK_LAUNCH(rms_norm_kernel);
+}
+
+void add_rms_norm(float* hidden, const float* update, int64_t num_rows, int64_t n, const float* weight, float eps,
+                  float* normed, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  add_rms_norm_kernel<<<unsigned(num_rows), kThreads, 0, stream>>>(hidden, update, n, weight, eps, normed);
+  JAMBO_CUDA_CHECK_LAUNCH(add_rms_norm_kernel);
+}
+
+void gather_rms_norm(const DeviceRows& rows, const float* hidden, int64_t hidden_size, const float* weight, float eps,
+                     float* out, cudaStream_t stream) {
+  if (rows.num_vectors == 0) return;
+  gather_rms_norm_kernel<<<unsigned(rows.num_vectors), kThreads, 0, stream>>>(rows.selected, hidden, hidden_size,
+                                                                              weight, eps, out);
+  JAMBO_CUDA_CHECK_LAUNCH(gather_rms_norm_kernel);
+}
+
+void add_bias(float* y, int64_t num_rows, int64_t n, const float* bias, cudaStream_t stream) {
+  const int64_t count = device_offset(num_rows, n);
+  if (count == 0 || bias == nullptr) return;
+  add_bias_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(y, num_rows, n, bias);
+  JAMBO_CUDA_CHECK_LAUNCH(add_bias_kernel);
+}
+
+}  // namespace jambo::cuda

@@ -1,0 +1,50 @@
+// Embedding lookup, RMSNorm (alone, fused with the residual add, and over the tokens whose logits are
+// asked for) and the bias add: the per-token ops between GEMMs (spec §3.3).
+#pragma once
+
+#include "backend/cuda/device_rows.h"
+
+namespace jambo::cuda {
+
+// hidden[t] = table[tokens[t]].
+void embed(const DeviceRows& rows,
+           const float* table,  // [V, H]
+           int64_t hidden_size,
+           float* hidden,  // [T, H]
+           cudaStream_t stream);
+
+// out[t, :n] = weight * x[t, :n] / sqrt(mean(x[t, :n]^2) + eps) for t < num_rows; rows are strided so that a
+// column slice of a wider matrix can be normalized in place of a copy.
+void rms_norm(const float* x,  // [num_rows, x_stride], the first n columns read
+              int64_t x_stride, int64_t num_rows, int64_t n,
+              const float* weight,  // [n]
+              float eps,
+              float* out,  // [num_rows, out_stride], the first n columns written
+              int64_t out_stride, cudaStream_t stream);
+
+// hidden += update; then, when weight is not null, normed = rms_norm(hidden) (the residual add and the
+// next sub-layer's pre-norm in one pass).
+void add_rms_norm(float* hidden,        // [num_rows, n]
+                  const float* update,  // [num_rows, n]
+                  int64_t num_rows, int64_t n,
+                  const float* weight,  // [n] or null: the add alone
+                  float eps,
+                  float* normed,  // [num_rows, n] (unused without weight)
+                  cudaStream_t stream);
+
+// out[v] = rms_norm(hidden[selected[v]]) for the step's logits vectors (the final norm).
+void gather_rms_norm(const DeviceRows& rows,
+                     const float* hidden,  // [T, H]
+                     int64_t hidden_size,
+                     const float* weight,  // [H]
+                     float eps,
+                     float* out,  // [num_vectors, H]
+                     cudaStream_t stream);
+
+// y[t, :] += bias for t < num_rows.
+void add_bias(float* y,  // [num_rows, n]
+              int64_t num_rows, int64_t n,
+              const float* bias,  // [n]
+              cudaStream_t stream);
+
+}  // namespace jambo::cuda

@@ -1,0 +1,186 @@
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/ffn.h"
+#include "backend/cuda/gemm.h"
+
+namespace jambo::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxExpertsPerToken = 8;
+
+__global__ void swiglu_kernel(float* gate,      // [count] silu(gate) * up on return
+                              const float* up,  // [count]
+                              int64_t count) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) gate[i] = silu(gate[i]) * up[i];
+}
+
+// One thread per token: softmax over the experts in index order, then top-k by repeated arg-max (ties to the
+// lowest index), stored in increasing expert order.
+__global__ void route_kernel(const float* router_logits,  // [T, E]
+                             int64_t num_tokens, int64_t num_experts, int64_t k,
+                             int32_t* expert_of,  // [T, k]
+                             float* weight_of) {  // [T, k]
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= num_tokens) return;
+  const float* logits = router_logits + device_offset(t, num_experts);
+  float max_logit = logits[0];
+  for (int64_t e = 1; e < num_experts; ++e) max_logit = fmaxf(max_logit, logits[e]);
+  float total = 0.0f;
+  for (int64_t e = 0; e < num_experts; ++e) total += expf(logits[e] - max_logit);
+  int32_t picks[kMaxExpertsPerToken];
+  for (int64_t pick = 0; pick < k; ++pick) {
+    int32_t best = -1;
+    float best_probability = 0.0f;
+    for (int32_t e = 0; e < num_experts; ++e) {
+      bool taken = false;
+      for (int64_t q = 0; q < pick; ++q) taken = taken || picks[q] == e;
+      const float probability = expf(logits[e] - max_logit) / total;
+      if (!taken && (best < 0 || probability > best_probability)) {
+        best = e;
+        best_probability = probability;
+      }
+    }
+    picks[pick] = best;
+  }
+  for (int64_t i = 1; i < k; ++i)  // insertion sort: k is tiny
+    for (int64_t j = i; j > 0 && picks[j - 1] > picks[j]; --j) {
+      const int32_t swap = picks[j];
+      picks[j] = picks[j - 1];
+      picks[j - 1] = swap;
+    }
+  for (int64_t pick = 0; pick < k; ++pick) {
+    expert_of[device_offset(t, k) + pick] = picks[pick];
+    weight_of[device_offset(t, k) + pick] = expf(logits[picks[pick]] - max_logit) / total;
+  }
+}
+
+// One block, one thread per expert: expert e's tokens, in token order, take grouped rows
+// [expert_rows[e], expert_rows[e + 1]). Deterministic: no atomics.
+__global__ void group_kernel(const int32_t* expert_of,  // [T, k]
+                             int64_t num_tokens, int64_t num_experts, int64_t k,
+                             int32_t* position_of,    // [T, k]
+                             int32_t* routed_token,   // [T*k]
+                             int64_t* expert_rows) {  // [E + 1]
+  const int64_t e = threadIdx.x;
+  const int64_t num_choices = device_offset(num_tokens, k);
+  if (e < num_experts) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < num_choices; ++i) count += expert_of[i] == e;
+    expert_rows[e + 1] = count;
+  }
+  __syncthreads();
+  if (e == 0) {
+    expert_rows[0] = 0;
+    for (int64_t x = 1; x <= num_experts; ++x) expert_rows[x] += expert_rows[x - 1];
+  }
+  __syncthreads();
+  if (e < num_experts) {
+    int64_t row = expert_rows[e];
+    for (int64_t i = 0; i < num_choices; ++i) {
+      if (expert_of[i] != e) continue;
+      position_of[i] = int32_t(row);
+      routed_token[row++] = int32_t(i / k);
+    }
+  }
+}
+
+__global__ void gather_kernel(const float* x,               // [T, H]
+                              const int32_t* routed_token,  // [num_routed]
+                              int64_t num_routed, int64_t hidden_size,
+                              float* expert_input) {  // [num_routed, H]
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= device_offset(num_routed, hidden_size)) return;
+  const int64_t row = i / hidden_size, h = i % hidden_size;
+  expert_input[i] = x[device_offset(routed_token[row], hidden_size) + h];
+}
+
+__global__ void combine_kernel(const float* expert_output,  // [T*k, H]
+                               const int32_t* position_of,  // [T, k]
+                               const float* weight_of,      // [T, k]
+                               int64_t num_tokens, int64_t k, int64_t hidden_size,
+                               float* out) {  // [T, H]
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= device_offset(num_tokens, hidden_size)) return;
+  const int64_t t = i / hidden_size, h = i % hidden_size;
+  float sum = 0.0f;
+  for (int64_t c = 0; c < k; ++c)
+    sum += weight_of[device_offset(t, k) + c] *
+           expert_output[device_offset(position_of[device_offset(t, k) + c], hidden_size) + h];
+  out[i] = sum;
+}
+
+void run_mlp(cublasHandle_t cublas, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out, float* gate,
+             float* up, cudaStream_t stream) {
+  const int64_t count = device_offset(num_rows, mlp.gate_proj.rows);
+  linear(cublas, x, num_rows, mlp.gate_proj, gate);
+  linear(cublas, x, num_rows, mlp.up_proj, up);
+  swiglu_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count);
+  JAMBO_CUDA_CHECK_LAUNCH(swiglu_kernel);
+  linear(cublas, gate, num_rows, mlp.down_proj, out);
+}
+
+}  // namespace
+
+void dense_mlp(cublasHandle_t cublas, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out,
+               FfnWorkspace& workspace, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  const int64_t count = device_offset(num_rows, mlp.gate_proj.rows);
+  float* gate = workspace.gate.reserve(count);
+  float* up = workspace.up.reserve(count);
+  run_mlp(cublas, mlp, x, num_rows, out, gate, up, stream);
+}
+
+void sparse_moe(cublasHandle_t cublas, const DeviceMoe& moe, int64_t num_experts_per_tok, const float* x,
+                int64_t num_tokens, float* out, FfnWorkspace& workspace, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  const int64_t num_experts = moe.router.rows, hidden_size = moe.router.cols, k = num_experts_per_tok;
+  require(k >= 1 && k <= kMaxExpertsPerToken && k <= num_experts,
+          "the CUDA MoE supports 1 to " + std::to_string(kMaxExpertsPerToken) +
+              " experts per token (and no more than the experts), got " + std::to_string(k));
+  require(num_experts <= 1024, "the CUDA MoE supports up to 1024 experts, got " + std::to_string(num_experts));
+  const int64_t num_routed = device_offset(num_tokens, k);
+  require(num_routed < (int64_t(1) << 31), std::to_string(num_routed) + " routed tokens are too many for one MoE step");
+  const int64_t intermediate = moe.experts.front().gate_proj.rows;
+  // Every buffer is sized before the first launch: growing one frees it.
+  float* router_logits = workspace.router_logits.reserve(device_offset(num_tokens, num_experts));
+  int32_t* expert_of = workspace.expert_of.reserve(num_routed);
+  float* weight_of = workspace.weight_of.reserve(num_routed);
+  int32_t* position_of = workspace.position_of.reserve(num_routed);
+  int32_t* routed_token = workspace.routed_token.reserve(num_routed);
+  int64_t* expert_rows = workspace.expert_rows.reserve(num_experts + 1);
+  float* expert_input = workspace.expert_input.reserve(device_offset(num_routed, hidden_size));
+  float* expert_output = workspace.expert_output.reserve(device_offset(num_routed, hidden_size));
+  float* gate = workspace.gate.reserve(device_offset(num_routed, intermediate));
+  float* up = workspace.up.reserve(device_offset(num_routed, intermediate));
+
+  linear(cublas, x, num_tokens, moe.router, router_logits);
+  route_kernel<<<num_blocks_for(num_tokens, kThreads), kThreads, 0, stream>>>(router_logits, num_tokens, num_experts, k,
+                                                                              expert_of, weight_of);
+  JAMBO_CUDA_CHECK_LAUNCH(route_kernel);
+  group_kernel<<<1, unsigned((num_experts + 31) / 32 * 32), 0, stream>>>(expert_of, num_tokens, num_experts, k,
+                                                                         position_of, routed_token, expert_rows);
+  JAMBO_CUDA_CHECK_LAUNCH(group_kernel);
+  gather_kernel<<<num_blocks_for(device_offset(num_routed, hidden_size), kThreads), kThreads, 0, stream>>>(
+      x, routed_token, num_routed, hidden_size, expert_input);
+  JAMBO_CUDA_CHECK_LAUNCH(gather_kernel);
+
+  workspace.host_expert_rows.resize(size_t(num_experts + 1));
+  JAMBO_CUDA_CHECK(cudaMemcpyAsync(workspace.host_expert_rows.data(), expert_rows,
+                                   size_t(device_offset(num_experts + 1, sizeof(int64_t))), cudaMemcpyDeviceToHost,
+                                   stream));
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t first = workspace.host_expert_rows[e];
+    const int64_t count = workspace.host_expert_rows[e + 1] - first;
+    if (count == 0) continue;
+    run_mlp(cublas, moe.experts[e], expert_input + device_offset(first, hidden_size), count,
+            expert_output + device_offset(first, hidden_size), gate + device_offset(first, intermediate),
+            up + device_offset(first, intermediate), stream);
+  }
+  combine_kernel<<<num_blocks_for(device_offset(num_tokens, hidden_size), kThreads), kThreads, 0, stream>>>(
+      expert_output, position_of, weight_of, num_tokens, k, hidden_size, out);
+  JAMBO_CUDA_CHECK_LAUNCH(combine_kernel);
+}
+
+}  // namespace jambo::cuda

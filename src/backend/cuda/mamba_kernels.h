@@ -1,0 +1,50 @@
+// The Mamba mixer's own kernels (spec §3.5): the causal depthwise conv1d and the selective scan, over
+// all rows of a step in one launch each, reading and writing each row's slot in the state pool in place.
+// A row whose reads_state is 0 starts from a zero conv tail and a zero SSM state and never reads its
+// slot (law 1); every row's new tail and final state are written into its slot.
+#pragma once
+
+#include "backend/cuda/device_rows.h"
+
+namespace jambo::cuda {
+
+// Sizes of one Mamba layer and where its state lies inside a slot.
+struct MambaStateLayout {
+  int64_t num_channels = 0;  // Di
+  int64_t kernel_size = 0;   // K
+  int64_t state_size = 0;    // N
+  int64_t layer_offset = 0;  // elements from a slot's start to this layer's conv tail [Di, K-1];
+                             // its SSM state [Di, N] follows the tail
+};
+
+// activated[t, c] = silu(conv_bias[c] + sum_j conv_weight[c, j] * window[i + j]) where i is the token's index in
+// its row and window is the row's conv tail (zeros without state) followed by the row's inputs u. Then the last
+// K-1 entries of each row's window become its new tail. One launch for the outputs of every (token, channel),
+// one for the tails; a one-token decode row is the case num_tokens = 1.
+void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout,
+                   const float* projected,    // [T, 2*Di]; columns 0..Di-1 are u
+                   const float* conv_weight,  // [Di, K]
+                   const float* conv_bias,    // [Di] or null
+                   float* state_pool,         // [num_slots, elements_per_slot]
+                   float* activated,          // [T, Di]
+                   cudaStream_t stream);
+
+// The selective scan in fp32, with the dt bias and softplus, the D skip and the SiLU gate fused:
+//   delta = softplus(delta_raw + dt_bias); h = exp(delta * A) * h + delta * B * u;
+//   gated = (h · C + D * u) * silu(z).
+// One group of lanes (the next power of two >= N, at most 32) per (row, channel), one lane per state entry;
+// h starts from the slot (reads_state) or zero and the final h is written back into the slot.
+void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
+                    const float* activated,  // [T, Di] u after the conv and SiLU
+                    const float* delta_raw,  // [T, Di] dt_proj output before its bias
+                    const float* dt_bias,    // [Di]
+                    const float* selective,  // [T, selective_stride] the normalized B at column b_column, C after it
+                    int64_t selective_stride, int64_t b_column,
+                    const float* projected,  // [T, 2*Di]; columns Di..2Di-1 are z
+                    const float* a,          // [Di, N] A = -exp(A_log)
+                    const float* d,          // [Di]
+                    float* state_pool,       // [num_slots, elements_per_slot]
+                    float* gated,            // [T, Di]
+                    cudaStream_t stream);
+
+}  // namespace jambo::cuda

@@ -1,0 +1,48 @@
+// The two sequence mixers on the GPU, each a chain of cuBLAS GEMMs and the kernels of its family, over all
+// rows of a step: the Mamba mixer (spec §3.5) and the attention mixer (spec §3.4). The backend runs them
+// layer by layer; the tests run each against its CPU twin (cpu::mamba_mixer, cpu::attention_mixer).
+#pragma once
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/device_weights.h"
+#include "backend/cuda/mamba_kernels.h"
+#include "model/config.h"
+
+#include <cublas_v2.h>
+
+namespace jambo::cuda {
+
+// Intermediates of the Mamba mixer, grown on demand.
+struct MambaScratch {
+  DeviceBuffer<float> projected;  // [T, 2*Di] in_proj: u then z
+  DeviceBuffer<float> activated;  // [T, Di] u after the conv and SiLU
+  DeviceBuffer<float> selective;  // [T, R + 2N] x_proj output (dt, B, C), normalized in place
+  DeviceBuffer<float> delta;      // [T, Di] dt_proj output, before its bias
+  DeviceBuffer<float> gated;      // [T, Di] the scan's output
+};
+
+// out = Mamba(x); each row's conv tail and SSM state in its slot of state_pool are carried forward.
+void mamba_mixer(cublasHandle_t cublas, const DeviceMamba& weights, const JambaConfig& config,
+                 const MambaStateLayout& layout, const DeviceRows& rows,
+                 const float* x,     // [T, H] (already normalized)
+                 float* state_pool,  // [num_slots, elements_per_slot]
+                 float* out,         // [T, H]
+                 MambaScratch& scratch, cudaStream_t stream);
+
+// Intermediates of the attention mixer, grown on demand.
+struct AttentionScratch {
+  DeviceBuffer<float> queries;  // [T, nh*hd]
+  DeviceBuffer<float> keys;     // [T, nkv*hd]
+  DeviceBuffer<float> values;   // [T, nkv*hd]
+  DeviceBuffer<float> context;  // [T, nh*hd]
+};
+
+// Writes this step's keys and values into each row's blocks, then out = attention(x).
+void attention_mixer(cublasHandle_t cublas, const DeviceAttention& weights, const JambaConfig& config,
+                     const KvLayout& layout, const DeviceRows& rows,
+                     const float* x,  // [T, H] (already normalized)
+                     float* kv_pool,  // [num_blocks, block_stride]
+                     float* out,      // [T, H]
+                     AttentionScratch& scratch, cudaStream_t stream);
+
+}  // namespace jambo::cuda

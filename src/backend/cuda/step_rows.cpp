@@ -1,0 +1,91 @@
+#include "backend/cuda/step_rows.h"
+
+#include <cstring>
+
+namespace jambo::cuda {
+
+StepRowsUploader::~StepRowsUploader() {
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+}
+
+DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<const int64_t> state_offsets,
+                                    std::span<const int32_t> reads_state, cudaStream_t stream,
+                                    std::vector<int64_t>& first_vector) {
+  const int64_t num_rows = int64_t(rows.size());
+  int64_t num_tokens = 0, num_table_entries = 0, num_vectors = 0;
+  for (const BatchRow& row : rows) {
+    num_tokens += int64_t(row.tokens.size());
+    num_table_entries += int64_t(row.block_table.size());
+    num_vectors += row.all_logits ? int64_t(row.tokens.size()) : 1;
+  }
+  // Sections, each a whole number of 8-byte words; 32-bit arrays are packed two to a word.
+  const auto words_for_int32 = [](int64_t count) { return (count + 1) / 2; };
+  const int64_t section_first_token = 0;
+  const int64_t section_row_tokens = section_first_token + num_rows;
+  const int64_t section_start = section_row_tokens + num_rows;
+  const int64_t section_state = section_start + num_rows;
+  const int64_t section_table_offset = section_state + num_rows;
+  const int64_t section_selected = section_table_offset + num_rows;
+  const int64_t section_reads = section_selected + num_vectors;
+  const int64_t section_token_row = section_reads + words_for_int32(num_rows);
+  const int64_t section_tokens = section_token_row + words_for_int32(num_tokens);
+  const int64_t section_tables = section_tokens + words_for_int32(num_tokens);
+  const int64_t num_words = section_tables + words_for_int32(num_table_entries);
+
+  host_.assign(size_t(num_words), 0);
+  int64_t* words = host_.data();
+  auto int32_at = [&](int64_t section) { return reinterpret_cast<int32_t*>(words + section); };
+  first_vector.clear();
+  int64_t token = 0, table_entry = 0, vector = 0;
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const BatchRow& row = rows[r];
+    const int64_t row_tokens = int64_t(row.tokens.size());
+    words[section_first_token + r] = token;
+    words[section_row_tokens + r] = row_tokens;
+    words[section_start + r] = row.start_position;
+    words[section_state + r] = state_offsets[r];
+    words[section_table_offset + r] = table_entry;
+    int32_at(section_reads)[r] = reads_state[r];
+    first_vector.push_back(vector);
+    for (int64_t t = row.all_logits ? 0 : row_tokens - 1; t < row_tokens; ++t)
+      words[section_selected + vector++] = token + t;
+    for (int64_t t = 0; t < row_tokens; ++t) {
+      int32_at(section_token_row)[token + t] = int32_t(r);
+      int32_at(section_tokens)[token + t] = row.tokens[t];
+    }
+    std::memcpy(int32_at(section_tables) + table_entry, row.block_table.data(), row.block_table.size() * 4);
+    token += row_tokens;
+    table_entry += int64_t(row.block_table.size());
+  }
+
+  if (num_words > pinned_size_) {
+    if (pinned_ != nullptr) JAMBO_CUDA_CHECK(cudaFreeHost(pinned_));
+    pinned_ = nullptr;
+    pinned_size_ = num_words + num_words / 4;
+    JAMBO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_), size_t(device_offset(pinned_size_, 8))));
+  }
+  // The last step's transfer from the pinned buffer must be done before it is overwritten.
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::memcpy(pinned_, words, size_t(device_offset(num_words, 8)));
+  int64_t* device = device_.reserve(num_words);
+  JAMBO_CUDA_CHECK(
+      cudaMemcpyAsync(device, pinned_, size_t(device_offset(num_words, 8)), cudaMemcpyHostToDevice, stream));
+
+  DeviceRows out;
+  out.num_rows = num_rows;
+  out.num_tokens = num_tokens;
+  out.num_vectors = num_vectors;
+  out.first_token = device + section_first_token;
+  out.row_tokens = device + section_row_tokens;
+  out.start_position = device + section_start;
+  out.state_offset = device + section_state;
+  out.block_table_offset = device + section_table_offset;
+  out.selected = device + section_selected;
+  out.reads_state = reinterpret_cast<const int32_t*>(device + section_reads);
+  out.token_row = reinterpret_cast<const int32_t*>(device + section_token_row);
+  out.tokens = reinterpret_cast<const int32_t*>(device + section_tokens);
+  out.block_tables = reinterpret_cast<const int32_t*>(device + section_tables);
+  return out;
+}
+
+}  // namespace jambo::cuda

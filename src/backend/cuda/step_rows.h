@@ -1,0 +1,28 @@
+// Uploads one step's rows (backend.h) to the GPU as DeviceRows, in one transfer.
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/cuda/device_rows.h"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace jambo::cuda {
+
+class StepRowsUploader {
+ public:
+  // Packs the rows (with the backend's per-row state offset and read flag) into one pinned buffer and
+  // copies it to the GPU in one transfer on `stream`. first_vector gets each row's first logits vector.
+  DeviceRows upload(std::span<const BatchRow> rows, std::span<const int64_t> state_offsets,
+                    std::span<const int32_t> reads_state, cudaStream_t stream, std::vector<int64_t>& first_vector);
+  ~StepRowsUploader();
+
+ private:
+  std::vector<int64_t> host_;  // the packed step, 8-byte words
+  int64_t* pinned_ = nullptr;  // [pinned_size_] staging for the transfer
+  int64_t pinned_size_ = 0;
+  DeviceBuffer<int64_t> device_;
+};
+
+}  // namespace jambo::cuda

@@ -1,0 +1,90 @@
+#include "backend/row_validation.h"
+
+#include "core/error.h"
+
+#include <map>
+#include <set>
+
+namespace jambo {
+namespace {
+
+void validate_row(const BatchRow& row, const JambaConfig& config, const CacheExtent& extent) {
+  const int64_t id = row.request_id;
+  const int64_t vocab_size = config.vocab_size;
+  JAMBO_REQUIRE(!row.tokens.empty(), "request {}: a step row needs at least one token", id);
+  for (int32_t token : row.tokens)
+    JAMBO_REQUIRE(token >= 0 && token < vocab_size, "request {}: token {} is outside the vocabulary [0, {})", id, token,
+                  vocab_size);
+  JAMBO_REQUIRE(row.start_position >= 0, "request {}: negative start position {}", id, row.start_position);
+  // Law 1: a zero state can only start a sequence, and a sequence can only start from zero.
+  JAMBO_REQUIRE(row.has_initial_state == (row.start_position > 0),
+                "request {}: has_initial_state is {} at start position {} (state exists iff start > 0)", id,
+                row.has_initial_state, row.start_position);
+  JAMBO_REQUIRE(row.slot >= 0 && row.slot < extent.num_state_slots, "request {}: state slot {} is out of range [0, {})",
+                id, row.slot, extent.num_state_slots);
+}
+
+void validate_block_table(const BatchRow& row, const CacheExtent& extent) {
+  const int64_t id = row.request_id;
+  const int64_t end_position = row.start_position + int64_t(row.tokens.size());
+  const int64_t num_blocks_needed = (end_position + extent.kv_block_size - 1) / extent.kv_block_size;
+  JAMBO_REQUIRE(int64_t(row.block_table.size()) >= num_blocks_needed,
+                "request {}: block table has {} blocks but positions up to {} need {}", id, row.block_table.size(),
+                end_position, num_blocks_needed);
+  for (int64_t i = 0; i < num_blocks_needed; ++i)
+    JAMBO_REQUIRE(row.block_table[i] >= 0 && row.block_table[i] < extent.num_kv_blocks,
+                  "request {}: KV block {} (logical block {}) is out of range [0, {})", id, row.block_table[i], i,
+                  extent.num_kv_blocks);
+}
+
+// A block this step writes into must belong to that row alone; blocks that are only read (a shared
+// prompt prefix) may appear in several rows.
+void validate_kv_writes(std::span<const BatchRow> rows, const CacheExtent& extent) {
+  const int64_t block_size = extent.kv_block_size;
+  std::map<int32_t, int64_t> writer_of_block;  // block -> index of the row writing it
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t end_position = rows[r].start_position + int64_t(rows[r].tokens.size());
+    for (int64_t i = rows[r].start_position / block_size; i < (end_position + block_size - 1) / block_size; ++i)
+      writer_of_block.emplace(rows[r].block_table[i], int64_t(r));
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t end_position = rows[r].start_position + int64_t(rows[r].tokens.size());
+    for (int64_t i = 0; i < (end_position + block_size - 1) / block_size; ++i) {
+      const auto writer = writer_of_block.find(rows[r].block_table[i]);
+      JAMBO_REQUIRE(writer == writer_of_block.end() || writer->second == int64_t(r),
+                    "request {}: KV block {} is written by request {} in the same step", rows[r].request_id,
+                    rows[r].block_table[i], rows[writer->second].request_id);
+    }
+  }
+}
+
+}  // namespace
+
+void validate_rows(std::span<const BatchRow> rows, const JambaConfig& config, const CacheExtent& extent) {
+  std::set<int64_t> slots_in_step;
+  for (const BatchRow& row : rows) {
+    validate_row(row, config, extent);
+    JAMBO_REQUIRE(slots_in_step.insert(row.slot).second, "request {}: state slot {} is used by two rows of one step",
+                  row.request_id, row.slot);
+    if (config.num_attention_layers() > 0) validate_block_table(row, extent);
+  }
+  if (config.num_attention_layers() > 0) validate_kv_writes(rows, extent);
+}
+
+void require_kv_block(int64_t block, int64_t num_kv_blocks) {
+  JAMBO_REQUIRE(block >= 0 && block < num_kv_blocks, "KV block {} is out of range [0, {})", block, num_kv_blocks);
+}
+
+void require_state_slot(int64_t slot, int64_t num_state_slots, const char* action) {
+  JAMBO_REQUIRE(slot >= 0 && slot < num_state_slots, "{}: state slot {} is out of range [0, {})", action, slot,
+                num_state_slots);
+}
+
+void require_state_offset_modulus(int64_t modulus, int64_t elements_per_slot, int64_t num_state_slots) {
+  JAMBO_REQUIRE(modulus == 0 ||
+                    (modulus > 0 && modulus % elements_per_slot == 0 && modulus <= num_state_slots * elements_per_slot),
+                "state offset modulus {} must be 0 or a multiple of the slot size {} within the pool", modulus,
+                elements_per_slot);
+}
+
+}  // namespace jambo

@@ -1,0 +1,266 @@
+// Each kernel family of the CUDA backend against its CPU twin on the same inputs: RMSNorm, the GEMM, the Mamba
+// mixer (conv1d and selective scan, rows from zero state and continuing rows, one-token rows, outputs and the
+// states left in the slots), the attention mixer (paged KV over two steps, GQA, MQA and plain multi-head), the
+// dense MLP and the MoE (top-1 and top-2).
+#include "../backend/random_tensors.h"
+#include "../backend/test_models.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/ffn.h"
+#include "backend/cpu/mamba.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/state_memory.h"
+#include "backend/cpu/vector_ops.h"
+#include "backend/cuda/embedding_norm.h"
+#include "backend/cuda/ffn.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/mixers.h"
+#include "backend/cuda/step_rows.h"
+#include "cuda_test_util.h"
+
+#include <numeric>
+
+namespace jambo::testing {
+namespace {
+
+using cpu::Matrix;
+using cuda::DeviceBuffer;
+
+constexpr double kRelativeTolerance = 1e-5;
+
+DeviceBuffer<float> upload(const float* values, int64_t count) {
+  DeviceBuffer<float> buffer(count);
+  EXPECT_EQ(cudaMemcpy(buffer.data(), values, size_t(count) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  return buffer;
+}
+
+std::vector<float> download(const float* values, int64_t count) {
+  std::vector<float> out(static_cast<size_t>(count));
+  EXPECT_EQ(cudaMemcpy(out.data(), values, size_t(count) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+// |actual - expected| <= tolerance * max |expected| everywhere.
+void expect_close(const std::vector<float>& actual, const float* expected, const std::string& what,
+                  double tolerance = kRelativeTolerance) {
+  double magnitude = 0.0, worst = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) magnitude = std::max(magnitude, std::fabs(double(expected[i])));
+  size_t worst_index = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double difference = std::fabs(double(actual[i]) - double(expected[i]));
+    if (!(difference <= worst)) worst_index = i;
+    worst = std::isnan(difference) ? INFINITY : std::max(worst, difference);
+  }
+  EXPECT_GT(magnitude, 0.0) << what;
+  EXPECT_LE(worst, tolerance * magnitude)
+      << what << ": worst at " << worst_index << ", " << actual[worst_index] << " against " << expected[worst_index]
+      << " (max magnitude " << magnitude << ")";
+}
+
+// One step's rows as the backend builds them: tokens are placeholders (the mixers do not read them).
+struct StepSpec {
+  std::vector<int64_t> num_tokens, start_positions, slots;
+  std::vector<int32_t> reads_state;
+};
+
+class OpsTest : public GpuParamTest<TestModelSpec> {
+ protected:
+  void SetUp() override {
+    GpuParamTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+    cublas_ = cuda::make_cublas(stream_);
+    weights_ = std::make_unique<cuda::DeviceWeights>(model_, cuda::WeightMode::F32, stream_);
+  }
+  void TearDown() override {
+    weights_.reset();
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  int64_t first_layer(MixerKind kind) const {
+    for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
+      if (config_.mixer_kinds[l] == kind) return l;
+    return -1;
+  }
+  int64_t first_ffn(FfnKind kind) const {
+    for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
+      if (config_.ffn_kinds[l] == kind) return l;
+    return -1;
+  }
+
+  cuda::DeviceRows upload_rows(const StepSpec& spec, int64_t slot_stride) {
+    const int64_t total = std::accumulate(spec.num_tokens.begin(), spec.num_tokens.end(), int64_t(0));
+    tokens_.assign(size_t(total), 0);
+    block_tables_.clear();
+    rows_.clear();
+    std::vector<int64_t> offsets;
+    for (size_t r = 0; r < spec.num_tokens.size(); ++r) {
+      std::vector<int32_t> table(kBlocksPerRow);
+      std::iota(table.begin(), table.end(), int32_t(r * kBlocksPerRow));
+      block_tables_.push_back(table);
+      offsets.push_back(spec.slots[r] * slot_stride);
+    }
+    int64_t first = 0;
+    for (size_t r = 0; r < spec.num_tokens.size(); ++r) {
+      BatchRow row;
+      row.tokens = std::span<const int32_t>(tokens_).subspan(size_t(first), size_t(spec.num_tokens[r]));
+      row.start_position = spec.start_positions[r];
+      row.slot = spec.slots[r];
+      row.block_table = block_tables_[r];
+      rows_.push_back(row);
+      first += spec.num_tokens[r];
+    }
+    std::vector<int64_t> first_vector;
+    return uploader_.upload(rows_, offsets, spec.reads_state, stream_, first_vector);
+  }
+
+  static constexpr int64_t kBlocksPerRow = 8;
+  static constexpr int64_t kBlockSize = 4;
+  Model model_ = make_random_model(GetParam().config, GetParam().dtype, 17);
+  const JambaConfig& config_ = model_.config;
+  TensorStore store_{23};
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<cuda::DeviceWeights> weights_;
+  cuda::StepRowsUploader uploader_;
+  std::vector<int32_t> tokens_;
+  std::vector<std::vector<int32_t>> block_tables_;
+  std::vector<BatchRow> rows_;
+};
+
+TEST_P(OpsTest, RmsNormAndGemm) {
+  const Matrix x = store_.matrix(13, config_.hidden_size, 1.0f);
+  DeviceBuffer<float> device_x = upload(x.data(), 13 * config_.hidden_size);
+  const TensorView& weight = model_.weights.layers[0].input_norm;
+  Matrix expected;
+  cpu::rms_norm_rows(x, weight, float(config_.rms_norm_eps), expected);
+  DeviceBuffer<float> out(13 * config_.hidden_size);
+  cuda::rms_norm(device_x.data(), config_.hidden_size, 13, config_.hidden_size, weights_->layers[0].input_norm,
+                 float(config_.rms_norm_eps), out.data(), config_.hidden_size, stream_);
+  expect_close(download(out.data(), 13 * config_.hidden_size), expected.data(), "rms_norm");
+
+  Matrix product;
+  cpu::matmul(x, model_.weights.lm_head, product);
+  DeviceBuffer<float> logits(13 * config_.vocab_size);
+  cuda::linear(cublas_, device_x.data(), 13, weights_->lm_head, logits.data());
+  expect_close(download(logits.data(), 13 * config_.vocab_size), product.data(), "linear");
+}
+
+TEST_P(OpsTest, MambaMixerMatchesCpu) {
+  const int64_t layer = first_layer(MixerKind::Mamba);
+  if (layer < 0) GTEST_SKIP() << "no Mamba layer";
+  const int64_t num_slots = 4;
+  cpu::StatePool cpu_pool(config_, num_slots);
+  const int64_t slot_stride = cpu_pool.elements_per_slot();
+  const int64_t pool_size = num_slots * slot_stride;
+  {  // an earlier state in every slot, for the rows that continue one
+    const Matrix noise = store_.matrix(1, pool_size, 0.5f);
+    std::copy_n(noise.data(), pool_size, cpu_pool.conv_tail(0, 0));
+  }
+  DeviceBuffer<float> gpu_pool = upload(cpu_pool.conv_tail(0, 0), pool_size);
+  const int64_t layer_stride = config_.mamba_d_inner * (config_.mamba_d_conv - 1 + config_.mamba_d_state);
+  const cuda::MambaStateLayout layout{config_.mamba_d_inner, config_.mamba_d_conv, config_.mamba_d_state, 0};
+  cuda::MambaScratch scratch;
+
+  // Two steps: rows from zero state (one of them a single token), continuing rows, one-token decodes.
+  const std::vector<StepSpec> steps = {{{5, 1, 9}, {0, 0, 0}, {0, 2, 1}, {0, 0, 0}},
+                                       {{1, 3, 1, 2}, {5, 1, 9, 0}, {0, 2, 1, 3}, {1, 1, 1, 0}}};
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const StepSpec& spec = steps[s];
+    const int64_t total = std::accumulate(spec.num_tokens.begin(), spec.num_tokens.end(), int64_t(0));
+    const Matrix x = store_.matrix(total, config_.hidden_size, 1.0f);
+    std::vector<cpu::MambaRow> cpu_rows;
+    int64_t first = 0;
+    for (size_t r = 0; r < spec.num_tokens.size(); ++r) {
+      cpu_rows.push_back({first, spec.num_tokens[r], spec.reads_state[r] != 0, cpu_pool.conv_tail(spec.slots[r], 0),
+                          cpu_pool.ssm_state(spec.slots[r], 0)});
+      first += spec.num_tokens[r];
+    }
+    Matrix expected;
+    cpu::mamba_mixer(model_.weights.layers[layer].mamba, config_, x, cpu_rows, expected);
+
+    const cuda::DeviceRows rows = upload_rows(spec, slot_stride);
+    DeviceBuffer<float> device_x = upload(x.data(), total * config_.hidden_size);
+    DeviceBuffer<float> out(total * config_.hidden_size);
+    cuda::mamba_mixer(cublas_, weights_->layers[layer].mamba, config_, layout, rows, device_x.data(), gpu_pool.data(),
+                      out.data(), scratch, stream_);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    expect_close(download(out.data(), total * config_.hidden_size), expected.data(),
+                 "Mamba output, step " + std::to_string(s), 1e-4);
+    // The first Mamba layer's state of every slot: written rows updated alike, others untouched.
+    const std::vector<float> states = download(gpu_pool.data(), pool_size);
+    for (int64_t slot = 0; slot < num_slots; ++slot) {
+      const std::vector<float> slot_state(states.begin() + slot * slot_stride,
+                                          states.begin() + slot * slot_stride + layer_stride);
+      expect_close(slot_state, cpu_pool.conv_tail(slot, 0), "state of slot " + std::to_string(slot), 1e-4);
+    }
+  }
+}
+
+TEST_P(OpsTest, AttentionMixerMatchesCpu) {
+  const int64_t layer = first_layer(MixerKind::Attention);
+  if (layer < 0) GTEST_SKIP() << "no attention layer";
+  const CacheConfig cache{4, 4 * kBlocksPerRow, kBlockSize};
+  cpu::KvCache cpu_cache(config_, cache);
+  cuda::KvLayout layout;
+  layout.block_size = kBlockSize;
+  layout.num_kv_heads = config_.num_key_value_heads;
+  layout.head_dim = config_.head_dim;
+  layout.block_stride = config_.num_attention_layers() * 2 * layout.half_stride();
+  layout.layer_offset = 0;
+  const int64_t pool_size = cache.num_kv_blocks * layout.block_stride;
+  DeviceBuffer<float> gpu_pool(pool_size);
+  ASSERT_EQ(cudaMemset(gpu_pool.data(), 0, size_t(pool_size) * 4), cudaSuccess);
+  cuda::AttentionScratch scratch;
+
+  const std::vector<StepSpec> steps = {{{6, 3, 1}, {0, 0, 0}, {0, 1, 2}, {0, 0, 0}},
+                                       {{1, 5, 1, 9}, {6, 3, 1, 0}, {0, 1, 2, 3}, {1, 1, 1, 0}}};
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const StepSpec& spec = steps[s];
+    const int64_t total = std::accumulate(spec.num_tokens.begin(), spec.num_tokens.end(), int64_t(0));
+    const Matrix x = store_.matrix(total, config_.hidden_size, 1.0f);
+    const cuda::DeviceRows rows = upload_rows(spec, 0);
+    std::vector<cpu::AttentionRow> cpu_rows;
+    int64_t first = 0;
+    for (size_t r = 0; r < spec.num_tokens.size(); ++r) {
+      cpu_rows.push_back({first, spec.num_tokens[r], spec.start_positions[r], block_tables_[r]});
+      first += spec.num_tokens[r];
+    }
+    Matrix expected;
+    cpu::attention_mixer(model_.weights.layers[layer].attention, config_, cpu_cache, 0, x, cpu_rows, expected);
+    DeviceBuffer<float> device_x = upload(x.data(), total * config_.hidden_size);
+    DeviceBuffer<float> out(total * config_.hidden_size);
+    cuda::attention_mixer(cublas_, weights_->layers[layer].attention, config_, layout, rows, device_x.data(),
+                          gpu_pool.data(), out.data(), scratch, stream_);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    expect_close(download(out.data(), total * config_.hidden_size), expected.data(),
+                 "attention output, step " + std::to_string(s), 1e-4);
+  }
+}
+
+TEST_P(OpsTest, FeedForwardMatchesCpu) {
+  const int64_t num_tokens = 29;
+  const Matrix x = store_.matrix(num_tokens, config_.hidden_size, 1.0f);
+  DeviceBuffer<float> device_x = upload(x.data(), num_tokens * config_.hidden_size);
+  DeviceBuffer<float> out(num_tokens * config_.hidden_size);
+  cuda::FfnWorkspace workspace;
+  if (const int64_t layer = first_ffn(FfnKind::Dense); layer >= 0) {
+    Matrix expected;
+    cpu::dense_mlp(model_.weights.layers[layer].mlp, x, expected);
+    cuda::dense_mlp(cublas_, weights_->layers[layer].mlp, device_x.data(), num_tokens, out.data(), workspace, stream_);
+    expect_close(download(out.data(), num_tokens * config_.hidden_size), expected.data(), "dense MLP", 1e-4);
+  }
+  if (const int64_t layer = first_ffn(FfnKind::Moe); layer >= 0) {
+    Matrix expected;
+    cpu::sparse_moe(model_.weights.layers[layer].moe, config_.num_experts_per_tok, x, expected);
+    cuda::sparse_moe(cublas_, weights_->layers[layer].moe, config_.num_experts_per_tok, device_x.data(), num_tokens,
+                     out.data(), workspace, stream_);
+    expect_close(download(out.data(), num_tokens * config_.hidden_size), expected.data(),
+                 "MoE top-" + std::to_string(config_.num_experts_per_tok), 1e-4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TestModels, OpsTest, ::testing::ValuesIn(test_model_specs()), spec_name);
+
+}  // namespace
+}  // namespace jambo::testing
