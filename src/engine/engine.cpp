@@ -52,6 +52,7 @@ struct Engine::Impl {
   void fork(Sequence& leader);
   void take_token(Sequence& sequence, std::span<const float> logits);
   void finish(Sequence& sequence, const std::string& reason);
+  void report(const Sequence& sequence) const;
 
   const Tokenizer* tokenizer;
   EngineOptions options;
@@ -63,10 +64,11 @@ struct Engine::Impl {
   Scheduler scheduler;
   Trace trace;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests;  // unfinished, by id
-  std::vector<SampleOutput> finished;              // samples finished (or aborted) since the last step returned
+  std::vector<SampleOutput> finished;  // samples finished (or aborted) since the last step returned
   int64_t num_arrivals = 0;
   int64_t num_sequences = 0;
   EngineCounters counters;
+  ProgressListener listener;
 };
 
 Engine::Impl::Impl(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
@@ -161,6 +163,7 @@ void Engine::Impl::abort_request(const std::string& id) {
     scheduler.remove(*sample);
     sample->abort();
     trace.event(counters.steps, *sample, "aborted");
+    report(*sample);
     finished.push_back(sample->output);
   }
   requests.erase(id);
@@ -238,28 +241,38 @@ void Engine::Impl::fork(Sequence& leader) {
 }
 
 void Engine::Impl::take_token(Sequence& sequence, std::span<const float> logits) {
+  if (sequence.num_generated() == 0) {  // the prompt has run: its logprobs are complete
+    sequence.output.prompt_logprobs = sequence.request.prompt_logprobs;
+    sequence.output.prompt_top_logprobs = sequence.request.prompt_top_logprobs;
+  }
   if (sequence.request.spec.sampling.max_tokens == 0) return finish(sequence, "length");
   const int32_t token = sequence.sampler.pick(logits);
   sequence.append(token, double(logits[token]) - log_sum_exp(logits),
                   top_logprobs(logits, sequence.request.spec.sampling.num_top_logprobs));
-  if (const auto reason = sequence.sampler.accept(token, sequence.num_generated())) finish(sequence, *reason);
+  if (const auto reason = sequence.sampler.accept(token, sequence.num_generated())) return finish(sequence, *reason);
+  report(sequence);
 }
 
 void Engine::Impl::finish(Sequence& sequence, const std::string& reason) {
   scheduler.remove(sequence);
   sequence.finish(reason);
-  sequence.output.prompt_logprobs = sequence.request.prompt_logprobs;
-  sequence.output.prompt_top_logprobs = sequence.request.prompt_top_logprobs;
   trace.event(counters.steps, sequence, "finished",
               {{"finish_reason", reason}, {"num_generated", sequence.num_generated()}});
+  report(sequence);
   finished.push_back(sequence.output);
+}
+
+void Engine::Impl::report(const Sequence& sequence) const {
+  if (listener) listener({sequence.output, sequence.sampler.text(), sequence.is_done()});
 }
 
 void Engine::Impl::update_counters() {
   counters.num_running = scheduler.num_running();
   counters.num_waiting = scheduler.num_waiting();
   counters.kv_blocks_used = kv_blocks.num_used();
+  counters.kv_blocks_total = kv_blocks.num_blocks();
   counters.slots_used = slots.num_used();
+  counters.slots_total = slots.num_slots();
   counters.slot_reuses = slots.num_reuses();
   counters.preemptions = scheduler.num_preemptions();
   counters.law_violations = runner.num_law_violations();
@@ -277,6 +290,8 @@ void Engine::abort_request(const std::string& id) { impl_->abort_request(id); }
 bool Engine::has_unfinished() const { return !impl_->requests.empty() || !impl_->finished.empty(); }
 
 std::vector<SampleOutput> Engine::step() { return impl_->step(); }
+
+void Engine::set_progress_listener(ProgressListener listener) { impl_->listener = std::move(listener); }
 
 const EngineCounters& Engine::counters() const {
   impl_->update_counters();

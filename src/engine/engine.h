@@ -11,6 +11,7 @@
 #include "model/tokenizer.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,12 +66,23 @@ struct SampleOutput {
   std::string finish_reason;  // "stop" or "length" (or "abort")
 };
 
-// Counters the server exposes later (DESIGN.md; issue 5).
+// One sample's progress, reported to a listener (the server's streams) after every new token and once
+// when the sample ends. The references are valid during the call only.
+struct SampleProgress {
+  const SampleOutput& output;  // ids and logprobs so far; text and finish_reason final once finished
+  const std::string& text;     // the text so far, stop strings cut (a stop string may still cut its tail)
+  bool finished = false;       // finished or aborted: no more progress of this sample
+};
+using ProgressListener = std::function<void(const SampleProgress&)>;
+
+// Counters the server exposes on /metrics.
 struct EngineCounters {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
   int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_total = 0;
   int64_t slots_used = 0;
+  int64_t slots_total = 0;
   int64_t slot_reuses = 0;
   int64_t preemptions = 0;
   int64_t prefill_tokens = 0;
@@ -90,7 +102,9 @@ class Engine {
   void add_request(const RequestSpec& spec);
   void abort_request(const std::string& id);
   bool has_unfinished() const;
-  // Runs one step; returns the samples that finished in it.
+  // Called from step() and abort_request(), on their thread.
+  void set_progress_listener(ProgressListener listener);
+  // Runs one step; returns the samples that finished (or were aborted) since the last step.
   std::vector<SampleOutput> step();
   const EngineCounters& counters() const;
 
