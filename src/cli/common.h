@@ -60,6 +60,7 @@ void add_compare_command(CLI::App& app);
 void add_batch_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 void add_stress_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 // The engine's flags (--max-num-batched-tokens, --memory-budget, --slot-policy, --check, ...).
 struct EngineFlags {

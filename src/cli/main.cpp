@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   jambo::cli::add_batch_command(app);
   jambo::cli::add_trace_command(app);
   jambo::cli::add_stress_command(app);
+  jambo::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

@@ -1,0 +1,168 @@
+#include "server/engine_loop.h"
+
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+namespace jambo::server {
+
+EngineLoop::EngineLoop(Engine& engine, int64_t max_num_requests)
+    : engine_(engine), max_num_requests_(max_num_requests) {
+  engine_.set_progress_listener([this](const SampleProgress& progress) { on_progress(progress); });
+  counters_ = engine_.counters();
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineLoop::~EngineLoop() { stop(); }
+
+void EngineLoop::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  inbox_changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  engine_.set_progress_listener(nullptr);
+}
+
+EngineLoop::Admission EngineLoop::submit(std::vector<RequestSpec> specs, std::shared_ptr<RequestStream> stream) {
+  auto submission = std::make_unique<Submission>();
+  std::future<std::string> verdict = submission->verdict.get_future();
+  const int64_t num_requests = int64_t(specs.size());
+  submission->specs = std::move(specs);
+  submission->stream = std::move(stream);
+  {
+    std::lock_guard lock(mutex_);
+    if (dead_ || stopping_) return {Verdict::Dead, dead_ ? death_reason_ : "the server is shutting down"};
+    if (num_unfinished_ + num_requests > max_num_requests_)
+      return {Verdict::Full, fmt::format("the server holds {} requests already (--max-num-requests {}); retry later",
+                                         num_unfinished_, max_num_requests_)};
+    num_unfinished_ += num_requests;
+    submissions_.push_back(std::move(submission));
+  }
+  inbox_changed_.notify_all();
+  std::string message = verdict.get();
+  if (message.empty()) return {Verdict::Accepted, ""};
+  return {is_alive() ? Verdict::Rejected : Verdict::Dead, message};
+}
+
+void EngineLoop::abort(const std::vector<std::string>& ids) {
+  {
+    std::lock_guard lock(mutex_);
+    aborts_.insert(aborts_.end(), ids.begin(), ids.end());
+  }
+  inbox_changed_.notify_all();
+}
+
+void EngineLoop::corrupt_lease_for_testing(const std::string& id) {
+  {
+    std::lock_guard lock(mutex_);
+    leases_to_corrupt_.push_back(id);
+  }
+  inbox_changed_.notify_all();
+}
+
+bool EngineLoop::is_alive() const {
+  std::lock_guard lock(mutex_);
+  return !dead_;
+}
+
+std::string EngineLoop::death_reason() const {
+  std::lock_guard lock(mutex_);
+  return death_reason_;
+}
+
+EngineCounters EngineLoop::counters() const {
+  std::lock_guard lock(mutex_);
+  return counters_;
+}
+
+void EngineLoop::run() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    take_inbox(lock);
+    if (!engine_.has_unfinished()) {
+      inbox_changed_.wait(lock, [this] {
+        return stopping_ || !submissions_.empty() || !aborts_.empty() || !leases_to_corrupt_.empty();
+      });
+      continue;
+    }
+    lock.unlock();
+    std::string failure;
+    try {
+      engine_.step();
+    } catch (const std::exception& error) {
+      failure = error.what();
+    }
+    EngineCounters counters = engine_.counters();
+    lock.lock();
+    counters_ = counters;
+    if (!failure.empty()) return die(failure);
+  }
+  for (const auto& [id, route] : routes_) route.stream->fail("the server is shutting down");
+  for (auto& submission : std::exchange(submissions_, {})) submission->verdict.set_value("the server is shutting down");
+}
+
+// Runs with the lock held on entry and exit; the engine is touched without it.
+void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
+  std::vector<std::unique_ptr<Submission>> submissions = std::exchange(submissions_, {});
+  std::vector<std::string> aborts = std::exchange(aborts_, {});
+  std::vector<std::string> leases_to_corrupt = std::exchange(leases_to_corrupt_, {});
+  if (submissions.empty() && aborts.empty() && leases_to_corrupt.empty()) return;
+  lock.unlock();
+  for (const std::string& id : aborts)
+    if (routes_.contains(id)) engine_.abort_request(id);
+  for (const std::string& id : leases_to_corrupt) engine_.corrupt_lease_for_testing(id);
+  std::vector<int64_t> num_rejected;
+  for (auto& submission : submissions) {
+    const std::string message = admit(*submission);
+    num_rejected.push_back(message.empty() ? 0 : int64_t(submission->specs.size()));
+    submission->verdict.set_value(message);
+  }
+  lock.lock();
+  for (int64_t count : num_rejected) num_unfinished_ -= count;
+  counters_ = engine_.counters();
+}
+
+// All of a submission's requests or none: a rejected one takes back those added before it.
+std::string EngineLoop::admit(Submission& submission) {
+  std::vector<std::string> added;
+  int64_t first_choice = 0;
+  try {
+    for (const RequestSpec& spec : submission.specs) {
+      engine_.add_request(spec);
+      added.push_back(spec.id);
+      routes_[spec.id] = Route{submission.stream, first_choice, spec.n, 0};
+      first_choice += spec.n;
+    }
+  } catch (const std::exception& error) {
+    for (const std::string& id : added) {
+      routes_.erase(id);
+      engine_.abort_request(id);
+    }
+    return error.what();
+  }
+  return "";
+}
+
+void EngineLoop::on_progress(const SampleProgress& progress) {
+  const auto found = routes_.find(progress.output.id);
+  if (found == routes_.end()) return;  // taken back before it was accepted
+  Route& route = found->second;
+  route.stream->on_progress(route.first_choice + progress.output.sample, progress);
+  if (!progress.finished || ++route.num_finished < route.num_samples) return;
+  routes_.erase(found);
+  std::lock_guard lock(mutex_);
+  --num_unfinished_;
+}
+
+void EngineLoop::die(const std::string& reason) {
+  dead_ = true;
+  death_reason_ = fmt::format("the engine loop stopped: {}", reason);
+  for (const auto& [id, route] : routes_) route.stream->fail(death_reason_);
+  routes_.clear();
+  num_unfinished_ = 0;
+  for (auto& submission : std::exchange(submissions_, {})) submission->verdict.set_value(death_reason_);
+}
+
+}  // namespace jambo::server

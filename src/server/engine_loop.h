@@ -1,0 +1,86 @@
+// The one engine loop shared by every HTTP connection: a thread that owns the Engine, takes requests
+// and aborts from an inbox between steps, steps while there is work, and routes each sample's
+// progress to its HTTP request's stream. If a step throws, the loop dies loudly: every open stream
+// gets the error and /health turns 503.
+#pragma once
+
+#include "engine/engine.h"
+#include "server/request_stream.h"
+
+#include <condition_variable>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace jambo::server {
+
+class EngineLoop {
+ public:
+  // max_num_requests bounds the engine requests accepted and not yet finished (running or waiting).
+  EngineLoop(Engine& engine, int64_t max_num_requests);
+  ~EngineLoop();  // stop()
+
+  // Fails every open stream ("the server is shutting down") and joins the thread; idempotent.
+  void stop();
+
+  enum class Verdict { Accepted, Rejected, Full, Dead };
+  struct Admission {
+    Verdict verdict = Verdict::Accepted;
+    std::string message;  // why, when rejected (the engine's validation) or dead
+  };
+  // The engine requests of one HTTP request, accepted all together or not at all. The stream's choice
+  // c*n + s is sample s of specs[c]. Waits for the loop to take them (at most one step).
+  Admission submit(std::vector<RequestSpec> specs, std::shared_ptr<RequestStream> stream);
+  // Aborts whichever of these requests is unfinished; frees their slots and KV blocks at the next turn.
+  void abort(const std::vector<std::string>& ids);
+
+  bool is_alive() const;
+  std::string death_reason() const;
+  EngineCounters counters() const;  // as of the last step
+
+  // Test-only: Engine::corrupt_lease_for_testing(id) on the loop's thread (a law 2 violation in checked
+  // mode, to show that the loop dies loudly).
+  void corrupt_lease_for_testing(const std::string& id);
+
+ private:
+  struct Submission {
+    std::vector<RequestSpec> specs;
+    std::shared_ptr<RequestStream> stream;
+    std::promise<std::string> verdict;  // "" accepted, else the engine's message
+  };
+  struct Route {
+    std::shared_ptr<RequestStream> stream;
+    int64_t first_choice = 0;
+    int64_t num_samples = 0;
+    int64_t num_finished = 0;
+  };
+
+  void run();
+  void take_inbox(std::unique_lock<std::mutex>& lock);
+  std::string admit(Submission& submission);
+  void on_progress(const SampleProgress& progress);
+  void die(const std::string& reason);
+
+  Engine& engine_;
+  const int64_t max_num_requests_;
+  std::unordered_map<std::string, Route> routes_;  // unfinished engine requests; engine thread only
+
+  mutable std::mutex mutex_;  // guards everything below
+  std::condition_variable inbox_changed_;
+  std::vector<std::unique_ptr<Submission>> submissions_;
+  std::vector<std::string> aborts_;
+  std::vector<std::string> leases_to_corrupt_;
+  int64_t num_unfinished_ = 0;  // engine requests accepted or waiting in the inbox, not finished
+  bool stopping_ = false;
+  bool dead_ = false;
+  std::string death_reason_;
+  EngineCounters counters_;
+
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+}  // namespace jambo::server

@@ -1,0 +1,363 @@
+#include "server/openai_request.h"
+
+#include "core/json.h"
+#include "server/chat_template.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <set>
+
+namespace jambo::server {
+
+using nlohmann::json;
+
+ApiError::ApiError(int status, const std::string& message, std::string param, std::string type)
+    : Error(message), status(status), param(std::move(param)), type(std::move(type)) {}
+
+namespace {
+
+constexpr int64_t kMaxLogprobs = 20;
+constexpr size_t kMaxStopStrings = 16;
+constexpr size_t kMaxStopLength = 256;
+
+[[noreturn]] void bad_field(const std::string& field, const std::string& message) {
+  throw ApiError(400, fmt::format("'{}': {}", field, message), field);
+}
+
+// Reads the fields of one request body; a field it never reads is unrecognized, as OpenAI rejects it.
+class Fields {
+ public:
+  Fields(const json& body, std::set<std::string> known) : body_(body), known_(std::move(known)) {
+    for (const auto& [name, value] : body_.items())
+      if (!known_.contains(name))
+        throw ApiError(400, fmt::format("Unrecognized request argument supplied: {}", name), name);
+  }
+
+  // The field, or nullptr when it is absent or null (OpenAI treats null as "not given").
+  const json* find(const std::string& name) const {
+    const auto found = body_.find(name);
+    return found == body_.end() || found->is_null() ? nullptr : &*found;
+  }
+
+  int64_t integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
+    const json* value = find(name);
+    if (!value) return fallback;
+    if (!value->is_number_integer()) bad_field(name, fmt::format("must be an integer, got {}", describe_json(*value)));
+    if (value->is_number_unsigned() && value->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      bad_field(name, fmt::format("must be between {} and {}, got {}", min, max, value->dump()));
+    const int64_t number = value->get<int64_t>();
+    if (number < min || number > max)
+      bad_field(name, fmt::format("must be between {} and {}, got {}", min, max, number));
+    return number;
+  }
+
+  double number(const std::string& name, double fallback, double min, double max) const {
+    const json* value = find(name);
+    if (!value) return fallback;
+    if (!value->is_number()) bad_field(name, fmt::format("must be a number, got {}", describe_json(*value)));
+    const double number = value->get<double>();
+    if (!(number >= min && number <= max))
+      bad_field(name, fmt::format("must be between {} and {}, got {}", min, max, number));
+    return number;
+  }
+
+  bool boolean(const std::string& name, bool fallback) const {
+    const json* value = find(name);
+    if (!value) return fallback;
+    if (!value->is_boolean()) bad_field(name, fmt::format("must be true or false, got {}", describe_json(*value)));
+    return value->get<bool>();
+  }
+
+  std::string string(const std::string& name) const {
+    const json* value = find(name);
+    if (!value) return "";
+    if (!value->is_string()) bad_field(name, fmt::format("must be a string, got {}", describe_json(*value)));
+    return value->get<std::string>();
+  }
+
+ private:
+  const json& body_;
+  std::set<std::string> known_;
+};
+
+const std::set<std::string> kSharedFields = {"model",
+                                             "max_tokens",
+                                             "temperature",
+                                             "top_p",
+                                             "top_k",
+                                             "min_p",
+                                             "n",
+                                             "seed",
+                                             "stop",
+                                             "stop_token_ids",
+                                             "stream",
+                                             "stream_options",
+                                             "user",
+                                             "presence_penalty",
+                                             "frequency_penalty",
+                                             "logit_bias",
+                                             "ignore_eos"};
+
+std::set<std::string> with_shared(std::set<std::string> fields) {
+  fields.insert(kSharedFields.begin(), kSharedFields.end());
+  return fields;
+}
+
+void check_model(const Fields& fields, const ServerLimits& limits) {
+  const json* model = fields.find("model");
+  if (!model) bad_field("model", "is required");
+  if (!model->is_string()) bad_field("model", fmt::format("must be a string, got {}", describe_json(*model)));
+  if (model->get<std::string>() != limits.model_name)
+    throw ApiError(404,
+                   fmt::format("The model '{}' does not exist; this server serves '{}'", model->get<std::string>(),
+                               limits.model_name),
+                   "model", "model_not_found");
+}
+
+// Options jambo does not implement are accepted only at the value that means "off", never ignored.
+void check_unsupported(const Fields& fields) {
+  for (const char* penalty : {"presence_penalty", "frequency_penalty"})
+    if (fields.number(penalty, 0.0, -2.0, 2.0) != 0.0) bad_field(penalty, "is not supported by jambo; only 0 is");
+  if (const json* bias = fields.find("logit_bias"); bias && !(bias->is_object() && bias->empty()))
+    bad_field("logit_bias", "is not supported by jambo; give null or {}");
+  fields.string("user");
+}
+
+std::vector<std::string> stop_strings(const Fields& fields) {
+  const json* value = fields.find("stop");
+  if (!value) return {};
+  if (value->is_string()) {
+    if (value->get<std::string>().empty()) bad_field("stop", "must not be an empty string");
+    return {value->get<std::string>()};
+  }
+  if (!value->is_array())
+    bad_field("stop", fmt::format("must be a string or an array of strings, got {}", describe_json(*value)));
+  if (value->size() > kMaxStopStrings)
+    bad_field("stop", fmt::format("holds {} strings; at most {}", value->size(), kMaxStopStrings));
+  std::vector<std::string> stops;
+  for (const json& stop : *value) {
+    if (!stop.is_string() || stop.get<std::string>().empty())
+      bad_field("stop", fmt::format("holds {}, which is not a non-empty string", describe_json(stop)));
+    if (stop.get<std::string>().size() > kMaxStopLength)
+      bad_field("stop",
+                fmt::format("holds a string of {} bytes; at most {}", stop.get<std::string>().size(), kMaxStopLength));
+    stops.push_back(stop.get<std::string>());
+  }
+  return stops;
+}
+
+std::vector<int32_t> token_ids(const json& value, const std::string& field, int64_t vocab_size) {
+  std::vector<int32_t> ids;
+  for (const json& id : value) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size)
+      bad_field(field, fmt::format("holds {}, which is not a token id in [0, {})", describe_json(id), vocab_size));
+    ids.push_back(id.get<int32_t>());
+  }
+  return ids;
+}
+
+// The options every generation request shares; max_tokens is checked later, against each prompt.
+RequestSpec shared_options(const Fields& fields, const ServerLimits& limits) {
+  check_model(fields, limits);
+  check_unsupported(fields);
+  RequestSpec spec;
+  spec.sampling.temperature = fields.number("temperature", 1.0, 0.0, 2.0);
+  spec.sampling.top_p = fields.number("top_p", 1.0, 0.0, 1.0);
+  if (spec.sampling.top_p <= 0.0) bad_field("top_p", "must be greater than 0");
+  const int64_t top_k = fields.integer("top_k", 0, -1, limits.vocab_size);
+  spec.sampling.top_k = top_k < 0 ? 0 : top_k;  // -1 and 0 both mean no limit
+  spec.min_p = fields.number("min_p", 0.0, 0.0, 1.0);
+  spec.n = fields.integer("n", 1, 1, limits.max_n);
+  if (fields.find("seed"))
+    spec.sampling.seed =
+        uint64_t(fields.integer("seed", 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+  spec.stop = stop_strings(fields);
+  if (const json* ids = fields.find("stop_token_ids")) {
+    if (!ids->is_array()) bad_field("stop_token_ids", "must be an array of token ids");
+    spec.stop_token_ids = token_ids(*ids, "stop_token_ids", limits.vocab_size);
+  }
+  spec.sampling.ignore_eos = fields.boolean("ignore_eos", false);
+  return spec;
+}
+
+void read_streaming(const Fields& fields, GenerationRequest& request) {
+  request.stream = fields.boolean("stream", false);
+  const json* options = fields.find("stream_options");
+  if (!options) return;
+  if (!request.stream) bad_field("stream_options", "is only allowed when 'stream' is true");
+  if (!options->is_object()) bad_field("stream_options", "must be an object");
+  for (const auto& [name, value] : options->items()) {
+    if (name != "include_usage") bad_field("stream_options." + name, "is not a known stream option");
+    if (!value.is_boolean()) bad_field("stream_options.include_usage", "must be true or false");
+    request.include_usage = value.get<bool>();
+  }
+}
+
+// max_tokens: given, or (chat) whatever the context leaves; the longest prompt must leave room for it.
+void check_lengths(const Fields& fields, GenerationRequest& request, const ServerLimits& limits,
+                   const std::string& max_tokens_field, std::optional<int64_t> default_max_tokens) {
+  size_t longest = 0;
+  for (const auto& prompt : request.prompts) longest = std::max(longest, prompt.size());
+  const int64_t room = limits.max_model_len - int64_t(longest);
+  if (room < 1)
+    bad_field(request.chat ? "messages" : "prompt",
+              fmt::format("the prompt is {} tokens; this server's context (max_model_len) is {} tokens", longest,
+                          limits.max_model_len));
+  const int64_t max_tokens =
+      fields.integer(max_tokens_field, default_max_tokens.value_or(room), 0, limits.max_model_len);
+  if (max_tokens > room)
+    bad_field(max_tokens_field, fmt::format("{} tokens do not fit: the prompt is {} tokens and max_model_len is {}",
+                                            max_tokens, longest, limits.max_model_len));
+  request.options.sampling.max_tokens = max_tokens;
+}
+
+void read_prompts(const json& prompt, const ServerLimits& limits, const Tokenizer& tokenizer,
+                  GenerationRequest& request) {
+  auto add_text = [&](const std::string& text) {
+    request.prompts.push_back(tokenizer.encode(text));
+    request.prompt_texts.push_back(text);
+  };
+  auto add_ids = [&](const json& ids) {
+    if (ids.empty()) bad_field("prompt", "a prompt of token ids is empty");
+    request.prompts.push_back(token_ids(ids, "prompt", limits.vocab_size));
+    request.prompt_texts.push_back(tokenizer.decode(request.prompts.back()));
+  };
+  if (prompt.is_string()) {
+    add_text(prompt.get<std::string>());
+  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number_integer()) {
+    add_ids(prompt);
+  } else if (prompt.is_array() && !prompt.empty()) {
+    if (prompt.size() > size_t(limits.max_num_prompts))
+      bad_field("prompt", fmt::format("holds {} prompts; at most {}", prompt.size(), limits.max_num_prompts));
+    for (const json& item : prompt) {
+      if (item.is_string())
+        add_text(item.get<std::string>());
+      else if (item.is_array())
+        add_ids(item);
+      else
+        bad_field("prompt", fmt::format("holds {}; give strings or arrays of token ids", describe_json(item)));
+    }
+  } else {
+    bad_field("prompt", fmt::format("must be a string, an array of strings, an array of token ids or an array of "
+                                    "such arrays (non-empty), got {}",
+                                    describe_json(prompt)));
+  }
+  for (const auto& ids : request.prompts)
+    if (ids.empty()) bad_field("prompt", "a prompt encodes to no tokens");
+  if (int64_t(request.prompts.size()) * request.options.n > limits.max_n)
+    bad_field("n",
+              fmt::format("{} prompts of n = {} make {} samples; this server holds {} at once", request.prompts.size(),
+                          request.options.n, int64_t(request.prompts.size()) * request.options.n, limits.max_n));
+}
+
+std::string message_content(const json& message, size_t index) {
+  const std::string field = fmt::format("messages[{}].content", index);
+  const auto content = message.find("content");
+  if (content == message.end() || content->is_null()) return "";
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array()) bad_field(field, "must be a string or an array of text parts");
+  std::string text;
+  for (const json& part : *content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      bad_field(field, fmt::format("holds {}; only parts {{\"type\": \"text\", \"text\": ...}} are supported",
+                                   describe_json(part)));
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// Messages checked and normalized (content as a string) for the template.
+json chat_messages(const Fields& fields) {
+  const json* messages = fields.find("messages");
+  if (!messages) bad_field("messages", "is required");
+  if (!messages->is_array() || messages->empty()) bad_field("messages", "must be a non-empty array of messages");
+  static const std::set<std::string> roles = {"system", "developer", "user", "assistant", "tool"};
+  json normalized = json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& message = (*messages)[i];
+    const std::string field = fmt::format("messages[{}]", i);
+    if (!message.is_object()) bad_field(field, fmt::format("must be an object, got {}", describe_json(message)));
+    const auto role = message.find("role");
+    if (role == message.end() || !role->is_string() || !roles.contains(role->get<std::string>()))
+      bad_field(field + ".role", "must be one of system, developer, user, assistant, tool");
+    for (const auto& [name, value] : message.items())
+      if (name != "role" && name != "content" && name != "name")
+        bad_field(fmt::format("{}.{}", field, name), "is not supported by jambo");
+    json entry = {{"role", role->get<std::string>()}, {"content", message_content(message, i)}};
+    if (message.contains("name")) {
+      if (!message["name"].is_string()) bad_field(field + ".name", "must be a string");
+      entry["name"] = message["name"];
+    }
+    normalized.push_back(std::move(entry));
+  }
+  return normalized;
+}
+
+}  // namespace
+
+json parse_body(const std::string& body) {
+  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded())
+    throw ApiError(400, "We could not parse the JSON body of your request: it is not valid JSON");
+  if (!parsed.is_object()) throw ApiError(400, "The request body must be a JSON object");
+  return parsed;
+}
+
+GenerationRequest parse_completion_request(const json& body, const ServerLimits& limits, const Tokenizer& tokenizer) {
+  const Fields fields(body, with_shared({"prompt", "logprobs", "echo", "prompt_logprobs", "suffix", "best_of"}));
+  GenerationRequest request;
+  request.options = shared_options(fields, limits);
+  read_streaming(fields, request);
+  if (fields.find("suffix")) bad_field("suffix", "is not supported by jambo");
+  if (fields.integer("best_of", request.options.n, 1, limits.max_n) != request.options.n)
+    bad_field("best_of", "is supported only equal to n");
+  const json* prompt = fields.find("prompt");
+  if (!prompt) bad_field("prompt", "is required");
+  read_prompts(*prompt, limits, tokenizer, request);
+  check_lengths(fields, request, limits, "max_tokens", 16);
+  request.echo = fields.boolean("echo", false);
+  request.num_logprobs = fields.integer("logprobs", -1, 0, kMaxLogprobs);
+  request.options.sampling.num_top_logprobs = std::max<int64_t>(0, request.num_logprobs);
+  request.options.num_prompt_logprobs = fields.integer("prompt_logprobs", -1, 0, kMaxLogprobs);
+  if (request.echo && request.num_logprobs >= 0)
+    request.options.num_prompt_logprobs = std::max(request.options.num_prompt_logprobs, request.num_logprobs);
+  return request;
+}
+
+GenerationRequest parse_chat_request(const json& body, const ServerLimits& limits, const Tokenizer& tokenizer,
+                                     const ChatTemplate& chat_template) {
+  const Fields fields(body, with_shared({"messages", "max_completion_tokens", "logprobs", "top_logprobs",
+                                         "add_generation_prompt", "response_format", "tools", "tool_choice"}));
+  GenerationRequest request;
+  request.chat = true;
+  request.options = shared_options(fields, limits);
+  read_streaming(fields, request);
+  if (const json* format = fields.find("response_format");
+      format && !(format->is_object() && format->value("type", "") == "text"))
+    bad_field("response_format", "only {\"type\": \"text\"} is supported by jambo");
+  if (const json* tools = fields.find("tools"); tools && !(tools->is_array() && tools->empty()))
+    bad_field("tools", "tool calls are not supported by jambo");
+  if (const json* choice = fields.find("tool_choice"); choice && *choice != "none")
+    bad_field("tool_choice", "tool calls are not supported by jambo; only \"none\"");
+  const json messages = chat_messages(fields);
+  std::string text;
+  try {
+    text = chat_template.render(messages, fields.boolean("add_generation_prompt", true));
+  } catch (const Error& error) {
+    bad_field("messages", error.what());
+  }
+  request.prompts.push_back(tokenizer.encode(text, /*add_special_tokens=*/false));
+  request.prompt_texts.push_back(text);
+  if (request.prompts.back().empty()) bad_field("messages", "the chat template rendered no tokens");
+  const bool has_max_completion = fields.find("max_completion_tokens") != nullptr;
+  check_lengths(fields, request, limits, has_max_completion ? "max_completion_tokens" : "max_tokens", std::nullopt);
+  const bool logprobs = fields.boolean("logprobs", false);
+  const int64_t top_logprobs = fields.integer("top_logprobs", 0, 0, kMaxLogprobs);
+  if (fields.find("top_logprobs") && !logprobs) bad_field("top_logprobs", "needs 'logprobs': true");
+  request.num_logprobs = logprobs ? top_logprobs : -1;
+  request.options.sampling.num_top_logprobs = top_logprobs;
+  return request;
+}
+
+}  // namespace jambo::server

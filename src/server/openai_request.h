@@ -1,0 +1,58 @@
+// Reads the bodies of POST /v1/completions and /v1/chat/completions into engine request options,
+// field by field as OpenAI documents them. Anything wrong (type, range, a field OpenAI would reject,
+// a prompt longer than the context) is an ApiError naming the field, before the engine sees it.
+#pragma once
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace jambo {
+class ChatTemplate;
+}
+
+namespace jambo::server {
+
+// An error the client gets as an OpenAI error object: {"error": {"message", "type", "param", "code"}}.
+class ApiError : public Error {
+ public:
+  ApiError(int status, const std::string& message, std::string param = "", std::string type = "invalid_request_error");
+  int status;
+  std::string param;  // the offending field ("" when none)
+  std::string type;
+};
+
+// What requests may ask for on this server.
+struct ServerLimits {
+  std::string model_name;     // the one model served; requests must name it
+  int64_t max_model_len = 0;  // prompt plus generated tokens
+  int64_t max_n = 1;          // samples per prompt
+  int64_t max_num_prompts = 1;
+  int64_t vocab_size = 0;
+};
+
+struct GenerationRequest {
+  bool chat = false;
+  std::vector<std::vector<int32_t>> prompts;  // [num_prompts][tokens]
+  std::vector<std::string> prompt_texts;      // [num_prompts] as given, or decoded from ids (echo)
+  RequestSpec options;                        // all but id and prompt_ids
+  bool stream = false;
+  bool include_usage = false;
+  bool echo = false;          // completions: the prompt is part of each choice's text
+  int64_t num_logprobs = -1;  // -1: no logprobs; else top-K per token (completions logprobs, chat top_logprobs)
+};
+
+GenerationRequest parse_completion_request(const nlohmann::json& body, const ServerLimits& limits,
+                                           const Tokenizer& tokenizer);
+GenerationRequest parse_chat_request(const nlohmann::json& body, const ServerLimits& limits, const Tokenizer& tokenizer,
+                                     const ChatTemplate& chat_template);
+
+// Parses a request body; a body that is not a JSON object is an ApiError.
+nlohmann::json parse_body(const std::string& body);
+
+}  // namespace jambo::server

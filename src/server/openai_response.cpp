@@ -1,0 +1,214 @@
+#include "server/openai_response.h"
+
+#include <fmt/format.h>
+
+namespace jambo::server {
+
+using nlohmann::json;
+
+std::string to_wire(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json error_body(const std::string& message, const std::string& type, const std::string& param) {
+  return {{"error",
+           {{"message", message}, {"type", type}, {"param", param.empty() ? json() : json(param)}, {"code", nullptr}}}};
+}
+
+namespace {
+
+json bytes_of(const std::string& text) {
+  json bytes = json::array();
+  for (unsigned char byte : text) bytes.push_back(int(byte));
+  return bytes;
+}
+
+// Append-only views of the completions logprobs arrays.
+json empty_completion_logprobs() {
+  return {{"tokens", json::array()},
+          {"token_logprobs", json::array()},
+          {"top_logprobs", json::array()},
+          {"text_offset", json::array()}};
+}
+
+void append_all(json& into, const json& from) {
+  for (const auto& [key, values] : from.items())
+    for (const json& value : values) into[key].push_back(value);
+}
+
+}  // namespace
+
+ResponseBuilder::ResponseBuilder(const GenerationRequest& request, std::string id, std::string model, int64_t created,
+                                 const Tokenizer& tokenizer)
+    : request_(request),
+      id_(std::move(id)),
+      model_(std::move(model)),
+      created_(created),
+      tokenizer_(tokenizer),
+      choices_(request.prompts.size() * size_t(request.options.n)) {
+  for (Choice& choice : choices_)
+    choice.logprobs = request.chat ? json{{"content", json::array()}} : empty_completion_logprobs();
+}
+
+// A token as it reads inside a text: SentencePiece marks a leading space with U+2581, which decoding a
+// token alone would strip.
+std::string ResponseBuilder::token_text(int32_t id) const {
+  const int32_t ids[] = {id};
+  std::string text = tokenizer_.decode(ids);
+  const std::optional<std::string> piece = tokenizer_.id_to_token(id);
+  if (piece && piece->starts_with("\u2581") && !text.starts_with(" ")) return " " + text;
+  return text;
+}
+
+json ResponseBuilder::completion_logprobs(Choice& choice, const std::vector<int32_t>& ids,
+                                          const std::vector<std::optional<double>>& logprobs,
+                                          const std::vector<std::vector<TokenLogprob>>& top) const {
+  json result = empty_completion_logprobs();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string text = token_text(ids[i]);
+    result["tokens"].push_back(text);
+    result["token_logprobs"].push_back(logprobs[i] ? json(*logprobs[i]) : json());
+    if (!logprobs[i]) {
+      result["top_logprobs"].push_back(nullptr);
+    } else {
+      json entries = json::object();
+      for (const TokenLogprob& entry : top[i]) entries[token_text(entry.token)] = entry.logprob;
+      result["top_logprobs"].push_back(std::move(entries));
+    }
+    result["text_offset"].push_back(choice.text_offset);
+    choice.text_offset += int64_t(text.size());
+  }
+  return result;
+}
+
+json ResponseBuilder::chat_logprobs(const StreamEvent& event) const {
+  json content = json::array();
+  for (size_t i = 0; i < event.ids.size(); ++i) {
+    const std::string text = token_text(event.ids[i]);
+    json top = json::array();
+    for (const TokenLogprob& entry : event.top_logprobs[i]) {
+      const std::string entry_text = token_text(entry.token);
+      top.push_back({{"token", entry_text}, {"logprob", entry.logprob}, {"bytes", bytes_of(entry_text)}});
+    }
+    content.push_back(
+        {{"token", text}, {"logprob", event.logprobs[i]}, {"bytes", bytes_of(text)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+// vLLM's form: per prompt token, null for the first, else {id: {logprob, decoded_token}} for the
+// token itself and the top-K.
+json ResponseBuilder::prompt_logprobs(const SampleOutput& prompt) const {
+  json result = json::array();
+  for (size_t i = 0; i < prompt.prompt_ids.size(); ++i) {
+    if (!prompt.prompt_logprobs[i]) {
+      result.push_back(nullptr);
+      continue;
+    }
+    json entries = json::object();
+    const int32_t token = prompt.prompt_ids[i];
+    entries[std::to_string(token)] = {{"logprob", *prompt.prompt_logprobs[i]}, {"decoded_token", token_text(token)}};
+    for (const TokenLogprob& entry : prompt.prompt_top_logprobs[i])
+      entries[std::to_string(entry.token)] = {{"logprob", entry.logprob}, {"decoded_token", token_text(entry.token)}};
+    result.push_back(std::move(entries));
+  }
+  return result;
+}
+
+json ResponseBuilder::add(const StreamEvent& event) {
+  Choice& choice = choices_.at(size_t(event.choice));
+  const size_t prompt_index = size_t(event.choice / request_.options.n);
+  std::string text = event.text;
+  json logprobs;
+  if (request_.chat) {
+    if (request_.num_logprobs >= 0) {
+      logprobs = chat_logprobs(event);
+      append_all(choice.logprobs, logprobs);
+    }
+  } else {
+    logprobs = empty_completion_logprobs();
+    const bool has_prompt_logprobs = event.prompt && !event.prompt->prompt_logprobs.empty();
+    if (event.prompt && request_.echo) {
+      text = request_.prompt_texts[prompt_index] + text;
+      if (request_.num_logprobs >= 0 && has_prompt_logprobs)
+        append_all(logprobs, completion_logprobs(choice, event.prompt->prompt_ids, event.prompt->prompt_logprobs,
+                                                 event.prompt->prompt_top_logprobs));
+    }
+    if (has_prompt_logprobs && request_.options.num_prompt_logprobs >= 0)
+      choice.prompt_logprobs = prompt_logprobs(*event.prompt);
+    if (request_.num_logprobs >= 0) {
+      const std::vector<std::optional<double>> sampled(event.logprobs.begin(), event.logprobs.end());
+      append_all(logprobs, completion_logprobs(choice, event.ids, sampled, event.top_logprobs));
+      append_all(choice.logprobs, logprobs);
+    }
+  }
+  choice.text += text;
+  choice.num_tokens += int64_t(event.ids.size());
+  choice.finish_reason = event.finish_reason;
+
+  const json finish = event.finish_reason.empty() ? json() : json(event.finish_reason);
+  const json chunk_logprobs = request_.num_logprobs >= 0 ? logprobs : json();
+  json chunk_choice;
+  if (request_.chat) {
+    json delta = json::object();
+    if (event.prompt) delta["role"] = "assistant";
+    if (!text.empty() || event.prompt) delta["content"] = text;
+    chunk_choice = {{"index", event.choice}, {"delta", delta}, {"logprobs", chunk_logprobs}, {"finish_reason", finish}};
+  } else {
+    chunk_choice = {{"index", event.choice}, {"text", text}, {"logprobs", chunk_logprobs}, {"finish_reason", finish}};
+    if (event.prompt && !choice.prompt_logprobs.is_null()) chunk_choice["prompt_logprobs"] = choice.prompt_logprobs;
+  }
+  json chunk = envelope(json::array({chunk_choice}));
+  chunk["object"] = request_.chat ? "chat.completion.chunk" : "text_completion";
+  if (request_.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+json ResponseBuilder::response() const {
+  json choices = json::array();
+  for (size_t c = 0; c < choices_.size(); ++c) {
+    const Choice& choice = choices_[c];
+    const json logprobs = request_.num_logprobs >= 0 ? choice.logprobs : json();
+    if (request_.chat) {
+      choices.push_back({{"index", c},
+                         {"message", {{"role", "assistant"}, {"content", choice.text}}},
+                         {"logprobs", logprobs},
+                         {"finish_reason", choice.finish_reason}});
+    } else {
+      json entry = {
+          {"index", c}, {"text", choice.text}, {"logprobs", logprobs}, {"finish_reason", choice.finish_reason}};
+      if (!choice.prompt_logprobs.is_null()) entry["prompt_logprobs"] = choice.prompt_logprobs;
+      choices.push_back(std::move(entry));
+    }
+  }
+  json body = envelope(std::move(choices));
+  body["object"] = request_.chat ? "chat.completion" : "text_completion";
+  body["usage"] = usage();
+  return body;
+}
+
+json ResponseBuilder::usage_chunk() const {
+  json chunk = envelope(json::array());
+  chunk["object"] = request_.chat ? "chat.completion.chunk" : "text_completion";
+  chunk["usage"] = usage();
+  return chunk;
+}
+
+int64_t ResponseBuilder::num_completion_tokens() const {
+  int64_t total = 0;
+  for (const Choice& choice : choices_) total += choice.num_tokens;
+  return total;
+}
+
+json ResponseBuilder::envelope(json choices) const {
+  return {{"id", id_}, {"created", created_}, {"model", model_}, {"choices", std::move(choices)}};
+}
+
+json ResponseBuilder::usage() const {
+  int64_t prompt_tokens = 0;
+  for (const auto& prompt : request_.prompts) prompt_tokens += int64_t(prompt.size());
+  const int64_t completion_tokens = num_completion_tokens();
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+}  // namespace jambo::server

@@ -1,0 +1,60 @@
+// Builds OpenAI-format responses from a request's stream events: the whole response (non-streaming)
+// and the server-sent-event chunks (streaming), for completions and chat completions alike.
+#pragma once
+
+#include "model/tokenizer.h"
+#include "server/openai_request.h"
+#include "server/request_stream.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace jambo::server {
+
+// Serializes for the wire; bytes that are not UTF-8 (a lone byte token) become U+FFFD instead of throwing.
+std::string to_wire(const nlohmann::json& value);
+
+// {"error": {"message", "type", "param", "code"}}
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param);
+
+class ResponseBuilder {
+ public:
+  ResponseBuilder(const GenerationRequest& request, std::string id, std::string model, int64_t created,
+                  const Tokenizer& tokenizer);
+
+  // Takes one event; returns the stream chunk that tells it.
+  nlohmann::json add(const StreamEvent& event);
+  nlohmann::json response() const;     // the whole response, once every choice finished
+  nlohmann::json usage_chunk() const;  // stream_options.include_usage: the last chunk, no choices
+  int64_t num_completion_tokens() const;
+
+ private:
+  struct Choice {
+    std::string text;
+    std::string finish_reason;
+    nlohmann::json logprobs;  // completions: {tokens, token_logprobs, top_logprobs, text_offset}; chat: {content}
+    int64_t num_tokens = 0;
+    int64_t text_offset = 0;         // completions: where the next token's text starts
+    nlohmann::json prompt_logprobs;  // completions with prompt_logprobs: [null, {id: {logprob, decoded_token}}, ...]
+  };
+
+  std::string token_text(int32_t id) const;
+  nlohmann::json completion_logprobs(Choice& choice, const std::vector<int32_t>& ids,
+                                     const std::vector<std::optional<double>>& logprobs,
+                                     const std::vector<std::vector<TokenLogprob>>& top) const;
+  nlohmann::json chat_logprobs(const StreamEvent& event) const;
+  nlohmann::json prompt_logprobs(const SampleOutput& prompt) const;
+  nlohmann::json envelope(nlohmann::json choices) const;
+  nlohmann::json usage() const;
+
+  const GenerationRequest& request_;
+  std::string id_;
+  std::string model_;
+  int64_t created_;
+  const Tokenizer& tokenizer_;
+  std::vector<Choice> choices_;
+};
+
+}  // namespace jambo::server

@@ -1,0 +1,93 @@
+#include "server/request_stream.h"
+
+#include "core/error.h"
+
+namespace jambo::server {
+
+namespace {
+
+double seconds_between(RequestStream::Clock::time_point from, RequestStream::Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+bool is_utf8_continuation(char byte) { return (static_cast<unsigned char>(byte) & 0xC0) == 0x80; }
+
+}  // namespace
+
+RequestStream::RequestStream(int64_t num_choices, size_t max_stop_length, LatencyObserver* latency)
+    : choices_(size_t(num_choices)), max_stop_length_(max_stop_length), latency_(latency) {}
+
+size_t RequestStream::safe_text_length(const std::string& text, bool finished) const {
+  if (finished || max_stop_length_ <= 1) return text.size();
+  size_t length = text.size() > max_stop_length_ - 1 ? text.size() - (max_stop_length_ - 1) : 0;
+  while (length > 0 && length < text.size() && is_utf8_continuation(text[length])) --length;
+  return length;
+}
+
+void RequestStream::on_progress(int64_t choice_index, const SampleProgress& progress) {
+  const auto now = Clock::now();
+  std::lock_guard lock(mutex_);
+  Choice& choice = choices_.at(size_t(choice_index));
+  JAMBO_ASSERT(!choice.finished);
+  const SampleOutput& output = progress.output;
+  StreamEvent event;
+  event.choice = choice_index;
+  if (!choice.started) {
+    choice.started = true;
+    event.prompt.emplace();
+    event.prompt->prompt_ids = output.prompt_ids;
+    event.prompt->prompt_logprobs = output.prompt_logprobs;
+    event.prompt->prompt_top_logprobs = output.prompt_top_logprobs;
+  }
+  for (size_t i = choice.num_ids_sent; i < output.ids.size(); ++i) {
+    event.ids.push_back(output.ids[i]);
+    event.logprobs.push_back(output.logprobs[i]);
+    event.top_logprobs.push_back(output.top_logprobs[i]);
+  }
+  choice.num_ids_sent = output.ids.size();
+  // A stop string can only cut text that was held back, so what was sent stays a prefix of the text.
+  JAMBO_ASSERT(progress.text.size() >= choice.num_text_bytes_sent);
+  const size_t text_length = std::max(safe_text_length(progress.text, progress.finished), choice.num_text_bytes_sent);
+  event.text = progress.text.substr(choice.num_text_bytes_sent, text_length - choice.num_text_bytes_sent);
+  choice.num_text_bytes_sent = text_length;
+
+  if (!event.ids.empty() && latency_) {
+    if (!saw_first_token_) latency_->time_to_first_token(seconds_between(arrival_, now));
+    if (choice.last_token_time) latency_->inter_token_latency(seconds_between(*choice.last_token_time, now));
+  }
+  if (!event.ids.empty()) {
+    saw_first_token_ = true;
+    choice.last_token_time = now;
+  }
+  if (progress.finished) {
+    event.finish_reason = output.finish_reason;
+    choice.finished = true;
+    if (++num_finished_ == int64_t(choices_.size()) && latency_) latency_->end_to_end(seconds_between(arrival_, now));
+  }
+  pending_.push_back(std::move(event));
+  changed_.notify_all();
+}
+
+void RequestStream::fail(const std::string& message) {
+  std::lock_guard lock(mutex_);
+  error_ = message;
+  changed_.notify_all();
+}
+
+std::vector<StreamEvent> RequestStream::take(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [this] { return !pending_.empty() || error_.has_value(); });
+  return std::exchange(pending_, {});
+}
+
+bool RequestStream::is_finished() const {
+  std::lock_guard lock(mutex_);
+  return pending_.empty() && num_finished_ == int64_t(choices_.size());
+}
+
+std::optional<std::string> RequestStream::error() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
+}  // namespace jambo::server

@@ -1,0 +1,333 @@
+#include "server/server.h"
+
+#include "core/json.h"
+#include "server/chat_template.h"
+#include "server/engine_loop.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+
+namespace jambo::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+constexpr auto kHeartbeatInterval = std::chrono::seconds(1);
+constexpr size_t kMaxRequestIdLength = 128;
+
+void reply_json(httplib::Response& response, int status, const json& body) {
+  response.status = status;
+  response.set_content(to_wire(body), "application/json");
+}
+
+void reply_error(httplib::Response& response, int status, const std::string& message, const std::string& type,
+                 const std::string& param = "") {
+  reply_json(response, status, error_body(message, type, param));
+}
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The caller's X-Request-Id, if it is one we can carry into ids and traces.
+std::string caller_request_id(const httplib::Request& request) {
+  if (!request.has_header("X-Request-Id")) return "";
+  const std::string id = request.get_header_value("X-Request-Id");
+  const bool printable = std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c < 127; });
+  if (id.empty() || id.size() > kMaxRequestIdLength || !printable)
+    throw ApiError(400,
+                   fmt::format("X-Request-Id must be 1 to {} printable characters without spaces", kMaxRequestIdLength),
+                   "X-Request-Id");
+  return id;
+}
+
+size_t longest(const std::vector<std::string>& strings) {
+  size_t length = 0;
+  for (const std::string& string : strings) length = std::max(length, string.size());
+  return length;
+}
+
+}  // namespace
+
+// One generation request on its way: what the streaming callback needs after the handler returned.
+struct Exchange {
+  GenerationRequest request;
+  std::vector<std::string> engine_ids;  // one per prompt
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<ResponseBuilder> builder;
+  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+};
+
+struct Server::Impl {
+  Impl(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate* chat_template, int64_t max_n,
+       const ServerOptions& options);
+
+  void add_routes();
+  void generate(const httplib::Request& http_request, httplib::Response& response, bool chat);
+  void respond_whole(Exchange& exchange, httplib::Response& response);
+  void respond_streaming(std::shared_ptr<Exchange> exchange, httplib::Response& response);
+  bool write_events(Exchange& exchange, httplib::DataSink& sink);
+  void tokenize(const httplib::Request& http_request, httplib::Response& response);
+  void detokenize(const httplib::Request& http_request, httplib::Response& response);
+  json models() const;
+  std::string next_id(const std::string& prefix, const std::string& caller_id);
+
+  const Tokenizer& tokenizer;
+  const ChatTemplate* chat_template;
+  ServerOptions options;
+  ServerLimits limits;
+  ServerMetrics metrics;
+  EngineLoop loop;
+  httplib::Server http;
+  std::atomic<int64_t> num_ids{0};
+  const int64_t started = unix_time();
+};
+
+Server::Impl::Impl(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate* chat_template, int64_t max_n,
+                   const ServerOptions& options)
+    : tokenizer(tokenizer),
+      chat_template(chat_template),
+      options(options),
+      limits{options.model_name, options.max_model_len, max_n, options.max_num_prompts, tokenizer.vocab_size()},
+      loop(engine, options.max_num_requests) {
+  // One worker per request the engine may hold, plus some for health, metrics and refusals.
+  const size_t num_workers = size_t(options.max_num_requests) + 16;
+  http.new_task_queue = [num_workers] { return new httplib::ThreadPool(num_workers); };
+  http.set_payload_max_length(options.max_body_bytes);
+  http.set_keep_alive_max_count(1000);
+  add_routes();
+}
+
+std::string Server::Impl::next_id(const std::string& prefix, const std::string& caller_id) {
+  if (!caller_id.empty()) return prefix + caller_id;
+  return fmt::format("{}{}-{}", prefix, started, num_ids++);
+}
+
+void Server::Impl::add_routes() {
+  http.Post("/v1/completions", [this](const httplib::Request& request, httplib::Response& response) {
+    generate(request, response, false);
+  });
+  http.Post("/v1/chat/completions", [this](const httplib::Request& request, httplib::Response& response) {
+    generate(request, response, true);
+  });
+  http.Get("/v1/models",
+           [this](const httplib::Request&, httplib::Response& response) { reply_json(response, 200, models()); });
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
+    if (loop.is_alive()) return reply_json(response, 200, {{"status", "ok"}});
+    reply_error(response, 503, loop.death_reason(), "server_error");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    response.set_content(metrics.render(loop.counters(), loop.is_alive()), "text/plain; version=0.0.4");
+  });
+  http.Post("/tokenize",
+            [this](const httplib::Request& request, httplib::Response& response) { tokenize(request, response); });
+  http.Post("/detokenize",
+            [this](const httplib::Request& request, httplib::Response& response) { detokenize(request, response); });
+  // Every error httplib answers itself (unknown route, body too large) gets an OpenAI error object.
+  http.set_error_handler([](const httplib::Request& request, httplib::Response& response) {
+    if (!response.body.empty()) return;
+    const std::string message = response.status == 404   ? fmt::format("no route {} {}", request.method, request.path)
+                                : response.status == 413 ? "the request body is too large"
+                                                         : fmt::format("HTTP {}", response.status);
+    reply_error(response, response.status, message, "invalid_request_error");
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
+    std::string message = "internal error";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& exception) {
+      message = fmt::format("internal error: {}", exception.what());
+    } catch (...) {
+    }
+    reply_error(response, 500, message, "server_error");
+  });
+}
+
+json Server::Impl::models() const {
+  return {{"object", "list"},
+          {"data", json::array({{{"id", options.model_name},
+                                 {"object", "model"},
+                                 {"created", started},
+                                 {"owned_by", "jambo"},
+                                 {"max_model_len", options.max_model_len}}})}};
+}
+
+void Server::Impl::generate(const httplib::Request& http_request, httplib::Response& response, bool chat) {
+  try {
+    const std::string caller_id = caller_request_id(http_request);
+    auto exchange = std::make_shared<Exchange>();
+    const json body = parse_body(http_request.body);
+    if (chat && !chat_template)
+      throw ApiError(400,
+                     fmt::format("the model '{}' has no chat template (tokenizer_config.json)", options.model_name),
+                     "messages");
+    exchange->request = chat ? parse_chat_request(body, limits, tokenizer, *chat_template)
+                             : parse_completion_request(body, limits, tokenizer);
+    const GenerationRequest& request = exchange->request;
+    const std::string id = next_id(chat ? "chatcmpl-" : "cmpl-", caller_id);
+    response.set_header("X-Request-Id", caller_id.empty() ? id : caller_id);
+
+    std::vector<RequestSpec> specs;
+    for (size_t p = 0; p < request.prompts.size(); ++p) {
+      RequestSpec spec = request.options;
+      spec.id = request.prompts.size() == 1 ? id : fmt::format("{}-{}", id, p);
+      spec.prompt_ids = request.prompts[p];
+      exchange->engine_ids.push_back(spec.id);
+      specs.push_back(std::move(spec));
+    }
+    const int64_t num_choices = int64_t(request.prompts.size()) * request.options.n;
+    exchange->stream = std::make_shared<RequestStream>(num_choices, longest(request.options.stop), &metrics);
+    exchange->builder = std::make_unique<ResponseBuilder>(request, id, options.model_name, unix_time(), tokenizer);
+
+    const EngineLoop::Admission admission = loop.submit(std::move(specs), exchange->stream);
+    switch (admission.verdict) {
+      case EngineLoop::Verdict::Accepted:
+        break;
+      case EngineLoop::Verdict::Rejected:
+        throw ApiError(400, admission.message);
+      case EngineLoop::Verdict::Full:
+        response.set_header("Retry-After", "1");
+        throw ApiError(429, admission.message, "", "rate_limit_exceeded");
+      case EngineLoop::Verdict::Dead:
+        throw ApiError(503, admission.message, "", "server_error");
+    }
+    if (request.stream) return respond_streaming(std::move(exchange), response);
+    respond_whole(*exchange, response);
+  } catch (const ApiError& error) {
+    metrics.count_request(error.status);
+    reply_error(response, error.status, error.what(), error.type, error.param);
+  }
+}
+
+void Server::Impl::respond_whole(Exchange& exchange, httplib::Response& response) {
+  while (!exchange.stream->is_finished()) {
+    for (const StreamEvent& event : exchange.stream->take(kPollInterval)) exchange.builder->add(event);
+    if (const auto error = exchange.stream->error()) throw ApiError(500, *error, "", "server_error");
+  }
+  metrics.count_request(200);
+  const json body = exchange.builder->response();
+  metrics.count_tokens(body["usage"]["prompt_tokens"].get<int64_t>(), exchange.builder->num_completion_tokens());
+  reply_json(response, 200, body);
+}
+
+// Server-sent events; a write that fails means the client left: its requests are aborted at once.
+void Server::Impl::respond_streaming(std::shared_ptr<Exchange> exchange, httplib::Response& response) {
+  response.set_header("Cache-Control", "no-cache");
+  response.set_chunked_content_provider(
+      "text/event-stream", [this, exchange](size_t, httplib::DataSink& sink) { return write_events(*exchange, sink); },
+      [this, exchange](bool success) {
+        if (!success || !exchange->stream->is_finished()) loop.abort(exchange->engine_ids);
+      });
+}
+
+bool Server::Impl::write_events(Exchange& exchange, httplib::DataSink& sink) {
+  auto send = [&](const std::string& text) {
+    exchange.last_write = std::chrono::steady_clock::now();
+    return sink.write(text.data(), text.size());
+  };
+  for (const StreamEvent& event : exchange.stream->take(kPollInterval))
+    if (!send(fmt::format("data: {}\n\n", to_wire(exchange.builder->add(event))))) return false;
+  if (const auto error = exchange.stream->error()) {
+    metrics.count_request(500);
+    send(fmt::format("data: {}\n\n", to_wire(error_body(*error, "server_error", ""))));
+    sink.done();
+    return true;
+  }
+  if (exchange.stream->is_finished()) {
+    metrics.count_request(200);
+    const json usage = exchange.builder->usage_chunk();
+    metrics.count_tokens(usage["usage"]["prompt_tokens"].get<int64_t>(), exchange.builder->num_completion_tokens());
+    if (exchange.request.include_usage && !send(fmt::format("data: {}\n\n", to_wire(usage)))) return false;
+    if (!send("data: [DONE]\n\n")) return false;
+    sink.done();
+    return true;
+  }
+  // A comment line now and then: the only way to notice a client that left while nothing was sent.
+  if (std::chrono::steady_clock::now() - exchange.last_write > kHeartbeatInterval) return send(": keep-alive\n\n");
+  return true;
+}
+
+void Server::Impl::tokenize(const httplib::Request& http_request, httplib::Response& response) {
+  try {
+    const json body = parse_body(http_request.body);
+    std::vector<int32_t> ids;
+    for (const auto& [name, value] : body.items())
+      if (name != "prompt" && name != "messages" && name != "model" && name != "add_special_tokens" &&
+          name != "add_generation_prompt")
+        throw ApiError(400, fmt::format("Unrecognized request argument supplied: {}", name), name);
+    if (body.contains("prompt") == body.contains("messages"))
+      throw ApiError(400, "give exactly one of 'prompt' and 'messages'", "prompt");
+    if (body.contains("prompt")) {
+      if (!body["prompt"].is_string()) throw ApiError(400, "'prompt' must be a string", "prompt");
+      const json& special = body.contains("add_special_tokens") ? body["add_special_tokens"] : json(true);
+      if (!special.is_boolean())
+        throw ApiError(400, "'add_special_tokens' must be true or false", "add_special_tokens");
+      ids = tokenizer.encode(body["prompt"].get<std::string>(), special.get<bool>());
+    } else {
+      json chat = {{"model", options.model_name}, {"messages", body["messages"]}, {"max_tokens", 0}};
+      if (body.contains("add_generation_prompt")) chat["add_generation_prompt"] = body["add_generation_prompt"];
+      if (!chat_template) throw ApiError(400, "the model has no chat template", "messages");
+      ids = parse_chat_request(chat, limits, tokenizer, *chat_template).prompts[0];
+    }
+    reply_json(response, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", options.max_model_len}});
+  } catch (const ApiError& error) {
+    reply_error(response, error.status, error.what(), error.type, error.param);
+  }
+}
+
+void Server::Impl::detokenize(const httplib::Request& http_request, httplib::Response& response) {
+  try {
+    const json body = parse_body(http_request.body);
+    for (const auto& [name, value] : body.items())
+      if (name != "tokens" && name != "model")
+        throw ApiError(400, fmt::format("Unrecognized request argument supplied: {}", name), name);
+    if (!body.contains("tokens") || !body["tokens"].is_array())
+      throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+    std::vector<int32_t> ids;
+    for (const json& id : body["tokens"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokenizer.vocab_size())
+        throw ApiError(400,
+                       fmt::format("'tokens' holds {}, which is not a token id in [0, {})", describe_json(id),
+                                   tokenizer.vocab_size()),
+                       "tokens");
+      ids.push_back(id.get<int32_t>());
+    }
+    reply_json(response, 200, {{"prompt", tokenizer.decode(ids)}});
+  } catch (const ApiError& error) {
+    reply_error(response, error.status, error.what(), error.type, error.param);
+  }
+}
+
+Server::Server(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate* chat_template, int64_t max_n,
+               const ServerOptions& options)
+    : impl_(std::make_unique<Impl>(engine, tokenizer, chat_template, max_n, options)) {}
+
+Server::~Server() = default;
+
+int Server::bind() {
+  httplib::Server& http = impl_->http;
+  const ServerOptions& options = impl_->options;
+  const int port = options.port == 0 ? http.bind_to_any_port(options.host)
+                                     : (http.bind_to_port(options.host, options.port) ? options.port : -1);
+  JAMBO_REQUIRE(port > 0, "cannot listen on {}:{} (in use, or not an address of this machine?)", options.host,
+                options.port);
+  return port;
+}
+
+// Once the listener stopped, requests still open end at once with an error instead of running on.
+void Server::run() {
+  impl_->http.listen_after_bind();
+  impl_->loop.stop();
+}
+
+void Server::stop() { impl_->http.stop(); }
+
+}  // namespace jambo::server

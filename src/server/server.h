@@ -1,0 +1,46 @@
+// The OpenAI-compatible HTTP server: routes, streaming, errors. One EngineLoop serves every
+// connection; each HTTP request becomes one engine request per prompt.
+#pragma once
+
+#include "engine/engine.h"
+#include "model/tokenizer.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace jambo {
+class ChatTemplate;
+}
+
+namespace jambo::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                 // 0: any free port
+  std::string model_name;          // what /v1/models lists and requests must name
+  int64_t max_num_requests = 256;  // engine requests accepted at once (running or waiting); more get 429
+  int64_t max_num_prompts = 16;    // prompts in one /v1/completions request
+  int64_t max_model_len = 4096;
+  size_t max_body_bytes = 16 << 20;
+};
+
+class Server {
+ public:
+  // chat_template may be null: /v1/chat/completions then answers 400 saying the model has none.
+  Server(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate* chat_template, int64_t max_n,
+         const ServerOptions& options);
+  ~Server();
+
+  // Binds host:port (throws jambo::Error naming them when it cannot); returns the port.
+  int bind();
+  void run();   // serves until stop()
+  void stop();  // safe from another thread
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace jambo::server

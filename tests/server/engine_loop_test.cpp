@@ -1,0 +1,174 @@
+// The server's engine loop: requests from many threads at once come out as if run alone (law 5),
+// aborts free slots and blocks at once, a full loop refuses, and a dying loop fails every stream loudly.
+#include "../engine/engine_test_util.h"
+#include "server/engine_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace jambo::server {
+namespace {
+
+using testing::Outputs;
+
+constexpr auto kWait = std::chrono::milliseconds(50);
+
+// Collects a stream's events into outputs per choice, as the HTTP side does.
+Outputs drain(RequestStream& stream, const std::vector<RequestSpec>& specs) {
+  Outputs outputs;
+  std::vector<std::pair<std::string, int64_t>> keys;
+  for (const RequestSpec& spec : specs)
+    for (int64_t s = 0; s < spec.n; ++s) keys.emplace_back(spec.id, s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!stream.is_finished()) {
+    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("the stream does not finish");
+    if (stream.error()) throw std::runtime_error(*stream.error());
+    for (const StreamEvent& event : stream.take(kWait)) {
+      SampleOutput& output = outputs[keys.at(size_t(event.choice))];
+      output.id = keys[size_t(event.choice)].first;
+      output.sample = keys[size_t(event.choice)].second;
+      if (event.prompt) {
+        output.prompt_ids = event.prompt->prompt_ids;
+        output.prompt_logprobs = event.prompt->prompt_logprobs;
+        output.prompt_top_logprobs = event.prompt->prompt_top_logprobs;
+      }
+      output.ids.insert(output.ids.end(), event.ids.begin(), event.ids.end());
+      output.logprobs.insert(output.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+      output.top_logprobs.insert(output.top_logprobs.end(), event.top_logprobs.begin(), event.top_logprobs.end());
+      output.text += event.text;
+      if (!event.finish_reason.empty()) output.finish_reason = event.finish_reason;
+    }
+  }
+  return outputs;
+}
+
+EngineOptions small_engine(const Model& model, int64_t max_num_seqs = 16) {
+  EngineOptions options;
+  options.max_num_seqs = max_num_seqs;
+  options.max_num_batched_tokens = 32;
+  options.max_model_len = 4096;
+  options.memory_budget = testing::memory_budget_for(model, max_num_seqs, 1024, options.kv_block_size);
+  options.checked = true;
+  return options;
+}
+
+void wait_until(const std::function<bool()>& condition, const char* what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!condition()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "timed out waiting until " << what;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+RequestSpec long_request(const std::string& id) {
+  RequestSpec spec;
+  spec.id = id;
+  spec.prompt_ids = {1, 2, 3};
+  spec.sampling.max_tokens = 4000;  // seconds of work: it is still running when the test aborts it
+  spec.sampling.ignore_eos = true;
+  return spec;
+}
+
+TEST(EngineLoop, RequestsFromManyThreadsEqualEachRunAlone) {
+  testing::OneThread one_thread;
+  const Model model = testing::load_fixture_model();
+  Engine engine(model, nullptr, small_engine(model));
+  EngineLoop loop(engine, 64);
+  const std::vector<RequestSpec> specs = testing::random_workload(model, 24, 7);
+
+  constexpr int kNumThreads = 6;
+  std::vector<Outputs> per_thread(kNumThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kNumThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (size_t r = size_t(t); r < specs.size(); r += kNumThreads) {
+        auto stream = std::make_shared<RequestStream>(specs[r].n, 0, nullptr);
+        ASSERT_EQ(loop.submit({specs[r]}, stream).verdict, EngineLoop::Verdict::Accepted);
+        per_thread[size_t(t)].merge(drain(*stream, {specs[r]}));
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  Outputs outputs;
+  for (Outputs& part : per_thread) outputs.merge(part);
+  testing::expect_bitwise_equal(testing::run_alone(model, specs), outputs);
+  EXPECT_EQ(loop.counters().slots_used, 0);
+  EXPECT_EQ(loop.counters().law_violations, 0);
+}
+
+TEST(EngineLoop, AbortFreesSlotsAndBlocksAtOnce) {
+  testing::OneThread one_thread;
+  const Model model = testing::load_fixture_model();
+  Engine engine(model, nullptr, small_engine(model));
+  EngineLoop loop(engine, 64);
+  auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
+  ASSERT_EQ(loop.submit({long_request("long")}, stream).verdict, EngineLoop::Verdict::Accepted);
+  wait_until([&] { return loop.counters().slots_used == 1 && loop.counters().kv_blocks_used > 0; }, "the request runs");
+  loop.abort({"long"});
+  wait_until([&] { return loop.counters().slots_used == 0 && loop.counters().kv_blocks_used == 0; },
+             "the aborted request's slot and blocks are free");
+  std::string finish_reason;
+  while (!stream->is_finished())
+    for (const StreamEvent& event : stream->take(kWait)) finish_reason = event.finish_reason;
+  EXPECT_EQ(finish_reason, "abort");
+}
+
+TEST(EngineLoop, RefusesWhenFullAndAcceptsAgainLater) {
+  testing::OneThread one_thread;
+  const Model model = testing::load_fixture_model();
+  Engine engine(model, nullptr, small_engine(model));
+  EngineLoop loop(engine, 2);
+  auto stream = std::make_shared<RequestStream>(2, 0, nullptr);
+  ASSERT_EQ(loop.submit({long_request("a"), long_request("b")}, stream).verdict, EngineLoop::Verdict::Accepted);
+  const EngineLoop::Admission refused =
+      loop.submit({long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr));
+  EXPECT_EQ(refused.verdict, EngineLoop::Verdict::Full);
+  EXPECT_NE(refused.message.find("--max-num-requests 2"), std::string::npos) << refused.message;
+  loop.abort({"a", "b"});
+  while (!stream->is_finished()) stream->take(kWait);
+  EXPECT_EQ(loop.submit({long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr)).verdict,
+            EngineLoop::Verdict::Accepted);
+}
+
+TEST(EngineLoop, ARejectedRequestTakesBackItsSiblings) {
+  testing::OneThread one_thread;
+  const Model model = testing::load_fixture_model();
+  Engine engine(model, nullptr, small_engine(model));
+  EngineLoop loop(engine, 8);
+  RequestSpec bad = long_request("bad");
+  bad.prompt_ids = {int32_t(model.config.vocab_size)};
+  const EngineLoop::Admission rejected =
+      loop.submit({long_request("good"), bad}, std::make_shared<RequestStream>(2, 0, nullptr));
+  EXPECT_EQ(rejected.verdict, EngineLoop::Verdict::Rejected);
+  EXPECT_NE(rejected.message.find("outside the vocabulary"), std::string::npos) << rejected.message;
+  wait_until([&] { return loop.counters().slots_used == 0 && loop.counters().num_waiting == 0; },
+             "the accepted sibling is taken back");
+  // "good" was taken back, so its id is free again.
+  auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
+  RequestSpec good = long_request("good");
+  good.sampling.max_tokens = 3;
+  ASSERT_EQ(loop.submit({good}, stream).verdict, EngineLoop::Verdict::Accepted);
+  EXPECT_EQ(drain(*stream, {good}).at({"good", 0}).ids.size(), 3u);
+}
+
+TEST(EngineLoop, AStepThatThrowsKillsTheLoopLoudly) {
+  testing::OneThread one_thread;
+  const Model model = testing::load_fixture_model();
+  Engine engine(model, nullptr, small_engine(model));
+  EngineLoop loop(engine, 8);
+  auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
+  ASSERT_EQ(loop.submit({long_request("victim")}, stream).verdict, EngineLoop::Verdict::Accepted);
+  while (stream->take(kWait).empty()) {
+  }
+  loop.corrupt_lease_for_testing("victim");
+  wait_until([&] { return stream->error().has_value(); }, "the stream gets the error");
+  EXPECT_NE(stream->error()->find("law 2 violation"), std::string::npos) << *stream->error();
+  EXPECT_FALSE(loop.is_alive());
+  const EngineLoop::Admission refused =
+      loop.submit({long_request("next")}, std::make_shared<RequestStream>(1, 0, nullptr));
+  EXPECT_EQ(refused.verdict, EngineLoop::Verdict::Dead);
+  EXPECT_NE(refused.message.find("law 2 violation"), std::string::npos) << refused.message;
+}
+
+}  // namespace
+}  // namespace jambo::server
