@@ -23,6 +23,7 @@ test: build
 bench: build
 	bench/cpu.sh $(BUILD_DIR)/jambo
 	bench/cpu_batch.sh $(BUILD_DIR)/jambo
+	bench/server_load.sh $(BUILD_DIR)/jambo
 
 clean:
 	rm -rf $(BUILD_DIR)

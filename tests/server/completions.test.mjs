@@ -1,0 +1,233 @@
+// POST /v1/completions through the official openai client: prompt forms, n, echo, logprobs, stop,
+// max_tokens, seeds and usage.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { client, MODEL, post } from './lib.mjs';
+
+const openai = client();
+const PROMPT = 'The meaning of life is';
+
+async function greedy(body) {
+  return openai.completions.create({ model: MODEL, temperature: 0, ...body });
+}
+
+test('a string prompt: one choice, text, finish_reason and usage', async () => {
+  const completion = await greedy({ prompt: PROMPT, max_tokens: 12, ignore_eos: true });
+  assert.equal(completion.object, 'text_completion');
+  assert.equal(completion.model, MODEL);
+  assert.match(completion.id, /^cmpl-/);
+  assert.equal(completion.choices.length, 1);
+  const [choice] = completion.choices;
+  assert.equal(choice.index, 0);
+  assert.equal(typeof choice.text, 'string');
+  assert.ok(choice.text.length > 0);
+  assert.equal(choice.finish_reason, 'length');
+  assert.equal(choice.logprobs, null);
+  const tokens = await post('/tokenize', { prompt: PROMPT });
+  assert.deepEqual(completion.usage, {
+    prompt_tokens: tokens.json.count,
+    completion_tokens: 12,
+    total_tokens: tokens.json.count + 12,
+  });
+});
+
+test('max_tokens bounds the completion; greedy is deterministic', async () => {
+  const long = await greedy({ prompt: PROMPT, max_tokens: 20, ignore_eos: true, logprobs: 0 });
+  const short = await greedy({ prompt: PROMPT, max_tokens: 7, ignore_eos: true, logprobs: 0 });
+  assert.equal(short.usage.completion_tokens, 7);
+  assert.equal(short.choices[0].logprobs.tokens.length, 7);
+  assert.equal(long.usage.completion_tokens, 20);
+  assert.deepEqual(short.choices[0].logprobs.tokens, long.choices[0].logprobs.tokens.slice(0, 7));
+  assert.deepEqual(short.choices[0].logprobs.token_logprobs, long.choices[0].logprobs.token_logprobs.slice(0, 7));
+  assert.ok(long.choices[0].text.startsWith(short.choices[0].text));
+  const again = await greedy({ prompt: PROMPT, max_tokens: 20, ignore_eos: true, logprobs: 0 });
+  assert.deepEqual(again.choices, long.choices);
+  const zero = await greedy({ prompt: PROMPT, max_tokens: 0 });
+  assert.equal(zero.usage.completion_tokens, 0);
+  assert.equal(zero.choices[0].text, '');
+});
+
+test('a list of prompts: one choice per prompt, each equal to that prompt alone', async () => {
+  const list = ['Once upon a time', 'The quick brown fox', 'In the beginning'];
+  const together = await greedy({ prompt: list, max_tokens: 10, ignore_eos: true, logprobs: 1 });
+  assert.equal(together.choices.length, 3);
+  for (const [i, prompt] of list.entries()) {
+    const alone = await greedy({ prompt, max_tokens: 10, ignore_eos: true, logprobs: 1 });
+    assert.equal(together.choices[i].index, i);
+    assert.equal(together.choices[i].text, alone.choices[0].text);
+    assert.deepEqual(together.choices[i].logprobs, alone.choices[0].logprobs);
+  }
+  assert.equal(together.usage.completion_tokens, 30);
+});
+
+test('a token-id prompt equals its text, and a list of token-id prompts works', async () => {
+  const { json } = await post('/tokenize', { prompt: PROMPT });
+  const byText = await greedy({ prompt: PROMPT, max_tokens: 10, logprobs: 2 });
+  const byIds = await greedy({ prompt: json.tokens, max_tokens: 10, logprobs: 2 });
+  assert.equal(byIds.choices[0].text, byText.choices[0].text);
+  assert.deepEqual(byIds.choices[0].logprobs, byText.choices[0].logprobs);
+  assert.equal(byIds.usage.prompt_tokens, json.tokens.length);
+  const lists = await greedy({ prompt: [json.tokens, json.tokens.slice(0, 2)], max_tokens: 4 });
+  assert.equal(lists.choices.length, 2);
+  assert.equal(lists.choices[0].text, (await greedy({ prompt: json.tokens, max_tokens: 4 })).choices[0].text);
+});
+
+test('n > 1: n choices; seeded sampling is reproducible and seeds differ', async () => {
+  const body = { model: MODEL, prompt: PROMPT, max_tokens: 16, ignore_eos: true, temperature: 1, n: 4, seed: 1234 };
+  const first = await openai.completions.create(body);
+  const second = await openai.completions.create(body);
+  assert.equal(first.choices.length, 4);
+  assert.deepEqual(first.choices.map((c) => c.index), [0, 1, 2, 3]);
+  assert.deepEqual(second.choices.map((c) => c.text), first.choices.map((c) => c.text));
+  assert.equal(first.usage.completion_tokens, 64);
+  assert.ok(new Set(first.choices.map((c) => c.text)).size > 1, 'four samples at temperature 1 all equal');
+  const other = await openai.completions.create({ ...body, seed: 99 });
+  assert.notDeepEqual(other.choices.map((c) => c.text), first.choices.map((c) => c.text));
+  // n with greedy: every choice is the greedy continuation.
+  const greedyN = await greedy({ prompt: PROMPT, max_tokens: 8, n: 3 });
+  assert.equal(new Set(greedyN.choices.map((c) => c.text)).size, 1);
+});
+
+test('logprobs: OpenAI completions format (tokens, token_logprobs, top_logprobs, text_offset)', async () => {
+  const completion = await greedy({ prompt: PROMPT, max_tokens: 10, ignore_eos: true, logprobs: 3 });
+  const { text, logprobs } = completion.choices[0];
+  assert.deepEqual(Object.keys(logprobs).sort(), ['text_offset', 'token_logprobs', 'tokens', 'top_logprobs']);
+  assert.equal(logprobs.tokens.length, 10);
+  assert.equal(logprobs.tokens.join(''), text);
+  let offset = 0;
+  for (let i = 0; i < 10; i += 1) {
+    assert.equal(logprobs.text_offset[i], offset);
+    offset += logprobs.tokens[i].length;
+    const lp = logprobs.token_logprobs[i];
+    assert.ok(Number.isFinite(lp) && lp <= 0, `token_logprobs[${i}] = ${lp}`);
+    const top = Object.entries(logprobs.top_logprobs[i]);
+    assert.ok(top.length === 3 || top.length === 4, `top_logprobs[${i}] has ${top.length} entries`);
+    // Greedy: the chosen token is the most likely one.
+    const best = Math.max(...top.map(([, value]) => value));
+    assert.equal(lp, best);
+    assert.equal(logprobs.top_logprobs[i][logprobs.tokens[i]], lp);
+  }
+  const none = await greedy({ prompt: PROMPT, max_tokens: 3, logprobs: 0 });
+  assert.deepEqual(none.choices[0].logprobs.top_logprobs.map((top) => Object.keys(top).length <= 1), [true, true, true]);
+});
+
+test('echo: the prompt leads the text; with logprobs, the prompt tokens lead with a null first logprob', async () => {
+  const plain = await greedy({ prompt: PROMPT, max_tokens: 6, ignore_eos: true, logprobs: 1 });
+  const echoed = await greedy({ prompt: PROMPT, max_tokens: 6, ignore_eos: true, logprobs: 1, echo: true });
+  assert.equal(echoed.choices[0].text, PROMPT + plain.choices[0].text);
+  const { logprobs } = echoed.choices[0];
+  const numPrompt = echoed.usage.prompt_tokens;
+  assert.equal(logprobs.tokens.length, numPrompt + 6);
+  assert.equal(logprobs.token_logprobs[0], null);
+  assert.equal(logprobs.top_logprobs[0], null);
+  for (let i = 1; i < logprobs.token_logprobs.length; i += 1) assert.ok(logprobs.token_logprobs[i] <= 0);
+  assert.deepEqual(logprobs.token_logprobs.slice(numPrompt), plain.choices[0].logprobs.token_logprobs);
+  const echoOnly = await greedy({ prompt: PROMPT, max_tokens: 0, echo: true });
+  assert.equal(echoOnly.choices[0].text, PROMPT);
+});
+
+// OpenAI: text_offset[i] is where tokens[i] starts in the returned text. With echo, jambo lists the BOS
+// token '<|startoftext|>' and counts its 15 characters, but the text holds no BOS (the prompt as given).
+test('echo + logprobs: text_offset indexes the returned text', { todo: 'server bug: BOS counted in text_offset' },
+  async () => {
+    const completion = await greedy({ prompt: PROMPT, max_tokens: 4, ignore_eos: true, logprobs: 0, echo: true });
+    const { text, logprobs } = completion.choices[0];
+    for (let i = 0; i < logprobs.tokens.length; i += 1) {
+      assert.ok(text.startsWith(logprobs.tokens[i], logprobs.text_offset[i]),
+        `tokens[${i}] '${logprobs.tokens[i]}' is not at text_offset ${logprobs.text_offset[i]} of '${text}'`);
+    }
+  });
+
+// OpenAI counts characters; jambo counts UTF-8 bytes, so every offset after an 'é' is one too far.
+test('text_offset counts characters, not UTF-8 bytes', { todo: 'server bug: text_offset counts bytes' }, async () => {
+  const prompt = 'Café au lait is';
+  const completion = await greedy({ prompt, max_tokens: 6, ignore_eos: true, logprobs: 0 });
+  const { text, logprobs } = completion.choices[0];
+  assert.equal(text, logprobs.tokens.join(''));
+  const echoed = await greedy({ prompt: 'the café is', max_tokens: 6, ignore_eos: true, logprobs: 0 });
+  const generated = echoed.choices[0].logprobs;
+  let offset = 0;
+  for (let i = 0; i < generated.tokens.length; i += 1) {
+    assert.equal(generated.text_offset[i], offset, `text_offset[${i}] of '${generated.tokens[i]}'`);
+    offset += generated.tokens[i].length;
+  }
+  const withPrompt = await greedy({ prompt: 'the café is', max_tokens: 2, logprobs: 0, echo: true });
+  const all = withPrompt.choices[0].logprobs;
+  const last = all.tokens.length - 1;
+  // Whatever the BOS handling, the gap between the last two offsets is the length of the token between.
+  assert.equal(all.text_offset[last] - all.text_offset[last - 1], all.tokens[last - 1].length);
+  const cafe = all.tokens.findIndex((token) => token.includes('é'));
+  assert.ok(cafe > 0);
+  assert.equal(all.text_offset[cafe + 1] - all.text_offset[cafe], all.tokens[cafe].length,
+    `'${all.tokens[cafe]}' spans ${all.text_offset[cafe + 1] - all.text_offset[cafe]} in text_offset`);
+});
+
+test('prompt_logprobs (vLLM form): null first, then the prompt token with its logprob', async () => {
+  const completion = await greedy({ prompt: PROMPT, max_tokens: 1, prompt_logprobs: 2 });
+  const { prompt_logprobs: promptLogprobs } = completion.choices[0];
+  assert.equal(promptLogprobs.length, completion.usage.prompt_tokens);
+  assert.equal(promptLogprobs[0], null);
+  const { json } = await post('/tokenize', { prompt: PROMPT });
+  for (let i = 1; i < promptLogprobs.length; i += 1) {
+    const entry = promptLogprobs[i][String(json.tokens[i])];
+    assert.ok(entry && entry.logprob <= 0, `prompt_logprobs[${i}] lacks token ${json.tokens[i]}`);
+  }
+});
+
+test('stop strings end the text before the stop, with finish_reason stop', async () => {
+  const full = (await greedy({ prompt: PROMPT, max_tokens: 40, ignore_eos: true })).choices[0].text;
+  // A stop string from the middle of the greedy text: the text is cut just before it.
+  const words = full.split(' ').filter((word) => /^[a-z]+$/.test(word));
+  assert.ok(words.length >= 3, `greedy text too short to pick a stop word: '${full}'`);
+  const stop = ` ${words[2]}`;
+  const cut = full.slice(0, full.indexOf(stop));
+  const stopped = await greedy({ prompt: PROMPT, max_tokens: 40, ignore_eos: true, stop });
+  assert.equal(stopped.choices[0].text, cut);
+  assert.equal(stopped.choices[0].finish_reason, 'stop');
+  const list = await greedy({ prompt: PROMPT, max_tokens: 40, ignore_eos: true, stop: ['qqqq', stop] });
+  assert.equal(list.choices[0].text, cut);
+  const streamed = await openai.completions.create({
+    model: MODEL, prompt: PROMPT, max_tokens: 40, ignore_eos: true, temperature: 0, stop, stream: true,
+  });
+  let text = '';
+  let finish = null;
+  for await (const chunk of streamed) {
+    for (const choice of chunk.choices) {
+      text += choice.text;
+      finish = choice.finish_reason ?? finish;
+    }
+  }
+  assert.equal(text, cut);
+  assert.equal(finish, 'stop');
+});
+
+test('/v1/models lists the served model', async () => {
+  const models = [];
+  for await (const model of openai.models.list()) models.push(model);
+  assert.equal(models.length, 1);
+  assert.equal(models[0].id, MODEL);
+  assert.equal(models[0].object, 'model');
+});
+
+test('errors surface as the client APIError with status, message and param', async () => {
+  await assert.rejects(greedy({ prompt: PROMPT, temperature: 3 }), (error) => {
+    assert.ok(error instanceof openai.constructor.APIError, `not an APIError: ${error}`);
+    assert.ok(error instanceof openai.constructor.BadRequestError);
+    assert.equal(error.status, 400);
+    assert.equal(error.param, 'temperature');
+    assert.equal(error.type, 'invalid_request_error');
+    assert.match(error.message, /temperature/);
+    return true;
+  });
+  await assert.rejects(openai.completions.create({ model: 'gpt-4', prompt: PROMPT }), (error) => {
+    assert.ok(error instanceof openai.constructor.NotFoundError);
+    assert.equal(error.status, 404);
+    assert.equal(error.param, 'model');
+    assert.match(error.message, /gpt-4/);
+    return true;
+  });
+  await assert.rejects(
+    openai.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: 4, stream: true, n: 0 }),
+    (error) => error.status === 400 && error.param === 'n',
+  );
+});

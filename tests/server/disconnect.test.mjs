@@ -1,0 +1,89 @@
+// A client that leaves mid-stream aborts its request: its state slot and KV blocks return to the pool
+// within two seconds, and the engine keeps serving (the others unchanged).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { BASE, client, collectCompletion, metrics, MODEL, sleep, waitIdle } from './lib.mjs';
+
+const openai = client();
+const LONG = { model: MODEL, max_tokens: 2000, ignore_eos: true, temperature: 0 };
+const greedy = (prompt) => ({ model: MODEL, prompt, max_tokens: 24, temperature: 0, ignore_eos: true, logprobs: 1 });
+
+// Starts a long stream, reads `chunks` chunks, then aborts it; returns how many chunks were read.
+async function leaveEarly(create, chunks = 3) {
+  const controller = new AbortController();
+  const stream = await create(controller.signal);
+  let read = 0;
+  try {
+    for await (const chunk of stream) {
+      assert.ok(chunk);
+      read += 1;
+      if (read === chunks) controller.abort();
+    }
+  } catch (error) {
+    if (!(error instanceof openai.constructor.APIUserAbortError) && error.name !== 'AbortError') throw error;
+  }
+  return read;
+}
+
+test('a completions stream aborted after a few chunks frees its slot and blocks within 2 s', async () => {
+  const reference = (await openai.completions.create(greedy('The old house'))).choices[0];
+  await waitIdle();
+  const read = await leaveEarly((signal) =>
+    openai.completions.create({ ...LONG, prompt: 'Once upon a time', stream: true }, { signal }));
+  assert.ok(read >= 3);
+  const during = await metrics();
+  assert.ok(during.jambo_state_slots_used <= 1);
+  await waitIdle(BASE, 2000);
+  // Still serving, and serving the same tokens.
+  const after = (await openai.completions.create(greedy('The old house'))).choices[0];
+  assert.deepEqual(after, reference);
+});
+
+test('chat and n > 1 streams aborted together free every slot; a stream alongside is unchanged', async () => {
+  const reference = (await openai.completions.create(greedy('The winter garden'))).choices[0];
+  const survivor = (async () => (await collectCompletion(await client().completions.create(
+    { ...greedy('The winter garden'), stream: true }))).choices[0])();
+  const leavers = [
+    leaveEarly((signal) => client().chat.completions.create(
+      { ...LONG, messages: [{ role: 'user', content: 'Tell me a long story.' }], stream: true }, { signal })),
+    leaveEarly((signal) => client().completions.create(
+      { ...LONG, prompt: ['a', 'b'], n: 3, temperature: 1, seed: 5, stream: true }, { signal }), 5),
+    ...Array.from({ length: 6 }, (_, i) => leaveEarly((signal) => client().completions.create(
+      { ...LONG, prompt: `Story number ${i}`, stream: true }, { signal }), 2 + i)),
+  ];
+  await Promise.all(leavers);
+  const kept = await survivor;
+  assert.equal(kept.text, reference.text);
+  assert.deepEqual(kept.token_logprobs, reference.logprobs.token_logprobs);
+  await waitIdle(BASE, 2000);
+});
+
+test('a client that closes the socket of a raw SSE stream frees its slot', async () => {
+  const controller = new AbortController();
+  const response = await fetch(`${BASE}/v1/completions`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ ...LONG, prompt: 'The river', stream: true }),
+    signal: controller.signal,
+  });
+  const reader = response.body.getReader();
+  await reader.read();
+  assert.equal((await metrics()).jambo_state_slots_used, 1);
+  controller.abort();
+  await waitIdle(BASE, 2000);
+});
+
+test('a client that leaves a non-streaming request frees its slot', { todo: 'server bug: a whole (non-streaming) '
+  + 'request runs to max_tokens after its client left' }, async () => {
+  const controller = new AbortController();
+  const pending = openai.completions.create({ ...LONG, max_tokens: 1000, prompt: 'The city at night' }, { signal: controller.signal });
+  pending.catch(() => {});
+  for (let tries = 0; tries < 100 && (await metrics()).jambo_state_slots_used === 0; tries += 1) await sleep(20);
+  controller.abort();
+  try {
+    await waitIdle(BASE, 2000);
+  } finally {
+    // Whatever the verdict, leave the server idle for the next test file.
+    await waitIdle(BASE, 120_000);
+  }
+});

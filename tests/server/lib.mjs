@@ -1,0 +1,176 @@
+// Shared helpers of the end-to-end server tests: the openai client, extra servers, metrics, SSE.
+// tests/server_test.sh sets JAMBO_URL (the shared server), JAMBO_BIN, JAMBO_MODEL and JAMBO_WORK.
+import { spawn } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+
+export const BASE = process.env.JAMBO_URL ?? 'http://127.0.0.1:8000';
+export const JAMBO_BIN = process.env.JAMBO_BIN ?? 'build/jambo';
+export const MODEL_DIR = process.env.JAMBO_MODEL ?? 'models/jambo-demo';
+export const WORK = process.env.JAMBO_WORK ?? '/tmp';
+export const MODEL = 'jambo-demo';
+
+// A real client: no retries (a 429 must surface), a bound on every request.
+export function client(base = BASE, options = {}) {
+  return new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000, ...options });
+}
+
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Rejects after ms with a message naming what timed out; the timer never keeps node alive.
+export function withTimeout(promise, ms, what) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: timed out after ${ms} ms`)), ms);
+    timer.unref();
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+// Starts `jambo serve` on a free port with extra flags; its output goes to $JAMBO_WORK/<name>.log,
+// which tests/server_test.sh prints when anything fails.
+export async function startServer(name, flags = []) {
+  const logPath = join(WORK, `${name}.log`);
+  const log = createWriteStream(logPath);
+  const child = spawn(JAMBO_BIN, ['serve', '--model', MODEL_DIR, '--port', '0', ...flags], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { OMP_WAIT_POLICY: 'PASSIVE', ...process.env },
+  });
+  child.stderr.pipe(log);
+  let stdout = '';
+  const url = await withTimeout(
+    new Promise((resolve, reject) => {
+      child.stdout.on('data', (data) => {
+        log.write(data);
+        stdout += data;
+        const match = stdout.match(/jambo: serving \S+ on (http:\/\/[0-9.]+:\d+) /);
+        if (match) resolve(match[1]);
+      });
+      child.on('exit', (code) => reject(new Error(`${name} server exited with ${code} before listening (${logPath})`)));
+    }),
+    30_000,
+    `${name} server start`,
+  );
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  return {
+    url,
+    logPath,
+    async stop() {
+      if (child.exitCode === null) child.kill('SIGTERM');
+      const code = await withTimeout(exited, 10_000, `${name} server stop`).catch((error) => {
+        child.kill('SIGKILL');
+        throw error;
+      });
+      log.end();
+      return code;
+    },
+  };
+}
+
+// GET /metrics as {name or name{labels}: number}.
+export async function metrics(base = BASE) {
+  const response = await fetch(`${base}/metrics`);
+  if (response.status !== 200) throw new Error(`/metrics answered ${response.status}`);
+  const values = {};
+  for (const line of (await response.text()).split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const space = line.lastIndexOf(' ');
+    values[line.slice(0, space)] = Number(line.slice(space + 1));
+  }
+  return values;
+}
+
+const IDLE_GAUGES = ['jambo_state_slots_used', 'jambo_kv_blocks_used', 'jambo_num_requests_running',
+  'jambo_num_requests_waiting'];
+
+// Polls /metrics until no slot, block or request is held; throws with the last values after ms.
+export async function waitIdle(base = BASE, ms = 2000) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    last = await metrics(base);
+    if (IDLE_GAUGES.every((name) => last[name] === 0)) return last;
+    if (Date.now() > deadline) {
+      const held = IDLE_GAUGES.map((name) => `${name}=${last[name]}`).join(' ');
+      throw new Error(`the server is not idle ${ms} ms later: ${held}`);
+    }
+    await sleep(50);
+  }
+}
+
+// POST with a raw body (a string or bytes, sent as they are) or an object sent as JSON; returns {status, headers, json, text}.
+export async function post(path, body, headers = {}, base = BASE) {
+  const response = await fetch(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...headers },
+    body: typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body),
+  });
+  const text = await response.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: response.status, headers: response.headers, json, text };
+}
+
+// A streaming request read as raw server-sent events: {status, events: [data strings], done}.
+export async function rawStream(path, body, base = BASE) {
+  const response = await post(path, { ...body, stream: true }, {}, base);
+  const events = response.text
+    .split('\n\n')
+    .filter((block) => block.startsWith('data: '))
+    .map((block) => block.slice('data: '.length));
+  return { ...response, events, done: events.at(-1) === '[DONE]' };
+}
+
+// Reads an openai completions stream into per-choice text, tokens and logprobs.
+export async function collectCompletion(stream) {
+  const choices = [];
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks += 1;
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices) {
+      const into = (choices[choice.index] ??= { text: '', tokens: [], token_logprobs: [], finish_reason: null });
+      into.text += choice.text;
+      if (choice.logprobs) {
+        into.tokens.push(...choice.logprobs.tokens);
+        into.token_logprobs.push(...choice.logprobs.token_logprobs);
+      }
+      if (choice.finish_reason) into.finish_reason = choice.finish_reason;
+    }
+  }
+  return { choices, usage, chunks };
+}
+
+// Reads an openai chat stream into per-choice content and logprobs.
+export async function collectChat(stream) {
+  const choices = [];
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices) {
+      const into = (choices[choice.index] ??= { content: '', role: null, logprobs: [], finish_reason: null });
+      if (choice.delta.role) into.role = choice.delta.role;
+      into.content += choice.delta.content ?? '';
+      if (choice.logprobs?.content) into.logprobs.push(...choice.logprobs.content);
+      if (choice.finish_reason) into.finish_reason = choice.finish_reason;
+    }
+  }
+  return { choices, usage };
+}
+
+// Distinct prompts of 1 to ~60 words, so that arrivals need chunked prefill next to decodes.
+const WORDS = ('the river old house music night garden winter city light people water story king road ' +
+  'friend morning window letter mountain dream book world time money love computer program island').split(' ');
+export function prompts(count) {
+  return Array.from({ length: count }, (_, i) => {
+    const length = 1 + ((i * 13) % 60);
+    const words = Array.from({ length }, (_, w) => WORDS[(i * 7 + w * (i % 5 + 1)) % WORDS.length]);
+    return `${i}: ${words.join(' ')}`;
+  });
+}
