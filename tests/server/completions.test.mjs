@@ -201,6 +201,22 @@ test('stop strings end the text before the stop, with finish_reason stop', async
   assert.equal(finish, 'stop');
 });
 
+test('stop_token_ids and EOS end a choice with finish_reason stop', async () => {
+  const full = await greedy({ prompt: PROMPT, max_tokens: 12, ignore_eos: true, logprobs: 0 });
+  const { json } = await post('/tokenize', { prompt: full.choices[0].logprobs.tokens[2], add_special_tokens: false });
+  assert.equal(json.count, 1);
+  const stopped = await greedy({ prompt: PROMPT, max_tokens: 12, ignore_eos: true, stop_token_ids: json.tokens });
+  assert.equal(stopped.choices[0].finish_reason, 'stop');
+  assert.equal(stopped.usage.completion_tokens, 3);
+  // As in vLLM, a stop token that is not a special token stays in the text.
+  assert.equal(stopped.choices[0].text, full.choices[0].logprobs.tokens.slice(0, 3).join(''));
+  // Without ignore_eos the demo model ends this sentence with EOS long before 200 tokens.
+  const eos = await greedy({ prompt: PROMPT, max_tokens: 200 });
+  assert.equal(eos.choices[0].finish_reason, 'stop');
+  assert.ok(eos.usage.completion_tokens < 200);
+  assert.ok(!eos.choices[0].text.includes('<|endoftext|>'));
+});
+
 test('/v1/models lists the served model', async () => {
   const models = [];
   for await (const model of openai.models.list()) models.push(model);

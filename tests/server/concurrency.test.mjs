@@ -2,7 +2,7 @@
 // response equals the same request run alone (text, tokens and logprobs, exactly).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { client, collectCompletion, MODEL, prompts, waitIdle, withTimeout } from './lib.mjs';
+import { client, collectCompletion, MODEL, prompts, startServer, waitIdle, withTimeout } from './lib.mjs';
 
 const NUM_CLIENTS = 64;
 const openai = client();
@@ -11,10 +11,39 @@ function body(prompt) {
   return { model: MODEL, prompt, max_tokens: 24, temperature: 0, ignore_eos: true, logprobs: 1 };
 }
 
+// All clients at once, each on its own connection, streaming; returns [{text, tokens, token_logprobs,
+// finish_reason}] in prompt order.
+async function allAtOnce(base, all) {
+  return withTimeout(
+    Promise.all(all.map(async (prompt) => {
+      const stream = await client(base).completions.create({ ...body(prompt), stream: true });
+      return (await collectCompletion(stream)).choices[0];
+    })),
+    90_000,
+    `${all.length} concurrent streams`,
+  );
+}
+
+function differences(all, together, alone) {
+  const mismatches = [];
+  for (let i = 0; i < all.length; i += 1) {
+    const got = together[i];
+    const want = alone[i];
+    if (got.text !== want.text || JSON.stringify(got.tokens) !== JSON.stringify(want.tokens) ||
+        JSON.stringify(got.token_logprobs) !== JSON.stringify(want.token_logprobs) || got.finish_reason !== 'length') {
+      mismatches.push(`client ${i} (${JSON.stringify(all[i].slice(0, 30))}): got ${JSON.stringify(got.text)}, ` +
+        `alone ${JSON.stringify(want.text)}; logprobs ${JSON.stringify(got.token_logprobs.slice(0, 3))} vs ` +
+        `${JSON.stringify(want.token_logprobs.slice(0, 3))}`);
+    }
+  }
+  return mismatches;
+}
+
+const all = prompts(NUM_CLIENTS);
+const alone = [];
+
 test(`${NUM_CLIENTS} simultaneous streaming clients each get their greedy output run alone`, async () => {
-  const all = prompts(NUM_CLIENTS);
   // Each request alone, one after the other: the reference.
-  const alone = [];
   for (const prompt of all) {
     const completion = await openai.completions.create(body(prompt));
     const [choice] = completion.choices;
@@ -23,33 +52,31 @@ test(`${NUM_CLIENTS} simultaneous streaming clients each get their greedy output
   assert.ok(new Set(alone.map((output) => output.text)).size > NUM_CLIENTS / 2, 'the prompts hardly differ');
   await waitIdle();
 
-  // All at once, each on its own connection (a client each), streaming.
   const started = Date.now();
-  const together = await withTimeout(
-    Promise.all(all.map(async (prompt) => {
-      const own = client();
-      const stream = await own.completions.create({ ...body(prompt), stream: true });
-      return (await collectCompletion(stream)).choices[0];
-    })),
-    90_000,
-    `${NUM_CLIENTS} concurrent streams`,
-  );
+  const together = await allAtOnce(undefined, all);
   const seconds = (Date.now() - started) / 1000;
-  const mismatches = [];
-  for (let i = 0; i < NUM_CLIENTS; i += 1) {
-    const got = together[i];
-    const want = alone[i];
-    if (got.text !== want.text || JSON.stringify(got.tokens) !== JSON.stringify(want.tokens) ||
-        JSON.stringify(got.token_logprobs) !== JSON.stringify(want.token_logprobs)) {
-      mismatches.push(`client ${i} (${JSON.stringify(all[i].slice(0, 30))}): got ${JSON.stringify(got.text)}, ` +
-        `alone ${JSON.stringify(want.text)}; logprobs ${JSON.stringify(got.token_logprobs.slice(0, 3))} vs ` +
-        `${JSON.stringify(want.token_logprobs.slice(0, 3))}`);
-    }
-    assert.equal(got.finish_reason, 'length');
-  }
+  const mismatches = differences(all, together, alone);
   assert.deepEqual(mismatches, [], `${mismatches.length} of ${NUM_CLIENTS} responses differ from the request alone`);
-  // The engine batched them: far faster than one after the other would have been.
   console.log(`# ${NUM_CLIENTS} clients x 24 tokens in ${seconds.toFixed(2)} s`);
   const idle = await waitIdle();
   assert.equal(idle.jambo_law_violations_total, 0);
+});
+
+// The same clients against a server whose memory holds a few sequences: most wait, running ones are
+// preempted and recomputed, prefill is chunked by a small token budget; the outputs must not change.
+test(`${NUM_CLIENTS} clients on a server short of memory (waiting, preemption, chunked prefill)`, async () => {
+  assert.equal(alone.length, NUM_CLIENTS, 'the reference outputs of the first test are missing');
+  const tight = await startServer('tight', ['--memory-budget', '19MiB', '--max-model-len', '128',
+    '--max-num-batched-tokens', '32', '--check']);
+  try {
+    const together = await allAtOnce(tight.url, all);
+    const mismatches = differences(all, together, alone);
+    assert.deepEqual(mismatches, [], `${mismatches.length} of ${NUM_CLIENTS} responses differ from the request alone`);
+    const idle = await waitIdle(tight.url);
+    assert.ok(idle.jambo_preemptions_total > 0, 'no preemption: the test does not test it');
+    assert.equal(idle.jambo_law_violations_total, 0);
+    console.log(`# tight server: ${idle.jambo_preemptions_total} preemptions, ${idle.jambo_slot_reuses_total} slot reuses`);
+  } finally {
+    assert.equal(await tight.stop(), 0);
+  }
 });

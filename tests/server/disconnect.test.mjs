@@ -2,7 +2,7 @@
 // within two seconds, and the engine keeps serving (the others unchanged).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { BASE, client, collectCompletion, metrics, MODEL, sleep, waitIdle } from './lib.mjs';
+import { BASE, client, collectCompletion, metrics, MODEL, sleep, startServer, waitIdle } from './lib.mjs';
 
 const openai = client();
 const LONG = { model: MODEL, max_tokens: 2000, ignore_eos: true, temperature: 0 };
@@ -71,6 +71,40 @@ test('a client that closes the socket of a raw SSE stream frees its slot', async
   assert.equal((await metrics()).jambo_state_slots_used, 1);
   controller.abort();
   await waitIdle(BASE, 2000);
+});
+
+test('a client that leaves while its request waits for a sequence place is taken off the queue', async () => {
+  const server = await startServer('one-seq', ['--max-num-seqs', '1']);
+  try {
+    const running = new AbortController();
+    const first = await client(server.url).completions.create(
+      { ...LONG, prompt: 'The first', stream: true }, { signal: running.signal });
+    const read = (async () => {
+      for await (const chunk of first) assert.ok(chunk);
+    })();
+    for (let tries = 0; tries < 100 && (await metrics(server.url)).jambo_num_requests_running === 0; tries += 1) {
+      await sleep(20);
+    }
+    const waiting = new AbortController();
+    const pending = client(server.url).completions.create(
+      { ...LONG, prompt: 'The second', stream: true }, { signal: waiting.signal });
+    pending.catch(() => {});
+    for (let tries = 0; tries < 100 && (await metrics(server.url)).jambo_num_requests_waiting === 0; tries += 1) {
+      await sleep(20);
+    }
+    assert.equal((await metrics(server.url)).jambo_num_requests_waiting, 1);
+    waiting.abort();
+    const deadline = Date.now() + 2000;
+    while ((await metrics(server.url)).jambo_num_requests_waiting !== 0) {
+      assert.ok(Date.now() < deadline, 'the waiting request is still queued 2 s after its client left');
+      await sleep(50);
+    }
+    assert.equal((await metrics(server.url)).jambo_num_requests_running, 1);
+    running.abort();
+    await read.catch(() => {});
+  } finally {
+    await server.stop();
+  }
 });
 
 test('a client that leaves a non-streaming request frees its slot', { todo: 'server bug: a whole (non-streaming) '
