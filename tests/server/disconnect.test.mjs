@@ -1,7 +1,7 @@
 // A client that leaves mid-stream aborts its request: its state slot and KV blocks return to the pool
 // within two seconds, and the engine keeps serving (the others unchanged).
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import { BASE, client, collectCompletion, metrics, MODEL, sleep, startServer, waitIdle } from './lib.mjs';
 
 const openai = client();
@@ -107,17 +107,42 @@ test('a client that leaves while its request waits for a sequence place is taken
   }
 });
 
-test('a client that leaves a non-streaming request frees its slot', { todo: 'server bug: a whole (non-streaming) '
-  + 'request runs to max_tokens after its client left' }, async () => {
-  const controller = new AbortController();
-  const pending = openai.completions.create({ ...LONG, max_tokens: 1000, prompt: 'The city at night' }, { signal: controller.signal });
-  pending.catch(() => {});
-  for (let tries = 0; tries < 100 && (await metrics()).jambo_state_slots_used === 0; tries += 1) await sleep(20);
-  controller.abort();
-  try {
-    await waitIdle(BASE, 2000);
-  } finally {
-    // Whatever the verdict, leave the server idle for the next test file.
-    await waitIdle(BASE, 120_000);
+// A whole (non-streaming) response is written once it is complete, so the server never learns that its
+// client left: the request runs to max_tokens, holding its slot and blocks. A server of its own, so that
+// the shared one is not kept busy when this fails.
+describe('a long non-streaming request', { concurrency: false }, () => {
+  let server;
+  before(async () => {
+    server = await startServer('whole');
+  });
+  after(async () => {
+    await server.stop().catch(() => {});
+  });
+
+  // Waits until the server runs a request.
+  async function running() {
+    for (let tries = 0; tries < 250 && (await metrics(server.url)).jambo_state_slots_used === 0; tries += 1) {
+      await sleep(20);
+    }
   }
+
+  test('frees its slot once its client left', { todo: 'server bug: a whole (non-streaming) request runs to '
+    + 'max_tokens after its client left' }, async () => {
+    const controller = new AbortController();
+    const pending = client(server.url).completions.create(
+      { ...LONG, max_tokens: 4000, prompt: 'The city at night' }, { signal: controller.signal });
+    pending.catch(() => {});
+    await running();
+    controller.abort();
+    await waitIdle(server.url, 2000);
+  });
+
+  test('does not hold up SIGTERM for long', { todo: 'server bug: SIGTERM waits for every whole request to '
+    + 'finish' }, async () => {
+    const pending = client(server.url).completions.create({ ...LONG, max_tokens: 4000, prompt: 'The long night' });
+    pending.catch(() => {});
+    await running();
+    // Streams are cut at once; a whole request may finish its step, not its 4000 tokens.
+    assert.equal(await server.stop(5000), 0);
+  });
 });

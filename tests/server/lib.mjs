@@ -56,9 +56,10 @@ export async function startServer(name, flags = []) {
   return {
     url,
     logPath,
-    async stop() {
+    // SIGTERM; past timeoutMs, SIGKILL and throw.
+    async stop(timeoutMs = 10_000) {
       if (child.exitCode === null) child.kill('SIGTERM');
-      const code = await withTimeout(exited, 10_000, `${name} server stop`).catch((error) => {
+      const code = await withTimeout(exited, timeoutMs, `${name} server stop on SIGTERM`).catch((error) => {
         child.kill('SIGKILL');
         throw error;
       });

@@ -130,12 +130,17 @@ test('a body over the size limit gets 413 with an error object', async () => {
   assert.match(response.json.error.message, /too large/);
 });
 
-test('a POST whose content type is not JSON is still read as JSON (curl -d)', { todo: 'server bug: httplib caps '
-  + 'form-urlencoded bodies at 8 KiB with a 413' }, async () => {
-  const body = JSON.stringify({ ...ok, prompt: 'word '.repeat(2000), max_tokens: 1 });
-  const response = await post(C, body, { 'Content-Type': 'application/x-www-form-urlencoded' });
-  assert.equal(response.status, 200, response.text.slice(0, 200));
-});
+// httplib reads an application/x-www-form-urlencoded body (what `curl -d` sends) only up to 8 KiB and
+// answers 413 "too large" past that: the body must be read, or the 413 must say it is the content type.
+test('a JSON body over 8 KiB sent as a form (curl -d) is read, or refused naming the Content-Type',
+  { todo: 'server bug: a misleading 413 "too large" for a 10 KB form-encoded body' }, async () => {
+    const body = JSON.stringify({ ...ok, prompt: 'word '.repeat(2000), max_tokens: 1 });
+    const response = await post(C, body, { 'Content-Type': 'application/x-www-form-urlencoded' });
+    if (response.status !== 200) {
+      assert.equal(response.status, 413, response.text.slice(0, 200));
+      assert.match(response.json.error.message, /Content-Type/, response.text.slice(0, 200));
+    }
+  });
 
 test('after the flood: a well-formed request answers correctly, /health is 200, no slot leaked', async () => {
   const openai = client();
