@@ -214,14 +214,10 @@ void check_lengths(const Fields& fields, GenerationRequest& request, const Serve
 
 void read_prompts(const json& prompt, const ServerLimits& limits, const Tokenizer& tokenizer,
                   GenerationRequest& request) {
-  auto add_text = [&](const std::string& text) {
-    request.prompts.push_back(tokenizer.encode(text));
-    request.prompt_texts.push_back(text);
-  };
+  auto add_text = [&](const std::string& text) { request.prompts.push_back(tokenizer.encode(text)); };
   auto add_ids = [&](const json& ids) {
     if (ids.empty()) bad_field("prompt", "a prompt of token ids is empty");
     request.prompts.push_back(token_ids(ids, "prompt", limits.vocab_size));
-    request.prompt_texts.push_back(tokenizer.decode(request.prompts.back()));
   };
   if (prompt.is_string()) {
     add_text(prompt.get<std::string>());
@@ -348,7 +344,6 @@ GenerationRequest parse_chat_request(const json& body, const ServerLimits& limit
     bad_field("messages", error.what());
   }
   request.prompts.push_back(tokenizer.encode(text, /*add_special_tokens=*/false));
-  request.prompt_texts.push_back(text);
   if (request.prompts.back().empty()) bad_field("messages", "the chat template rendered no tokens");
   const bool has_max_completion = fields.find("max_completion_tokens") != nullptr;
   check_lengths(fields, request, limits, has_max_completion ? "max_completion_tokens" : "max_tokens", std::nullopt);

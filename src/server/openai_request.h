@@ -39,7 +39,6 @@ struct ServerLimits {
 struct GenerationRequest {
   bool chat = false;
   std::vector<std::vector<int32_t>> prompts;  // [num_prompts][tokens]
-  std::vector<std::string> prompt_texts;      // [num_prompts] as given, or decoded from ids (echo)
   RequestSpec options;                        // all but id and prompt_ids
   bool stream = false;
   bool include_usage = false;

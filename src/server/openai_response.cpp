@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace jambo::server {
 
 using nlohmann::json;
@@ -14,6 +16,12 @@ json error_body(const std::string& message, const std::string& type, const std::
 }
 
 namespace {
+
+// Characters as OpenAI counts them (code points), not UTF-8 bytes.
+int64_t count_characters(const std::string& text) {
+  return std::count_if(text.begin(), text.end(),
+                       [](char byte) { return (static_cast<unsigned char>(byte) & 0xC0) != 0x80; });
+}
 
 json bytes_of(const std::string& text) {
   json bytes = json::array();
@@ -58,13 +66,23 @@ std::string ResponseBuilder::token_text(int32_t id) const {
   return text;
 }
 
-json ResponseBuilder::completion_logprobs(Choice& choice, const std::vector<int32_t>& ids,
+// Decoding the tokens one by one as the engine does (special tokens skipped) makes the pieces add up to
+// the choice's text exactly; a byte token that ends inside a character adds nothing until the character
+// is complete, and is shown as it decodes alone.
+ResponseBuilder::Piece ResponseBuilder::next_piece(IncrementalDecoder& decoder, int32_t id) const {
+  std::string text = decoder.push(id);
+  if (tokenizer_.is_special(id)) return {tokenizer_.id_to_token(id).value_or(""), std::move(text)};
+  if (text.empty()) return {token_text(id), ""};
+  return {text, text};
+}
+
+json ResponseBuilder::completion_logprobs(Choice& choice, IncrementalDecoder& decoder, const std::vector<int32_t>& ids,
                                           const std::vector<std::optional<double>>& logprobs,
                                           const std::vector<std::vector<TokenLogprob>>& top) const {
   json result = empty_completion_logprobs();
   for (size_t i = 0; i < ids.size(); ++i) {
-    const std::string text = token_text(ids[i]);
-    result["tokens"].push_back(text);
+    const Piece piece = next_piece(decoder, ids[i]);
+    result["tokens"].push_back(piece.token);
     result["token_logprobs"].push_back(logprobs[i] ? json(*logprobs[i]) : json());
     if (!logprobs[i]) {
       result["top_logprobs"].push_back(nullptr);
@@ -74,15 +92,15 @@ json ResponseBuilder::completion_logprobs(Choice& choice, const std::vector<int3
       result["top_logprobs"].push_back(std::move(entries));
     }
     result["text_offset"].push_back(choice.text_offset);
-    choice.text_offset += int64_t(text.size());
+    choice.text_offset += count_characters(piece.text);
   }
   return result;
 }
 
-json ResponseBuilder::chat_logprobs(const StreamEvent& event) const {
+json ResponseBuilder::chat_logprobs(Choice& choice, const StreamEvent& event) const {
   json content = json::array();
   for (size_t i = 0; i < event.ids.size(); ++i) {
-    const std::string text = token_text(event.ids[i]);
+    const std::string text = next_piece(*choice.decoder, event.ids[i]).token;
     json top = json::array();
     for (const TokenLogprob& entry : event.top_logprobs[i]) {
       const std::string entry_text = token_text(entry.token);
@@ -115,28 +133,31 @@ json ResponseBuilder::prompt_logprobs(const SampleOutput& prompt) const {
 
 json ResponseBuilder::add(const StreamEvent& event) {
   Choice& choice = choices_.at(size_t(event.choice));
-  const size_t prompt_index = size_t(event.choice / request_.options.n);
+  if (!choice.decoder) choice.decoder.emplace(tokenizer_, /*skip_special_tokens=*/true);
   std::string text = event.text;
   json logprobs;
   if (request_.chat) {
     if (request_.num_logprobs >= 0) {
-      logprobs = chat_logprobs(event);
+      logprobs = chat_logprobs(choice, event);
       append_all(choice.logprobs, logprobs);
     }
   } else {
     logprobs = empty_completion_logprobs();
     const bool has_prompt_logprobs = event.prompt && !event.prompt->prompt_logprobs.empty();
     if (event.prompt && request_.echo) {
-      text = request_.prompt_texts[prompt_index] + text;
-      if (request_.num_logprobs >= 0 && has_prompt_logprobs)
-        append_all(logprobs, completion_logprobs(choice, event.prompt->prompt_ids, event.prompt->prompt_logprobs,
-                                                 event.prompt->prompt_top_logprobs));
+      // The prompt as its tokens decode, so that text_offset indexes the text returned.
+      text = tokenizer_.decode(event.prompt->prompt_ids, /*skip_special_tokens=*/true) + text;
+      if (request_.num_logprobs >= 0 && has_prompt_logprobs) {
+        IncrementalDecoder prompt_decoder(tokenizer_, /*skip_special_tokens=*/true);
+        append_all(logprobs, completion_logprobs(choice, prompt_decoder, event.prompt->prompt_ids,
+                                                 event.prompt->prompt_logprobs, event.prompt->prompt_top_logprobs));
+      }
     }
     if (has_prompt_logprobs && request_.options.num_prompt_logprobs >= 0)
       choice.prompt_logprobs = prompt_logprobs(*event.prompt);
     if (request_.num_logprobs >= 0) {
       const std::vector<std::optional<double>> sampled(event.logprobs.begin(), event.logprobs.end());
-      append_all(logprobs, completion_logprobs(choice, event.ids, sampled, event.top_logprobs));
+      append_all(logprobs, completion_logprobs(choice, *choice.decoder, event.ids, sampled, event.top_logprobs));
       append_all(choice.logprobs, logprobs);
     }
   }

@@ -32,6 +32,7 @@ class ResponseBuilder {
 
  private:
   struct Choice {
+    std::optional<IncrementalDecoder> decoder;  // over the generated tokens, as the engine decodes them
     std::string text;
     std::string finish_reason;
     nlohmann::json logprobs;  // completions: {tokens, token_logprobs, top_logprobs, text_offset}; chat: {content}
@@ -40,11 +41,17 @@ class ResponseBuilder {
     nlohmann::json prompt_logprobs;  // completions with prompt_logprobs: [null, {id: {logprob, decoded_token}}, ...]
   };
 
+  // A token as the logprobs show it and the text it adds to the choice's text.
+  struct Piece {
+    std::string token;  // a special token by name (it adds no text), else its text
+    std::string text;
+  };
   std::string token_text(int32_t id) const;
-  nlohmann::json completion_logprobs(Choice& choice, const std::vector<int32_t>& ids,
+  Piece next_piece(IncrementalDecoder& decoder, int32_t id) const;
+  nlohmann::json completion_logprobs(Choice& choice, IncrementalDecoder& decoder, const std::vector<int32_t>& ids,
                                      const std::vector<std::optional<double>>& logprobs,
                                      const std::vector<std::vector<TokenLogprob>>& top) const;
-  nlohmann::json chat_logprobs(const StreamEvent& event) const;
+  nlohmann::json chat_logprobs(Choice& choice, const StreamEvent& event) const;
   nlohmann::json prompt_logprobs(const SampleOutput& prompt) const;
   nlohmann::json envelope(nlohmann::json choices) const;
   nlohmann::json usage() const;

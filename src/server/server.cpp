@@ -33,6 +33,14 @@ void reply_error(httplib::Response& response, int status, const std::string& mes
   reply_json(response, status, error_body(message, type, param));
 }
 
+// httplib reads a form-encoded body (what `curl -d` sends without a Content-Type) only up to 8 KiB.
+std::string too_large_message(const httplib::Request& request) {
+  if (request.get_header_value("Content-Type").starts_with("application/x-www-form-urlencoded"))
+    return "the request body is too large for Content-Type application/x-www-form-urlencoded (8 KiB); send "
+           "Content-Type: application/json";
+  return "the request body is too large";
+}
+
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -106,9 +114,9 @@ Server::Impl::Impl(Engine& engine, const Tokenizer& tokenizer, const ChatTemplat
   add_routes();
 }
 
+// Unique even when callers repeat an X-Request-Id (retries, one id for a whole conversation).
 std::string Server::Impl::next_id(const std::string& prefix, const std::string& caller_id) {
-  if (!caller_id.empty()) return prefix + caller_id;
-  return fmt::format("{}{}-{}", prefix, started, num_ids++);
+  return fmt::format("{}{}-{}", prefix, caller_id.empty() ? std::to_string(started) : caller_id, num_ids++);
 }
 
 void Server::Impl::add_routes() {
@@ -135,7 +143,7 @@ void Server::Impl::add_routes() {
   http.set_error_handler([](const httplib::Request& request, httplib::Response& response) {
     if (!response.body.empty()) return;
     const std::string message = response.status == 404   ? fmt::format("no route {} {}", request.method, request.path)
-                                : response.status == 413 ? "the request body is too large"
+                                : response.status == 413 ? too_large_message(request)
                                                          : fmt::format("HTTP {}", response.status);
     reply_error(response, response.status, message, "invalid_request_error");
   });
