@@ -80,3 +80,23 @@ test(`${NUM_CLIENTS} clients on a server short of memory (waiting, preemption, c
     assert.equal(await tight.stop(), 0);
   }
 });
+
+// Seeded sampling (temperature, top_p, top_k, n = 2) is as independent of the batch as greedy decoding.
+test('16 concurrent seeded sampling clients (n = 2) each get their output run alone', async () => {
+  const sampled = prompts(16);
+  const request = (prompt, i) => ({ model: MODEL, prompt, max_tokens: 24, temperature: 1, top_p: 0.9, top_k: 50,
+    seed: 1000 + i, n: 2, logprobs: 1, ignore_eos: true });
+  const key = (text, logprobs) => `${text} ${JSON.stringify(logprobs)}`;
+  const reference = [];
+  for (const [i, prompt] of sampled.entries()) {
+    const completion = await openai.completions.create(request(prompt, i));
+    reference.push(completion.choices.map((choice) => key(choice.text, choice.logprobs.token_logprobs)));
+  }
+  assert.ok(reference.every(([a, b]) => a !== b), 'two samples of one seeded request are equal');
+  const together = await withTimeout(Promise.all(sampled.map(async (prompt, i) => {
+    const stream = await client().completions.create({ ...request(prompt, i), stream: true });
+    return (await collectCompletion(stream)).choices.map((choice) => key(choice.text, choice.token_logprobs));
+  })), 60_000, '16 seeded streams');
+  assert.deepEqual(together, reference);
+  await waitIdle();
+});
