@@ -16,13 +16,15 @@ EngineLoop::EngineLoop(Engine& engine, int64_t max_num_requests)
 EngineLoop::~EngineLoop() { stop(); }
 
 void EngineLoop::stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  inbox_changed_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  engine_.set_progress_listener(nullptr);
+  std::call_once(stopped_, [this] {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    inbox_changed_.notify_all();
+    thread_.join();
+    engine_.set_progress_listener(nullptr);
+  });
 }
 
 EngineLoop::Admission EngineLoop::submit(std::vector<RequestSpec> specs, std::shared_ptr<RequestStream> stream) {

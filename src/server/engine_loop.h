@@ -24,7 +24,8 @@ class EngineLoop {
   EngineLoop(Engine& engine, int64_t max_num_requests);
   ~EngineLoop();  // stop()
 
-  // Fails every open stream ("the server is shutting down") and joins the thread; idempotent.
+  // Fails every open stream ("the server is shutting down") and joins the thread; idempotent, and safe
+  // from several threads.
   void stop();
 
   enum class Verdict { Accepted, Rejected, Full, Dead };
@@ -80,6 +81,7 @@ class EngineLoop {
   std::string death_reason_;
   EngineCounters counters_;
 
+  std::once_flag stopped_;
   std::thread thread_;  // last: starts after everything above exists
 };
 

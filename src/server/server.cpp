@@ -218,7 +218,7 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
 void Server::Impl::respond_whole(Exchange& exchange, httplib::Response& response) {
   while (!exchange.stream->is_finished()) {
     for (const StreamEvent& event : exchange.stream->take(kPollInterval)) exchange.builder->add(event);
-    if (const auto error = exchange.stream->error()) throw ApiError(500, *error, "", "server_error");
+    if (const auto error = exchange.stream->error()) throw ApiError(503, *error, "", "server_error");
   }
   metrics.count_request(200);
   const json body = exchange.builder->response();
@@ -244,7 +244,7 @@ bool Server::Impl::write_events(Exchange& exchange, httplib::DataSink& sink) {
   for (const StreamEvent& event : exchange.stream->take(kPollInterval))
     if (!send(fmt::format("data: {}\n\n", to_wire(exchange.builder->add(event))))) return false;
   if (const auto error = exchange.stream->error()) {
-    metrics.count_request(500);
+    metrics.count_request(503);
     send(fmt::format("data: {}\n\n", to_wire(error_body(*error, "server_error", ""))));
     sink.done();
     return true;
@@ -330,12 +330,15 @@ int Server::bind() {
   return port;
 }
 
-// Once the listener stopped, requests still open end at once with an error instead of running on.
 void Server::run() {
   impl_->http.listen_after_bind();
   impl_->loop.stop();
 }
 
-void Server::stop() { impl_->http.stop(); }
+// The loop first: requests still open end at once with an error (the listener waits for their workers).
+void Server::stop() {
+  impl_->loop.stop();
+  impl_->http.stop();
+}
 
 }  // namespace jambo::server
