@@ -137,6 +137,7 @@ grep -q '^jambo_http_requests_total{status="400"} [1-9]' "$work/body" && pass "/
 for file in tests/server/completions.test.mjs tests/server/chat.test.mjs tests/server/streaming.test.mjs \
             tests/server/concurrency.test.mjs tests/server/malformed.test.mjs tests/server/disconnect.test.mjs \
             tests/server/queue.test.mjs; do
+  kill -0 "$server_pid" 2>/dev/null || die "jambo serve is gone before $file"
   echo "---- node $file"
   file_started=$SECONDS
   if JAMBO_URL=$url JAMBO_BIN=$jambo JAMBO_MODEL=$demo JAMBO_WORK=$work JAMBO_TRACE=$work/trace.jsonl \
