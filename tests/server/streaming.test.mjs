@@ -127,16 +127,16 @@ test('X-Request-Id: echoed on whole and streamed responses, named in the engine 
   }
 });
 
-// The caller's id names the engine request as is, so a second request with the same X-Request-Id
-// (a client's retry, two calls of one trace) is refused while the first runs: 400, param null.
-test('two concurrent requests with the same X-Request-Id both succeed',
-  { todo: 'server bug: a repeated X-Request-Id gets 400 "a request with this id is already running"' }, async () => {
-    const headers = { 'X-Request-Id': `e2e-${process.pid}-twice` };
-    const body = { model: MODEL, prompt: PROMPT, max_tokens: 30, ignore_eos: true, temperature: 0 };
-    const [a, b] = await Promise.all([
-      openai.completions.create(body, { headers }),
-      openai.completions.create({ ...body, prompt: 'The river' }, { headers }),
-    ]);
-    assert.equal(a.usage.completion_tokens, 30);
-    assert.equal(b.usage.completion_tokens, 30);
-  });
+// Callers repeat ids (retries, one id for a conversation): both requests run (a 400 before a81d279).
+test('two concurrent requests with the same X-Request-Id both succeed', async () => {
+  const headers = { 'X-Request-Id': `e2e-${process.pid}-twice` };
+  const body = { model: MODEL, prompt: PROMPT, max_tokens: 30, ignore_eos: true, temperature: 0 };
+  const [a, b] = await Promise.all([
+    openai.completions.create(body, { headers }),
+    openai.completions.create({ ...body, prompt: 'The river' }, { headers }),
+  ]);
+  assert.equal(a.usage.completion_tokens, 30);
+  assert.equal(b.usage.completion_tokens, 30);
+  assert.notEqual(a.id, b.id);
+  assert.ok(a.id.includes(headers['X-Request-Id']) && b.id.includes(headers['X-Request-Id']));
+});
