@@ -106,8 +106,8 @@ Server::Impl::Impl(Engine& engine, const Tokenizer& tokenizer, const ChatTemplat
       options(options),
       limits{options.model_name, options.max_model_len, max_n, options.max_num_prompts, tokenizer.vocab_size()},
       loop(engine, options.max_num_requests) {
-  // One worker per request the engine may hold, plus some for health, metrics and refusals.
-  const size_t num_workers = size_t(options.max_num_requests) + 16;
+  // One worker per request the engine may hold, plus room for health, metrics and refusals.
+  const size_t num_workers = size_t(options.max_num_requests) + 64;
   http.new_task_queue = [num_workers] { return new httplib::ThreadPool(num_workers); };
   http.set_payload_max_length(options.max_body_bytes);
   http.set_keep_alive_max_count(1000);
@@ -203,6 +203,8 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
         throw ApiError(400, admission.message);
       case EngineLoop::Verdict::Full:
         response.set_header("Retry-After", "1");
+        // An idle keep-alive connection holds one of httplib's workers: a refused client must not keep one.
+        response.set_header("Connection", "close");
         throw ApiError(429, admission.message, "", "rate_limit_exceeded");
       case EngineLoop::Verdict::Dead:
         throw ApiError(503, admission.message, "", "server_error");
