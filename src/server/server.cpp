@@ -2,6 +2,7 @@
 
 #include "core/json.h"
 #include "server/chat_template.h"
+#include "server/connection_probe.h"
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -80,7 +81,7 @@ struct Server::Impl {
 
   void add_routes();
   void generate(const httplib::Request& http_request, httplib::Response& response, bool chat);
-  void respond_whole(Exchange& exchange, httplib::Response& response);
+  void respond_whole(Exchange& exchange, const ConnectionProbe& connection, httplib::Response& response);
   void respond_streaming(std::shared_ptr<Exchange> exchange, httplib::Response& response);
   bool write_events(Exchange& exchange, httplib::DataSink& sink);
   void tokenize(const httplib::Request& http_request, httplib::Response& response);
@@ -210,17 +211,23 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
         throw ApiError(503, admission.message, "", "server_error");
     }
     if (request.stream) return respond_streaming(std::move(exchange), response);
-    respond_whole(*exchange, response);
+    respond_whole(*exchange, ConnectionProbe(http_request), response);
   } catch (const ApiError& error) {
     metrics.count_request(error.status);
     reply_error(response, error.status, error.what(), error.type, error.param);
   }
 }
 
-void Server::Impl::respond_whole(Exchange& exchange, httplib::Response& response) {
+// Waits for the whole response; a client that left has its requests aborted at once (no one reads the answer).
+void Server::Impl::respond_whole(Exchange& exchange, const ConnectionProbe& connection, httplib::Response& response) {
   while (!exchange.stream->is_finished()) {
     for (const StreamEvent& event : exchange.stream->take(kPollInterval)) exchange.builder->add(event);
     if (const auto error = exchange.stream->error()) throw ApiError(503, *error, "", "server_error");
+    if (connection.client_left()) {
+      loop.abort(exchange.engine_ids);
+      metrics.count_request(499);  // nginx's "client closed request"
+      return;
+    }
   }
   metrics.count_request(200);
   const json body = exchange.builder->response();
