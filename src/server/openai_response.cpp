@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 
 namespace jambo::server {
 
@@ -21,6 +22,13 @@ namespace {
 int64_t count_characters(const std::string& text) {
   return std::count_if(text.begin(), text.end(),
                        [](char byte) { return (static_cast<unsigned char>(byte) & 0xC0) != 0x80; });
+}
+
+// A token that ends inside a character, as OpenAI names it: "bytes:\xe2\x80".
+std::string byte_token_name(const std::string& bytes) {
+  std::string name = "bytes:";
+  for (unsigned char byte : bytes) name += fmt::format("\\x{:02x}", byte);
+  return name;
 }
 
 json bytes_of(const std::string& text) {
@@ -68,11 +76,20 @@ std::string ResponseBuilder::token_text(int32_t id) const {
 
 // Decoding the tokens one by one as the engine does (special tokens skipped) makes the pieces add up to
 // the choice's text exactly; a byte token that ends inside a character adds nothing until the character
-// is complete, and is shown as it decodes alone.
+// is complete, and is shown by its bytes.
+// The bytes a token stands for: SentencePiece's byte-fallback tokens are named "<0xNN>".
+std::string ResponseBuilder::token_bytes(int32_t id) const {
+  const std::optional<std::string> piece = tokenizer_.id_to_token(id);
+  unsigned byte = 0;
+  if (piece && piece->size() == 6 && std::sscanf(piece->c_str(), "<0x%2X>", &byte) == 1)
+    return std::string(1, char(byte));
+  return token_text(id);
+}
+
 ResponseBuilder::Piece ResponseBuilder::next_piece(IncrementalDecoder& decoder, int32_t id) const {
   std::string text = decoder.push(id);
   if (tokenizer_.is_special(id)) return {tokenizer_.id_to_token(id).value_or(""), std::move(text)};
-  if (text.empty()) return {token_text(id), ""};
+  if (text.empty()) return {byte_token_name(token_bytes(id)), ""};
   return {text, text};
 }
 
@@ -102,12 +119,14 @@ json ResponseBuilder::chat_logprobs(Choice& choice, const StreamEvent& event) co
   for (size_t i = 0; i < event.ids.size(); ++i) {
     const std::string text = next_piece(*choice.decoder, event.ids[i]).token;
     json top = json::array();
-    for (const TokenLogprob& entry : event.top_logprobs[i]) {
-      const std::string entry_text = token_text(entry.token);
-      top.push_back({{"token", entry_text}, {"logprob", entry.logprob}, {"bytes", bytes_of(entry_text)}});
-    }
-    content.push_back(
-        {{"token", text}, {"logprob", event.logprobs[i]}, {"bytes", bytes_of(text)}, {"top_logprobs", top}});
+    for (const TokenLogprob& entry : event.top_logprobs[i])
+      top.push_back({{"token", token_text(entry.token)},
+                     {"logprob", entry.logprob},
+                     {"bytes", bytes_of(token_bytes(entry.token))}});
+    content.push_back({{"token", text},
+                       {"logprob", event.logprobs[i]},
+                       {"bytes", bytes_of(token_bytes(event.ids[i]))},
+                       {"top_logprobs", top}});
   }
   return {{"content", content}};
 }

@@ -47,6 +47,7 @@ class ResponseBuilder {
     std::string text;
   };
   std::string token_text(int32_t id) const;
+  std::string token_bytes(int32_t id) const;
   Piece next_piece(IncrementalDecoder& decoder, int32_t id) const;
   nlohmann::json completion_logprobs(Choice& choice, IncrementalDecoder& decoder, const std::vector<int32_t>& ids,
                                      const std::vector<std::optional<double>>& logprobs,
