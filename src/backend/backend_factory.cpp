@@ -42,10 +42,20 @@ int64_t host_available_memory_bytes() {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache) {
+std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache,
+                                      [[maybe_unused]] const std::string& cuda_weights) {
   if (name == "cpu") return make_cpu_backend(model, cache);
 #ifdef JAMBO_WITH_CUDA
-  if (name == "cuda") return make_cuda_backend(model, cache);
+  if (name == "cuda") return make_cuda_backend(model, cache, cuda_weights);
+#endif
+  fail_unknown_backend(name);
+}
+
+int64_t backend_weight_bytes(const std::string& name, const Model& model,
+                             [[maybe_unused]] const std::string& cuda_weights) {
+  if (name == "cpu") return model.weights.bytes_total;
+#ifdef JAMBO_WITH_CUDA
+  if (name == "cuda") return cuda_weight_bytes(model, cuda_weights);
 #endif
   fail_unknown_backend(name);
 }

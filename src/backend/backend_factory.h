@@ -13,8 +13,14 @@ namespace jambo {
 // The backends this build has, "cpu" first.
 std::vector<std::string> available_backends();
 
-// Throws jambo::Error naming the backend when it is unknown or not in this build.
-std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache);
+// Throws jambo::Error naming the backend when it is unknown or not in this build. cuda_weights is the CUDA
+// backend's weight mode ("f32" or "bf16"); the CPU backend ignores it.
+std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache,
+                                      const std::string& cuda_weights = "f32");
+
+// The bytes of weights that backend holds for the model (what a memory plan takes before the caches): the
+// checkpoint's bytes on the CPU, which reads the mmap; on the GPU what the weight mode uploads.
+int64_t backend_weight_bytes(const std::string& name, const Model& model, const std::string& cuda_weights = "f32");
 
 // The memory a backend's caches can take now, for budgets given as a fraction: MemAvailable of
 // /proc/meminfo for "cpu", the GPU's free memory for "cuda". Throws jambo::Error like make_backend.

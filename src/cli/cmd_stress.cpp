@@ -1,5 +1,6 @@
 // jambo stress: a workload built to surface state-cache bugs, then `compare` on every sample. Defaults
 // finish in well under a minute on the demo model with two cores.
+#include "backend/backend_factory.h"
 #include "cli/common.h"
 #include "engine/memory_budget.h"
 #include "engine/request_json.h"
@@ -67,7 +68,8 @@ void apply_tight_budget(StressOptions& options, const Model& model) {
   const int64_t num_blocks = workload.max_samples * ((engine.max_model_len + engine.kv_block_size - 1) / engine.kv_block_size);
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
   engine.memory_budget = std::to_string(
-      exact_memory_budget(model.config, model.weights.bytes_total, num_slots, num_blocks, engine.kv_block_size));
+      exact_memory_budget(model.config, backend_weight_bytes(engine.backend, model, engine.cuda_weights), num_slots,
+                          num_blocks, engine.kv_block_size));
 }
 
 int run_stress_command(StressOptions& options) {

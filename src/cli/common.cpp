@@ -50,6 +50,10 @@ void EngineFlags::add_to(CLI::App& command) {
   command.add_option("--backend", options.backend, "compute backend")
       ->check(CLI::IsMember(available_backends()))
       ->capture_default_str();
+  command.add_option("--cuda-weights", options.cuda_weights,
+                     "weights on the GPU: f32 (upcast, exact against the CPU) or bf16 (as stored, faster)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   command.add_option("--max-num-batched-tokens", options.max_num_batched_tokens, "tokens of all rows of one step")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();

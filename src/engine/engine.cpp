@@ -27,7 +27,7 @@ void validate_options(const EngineOptions& options) {
 
 CachePlan plan_engine_cache(const Model& model, const EngineOptions& options) {
   validate_options(options);
-  return plan_cache(model.config, model.weights.bytes_total,
+  return plan_cache(model.config, backend_weight_bytes(options.backend, model, options.cuda_weights),
                     parse_memory_budget(options.memory_budget, options.backend), options.max_num_seqs,
                     options.kv_block_size, options.max_model_len);
 }
@@ -75,7 +75,7 @@ Engine::Impl::Impl(const Model& model, const Tokenizer* tokenizer, const EngineO
     : tokenizer(tokenizer),
       options(options),
       cache_plan(plan_engine_cache(model, options)),
-      backend(make_backend(options.backend, model, cache_plan.cache)),
+      backend(make_backend(options.backend, model, cache_plan.cache, options.cuda_weights)),
       slots(cache_plan.cache.num_state_slots, options.slot_policy, options.slot_seed),
       kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
       runner(*backend, slots, options.checked),

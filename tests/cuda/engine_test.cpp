@@ -2,7 +2,9 @@
 // continuous batching, chunked prefill, n = 2 forks and prompt logprobs give the same ids and logprobs
 // within 1e-4.
 #include "../engine/engine_test_util.h"
+#include "backend/backend_factory.h"
 #include "cuda_test_util.h"
+#include "engine/memory_budget.h"
 
 namespace jambo::testing {
 namespace {
@@ -17,7 +19,8 @@ Outputs run_engine(const Model& model, const std::vector<RequestSpec>& specs, co
   options.kv_block_size = 8;
   options.max_model_len = 64;
   options.checked = true;
-  options.memory_budget = memory_budget_for(model, 16, 16 * 8, 8);
+  options.memory_budget =
+      std::to_string(exact_memory_budget(model.config, backend_weight_bytes(backend, model), 16, 16 * 8, 8));
   Engine engine(model, nullptr, options);
   return run_to_end(engine, specs);
 }

@@ -68,12 +68,12 @@ class OpsTest : public GpuParamTest<TestModelSpec> {
     GpuParamTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
     ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-    cublas_ = cuda::make_cublas(stream_);
+    gemm_ = std::make_unique<cuda::Gemm>(stream_, /*pedantic=*/true);
     weights_ = std::make_unique<cuda::DeviceWeights>(model_, cuda::WeightMode::F32, stream_);
   }
   void TearDown() override {
     weights_.reset();
-    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    gemm_.reset();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -120,7 +120,7 @@ class OpsTest : public GpuParamTest<TestModelSpec> {
   const JambaConfig& config_ = model_.config;
   TensorStore store_{23};
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm_;
   std::unique_ptr<cuda::DeviceWeights> weights_;
   cuda::StepRowsUploader uploader_;
   std::vector<int32_t> tokens_;
@@ -142,7 +142,7 @@ TEST_P(OpsTest, RmsNormAndGemm) {
   Matrix product;
   cpu::matmul(x, model_.weights.lm_head, product);
   DeviceBuffer<float> logits(13 * config_.vocab_size);
-  cuda::linear(cublas_, device_x.data(), 13, weights_->lm_head, logits.data());
+  cuda::linear(*gemm_, device_x.data(), 13, weights_->lm_head, logits.data());
   expect_close(download(logits.data(), 13 * config_.vocab_size), product.data(), "linear");
 }
 
@@ -182,7 +182,7 @@ TEST_P(OpsTest, MambaMixerMatchesCpu) {
     const cuda::DeviceRows rows = upload_rows(spec, slot_stride);
     DeviceBuffer<float> device_x = upload(x.data(), total * config_.hidden_size);
     DeviceBuffer<float> out(total * config_.hidden_size);
-    cuda::mamba_mixer(cublas_, weights_->layers[layer].mamba, config_, layout, rows, device_x.data(), gpu_pool.data(),
+    cuda::mamba_mixer(*gemm_, weights_->layers[layer].mamba, config_, layout, rows, device_x.data(), gpu_pool.data(),
                       out.data(), scratch, stream_);
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     expect_close(download(out.data(), total * config_.hidden_size), expected.data(),
@@ -230,7 +230,7 @@ TEST_P(OpsTest, AttentionMixerMatchesCpu) {
     cpu::attention_mixer(model_.weights.layers[layer].attention, config_, cpu_cache, 0, x, cpu_rows, expected);
     DeviceBuffer<float> device_x = upload(x.data(), total * config_.hidden_size);
     DeviceBuffer<float> out(total * config_.hidden_size);
-    cuda::attention_mixer(cublas_, weights_->layers[layer].attention, config_, layout, rows, device_x.data(),
+    cuda::attention_mixer(*gemm_, weights_->layers[layer].attention, config_, layout, rows, device_x.data(),
                           gpu_pool.data(), out.data(), scratch, stream_);
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     expect_close(download(out.data(), total * config_.hidden_size), expected.data(),
@@ -247,13 +247,13 @@ TEST_P(OpsTest, FeedForwardMatchesCpu) {
   if (const int64_t layer = first_ffn(FfnKind::Dense); layer >= 0) {
     Matrix expected;
     cpu::dense_mlp(model_.weights.layers[layer].mlp, x, expected);
-    cuda::dense_mlp(cublas_, weights_->layers[layer].mlp, device_x.data(), num_tokens, out.data(), workspace, stream_);
+    cuda::dense_mlp(*gemm_, weights_->layers[layer].mlp, device_x.data(), num_tokens, out.data(), workspace, stream_);
     expect_close(download(out.data(), num_tokens * config_.hidden_size), expected.data(), "dense MLP", 1e-4);
   }
   if (const int64_t layer = first_ffn(FfnKind::Moe); layer >= 0) {
     Matrix expected;
     cpu::sparse_moe(model_.weights.layers[layer].moe, config_.num_experts_per_tok, x, expected);
-    cuda::sparse_moe(cublas_, weights_->layers[layer].moe, config_.num_experts_per_tok, device_x.data(), num_tokens,
+    cuda::sparse_moe(*gemm_, weights_->layers[layer].moe, config_.num_experts_per_tok, device_x.data(), num_tokens,
                      out.data(), workspace, stream_);
     expect_close(download(out.data(), num_tokens * config_.hidden_size), expected.data(),
                  "MoE top-" + std::to_string(config_.num_experts_per_tok), 1e-4);

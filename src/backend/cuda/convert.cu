@@ -1,5 +1,6 @@
 #include "backend/cuda/convert.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_memory.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -24,6 +25,17 @@ __global__ void widen_kernel(const uint16_t* in,  // [count]
   }
 }
 
+// One element per thread: at decode the input is a few KB per row, far below the weights the GEMM reads.
+__global__ void narrow_kernel(const float* x,  // [rows, x_stride]
+                              int64_t x_stride, int64_t rows, int64_t cols, bool to_bf16,
+                              uint16_t* out) {  // [rows, cols]
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= device_offset(rows, cols)) return;
+  const int64_t r = i / cols, c = i % cols;
+  const float value = x[device_offset(r, x_stride) + c];
+  out[i] = to_bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(value)) : __half_as_ushort(__float2half_rn(value));
+}
+
 __global__ void negative_exp_kernel(const float* in,  // [count]
                                     int64_t count,
                                     float* out) {  // [count]
@@ -37,6 +49,14 @@ void widen_to_f32(const uint16_t* in, bool is_bf16, int64_t count, float* out, c
   if (count == 0) return;
   widen_kernel<<<num_blocks_for(count), kThreads, 0, stream>>>(in, is_bf16, count, out);
   JAMBO_CUDA_CHECK_LAUNCH(widen_kernel);
+}
+
+void narrow_to_16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, bool to_bf16, uint16_t* out,
+                  cudaStream_t stream) {
+  const int64_t count = device_offset(rows, cols);
+  if (count == 0) return;
+  narrow_kernel<<<num_blocks_for(count), kThreads, 0, stream>>>(x, x_stride, rows, cols, to_bf16, out);
+  JAMBO_CUDA_CHECK_LAUNCH(narrow_kernel);
 }
 
 void negative_exp_f32(const float* in, int64_t count, float* out, cudaStream_t stream) {

@@ -1,4 +1,5 @@
-// Element-wise conversions of weights at load: 16-bit floats widened to fp32, A = -exp(A_log).
+// Element-wise conversions: 16-bit weights widened to fp32 at load, A = -exp(A_log), and GEMM inputs rounded
+// to 16 bits (bf16 mode).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,7 +14,13 @@ void widen_to_f32(const uint16_t* in,  // [count]
                   float* out,  // [count]
                   cudaStream_t stream);
 
-// out[i] = -exp(in[i]).
+// out[r, c] = x[r, c] rounded to nearest even in bf16 (to_bf16) or IEEE half, for c < cols.
+void narrow_to_16(const float* x,  // [rows, x_stride], the first cols columns read
+                  int64_t x_stride, int64_t rows, int64_t cols, bool to_bf16,
+                  uint16_t* out,  // [rows, cols]
+                  cudaStream_t stream);
+
+// out[i] = -exp(in[i]); out may be in.
 void negative_exp_f32(const float* in,  // [count]
                       int64_t count,
                       float* out,  // [count]

@@ -7,6 +7,7 @@
 #include "backend/cuda/step_rows.h"
 #include "backend/row_validation.h"
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -26,7 +27,7 @@ struct Activations {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Model& model, const CacheConfig& cache);
+  CudaBackend(const Model& model, const CacheConfig& cache, WeightMode mode);
   ~CudaBackend() override;
 
   const JambaConfig& config() const override { return config_; }
@@ -50,7 +51,7 @@ class CudaBackend final : public Backend {
   JambaConfig config_;
   CacheConfig cache_;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<DeviceWeights> weights_;
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
   int64_t layer_stride_ = 0;            // Di * (K-1 + N): one Mamba layer's state in a slot
@@ -74,7 +75,7 @@ std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
   return indices;
 }
 
-CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache)
+CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMode mode)
     : config_(model.config), cache_(cache), index_in_kind_(indices_within_kind(model.config)) {
   JAMBO_REQUIRE(cache.num_state_slots > 0, "the recurrent-state pool needs at least one slot, got {}",
                 cache.num_state_slots);
@@ -84,8 +85,8 @@ CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache)
                 "the CUDA backend needs a GPU, and none is visible (check nvidia-smi and "
                 "CUDA_VISIBLE_DEVICES)");
   JAMBO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  cublas_ = make_cublas(stream_);
-  weights_ = std::make_unique<DeviceWeights>(model, WeightMode::F32, stream_);
+  gemm_ = std::make_unique<Gemm>(stream_, /*pedantic=*/mode == WeightMode::F32);
+  weights_ = std::make_unique<DeviceWeights>(model, mode, stream_);
 
   layer_stride_ = config_.mamba_d_inner * (config_.mamba_d_conv - 1 + config_.mamba_d_state);
   slot_stride_ = config_.num_mamba_layers() * layer_stride_;
@@ -102,7 +103,7 @@ CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache)
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  gemm_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -158,12 +159,12 @@ void CudaBackend::reserve_activations(int64_t num_tokens, int64_t num_vectors) {
 void CudaBackend::run_mamba(int64_t layer, const DeviceRows& rows) {
   const MambaStateLayout layout{config_.mamba_d_inner, config_.mamba_d_conv, config_.mamba_d_state,
                                 element_offset(index_in_kind_[layer], layer_stride_)};
-  mamba_mixer(cublas_, weights_->layers[layer].mamba, config_, layout, rows, activations_.normed.data(), states_.data(),
+  mamba_mixer(*gemm_, weights_->layers[layer].mamba, config_, layout, rows, activations_.normed.data(), states_.data(),
               activations_.update.data(), mamba_scratch_, stream_);
 }
 
 void CudaBackend::run_attention(int64_t layer, const DeviceRows& rows) {
-  attention_mixer(cublas_, weights_->layers[layer].attention, config_, kv_layout(index_in_kind_[layer]), rows,
+  attention_mixer(*gemm_, weights_->layers[layer].attention, config_, kv_layout(index_in_kind_[layer]), rows,
                   activations_.normed.data(), kv_cache_.data(), activations_.update.data(), attention_scratch_,
                   stream_);
 }
@@ -194,16 +195,16 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
       run_mamba(layer, device_rows);
     add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden, w.pre_ff_norm, eps, a.normed.data(), stream_);
     if (config_.ffn_kinds[layer] == FfnKind::Moe)
-      sparse_moe(cublas_, w.moe, config_.num_experts_per_tok, a.normed.data(), num_tokens, a.update.data(),
+      sparse_moe(*gemm_, w.moe, config_.num_experts_per_tok, a.normed.data(), num_tokens, a.update.data(),
                  ffn_workspace_, stream_);
     else
-      dense_mlp(cublas_, w.mlp, a.normed.data(), num_tokens, a.update.data(), ffn_workspace_, stream_);
+      dense_mlp(*gemm_, w.mlp, a.normed.data(), num_tokens, a.update.data(), ffn_workspace_, stream_);
     const bool last = layer + 1 == config_.num_hidden_layers;
     add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden,
                  last ? nullptr : weights_->layers[layer + 1].input_norm, eps, a.normed.data(), stream_);
   }
   gather_rms_norm(device_rows, a.hidden.data(), hidden, weights_->final_norm, eps, a.final_normed.data(), stream_);
-  linear(cublas_, a.final_normed.data(), num_vectors, weights_->lm_head, a.logits.data());
+  linear(*gemm_, a.final_normed.data(), num_vectors, weights_->lm_head, a.logits.data());
   logits.vocab_size = config_.vocab_size;
   logits.values.resize(size_t(element_offset(num_vectors, logits.vocab_size)));
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(logits.values.data(), a.logits.data(),
@@ -226,8 +227,35 @@ int64_t cuda_available_memory_bytes() {
   return int64_t(free_bytes);
 }
 
-std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache) {
-  return std::make_unique<CudaBackend>(model, cache);
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache, const std::string& weights) {
+  const WeightMode mode = parse_weight_mode(weights);
+  return std::make_unique<CudaBackend>(model, cache, mode);
+}
+
+int64_t cuda_weight_bytes(const Model& model, const std::string& weights) {
+  return DeviceWeights::bytes_needed(model, parse_weight_mode(weights));
+}
+
+double cuda_copy_gb_per_s(int64_t bytes) {
+  JAMBO_REQUIRE(cuda_device_available(), "the copy ceiling needs a GPU, and none is visible");
+  DeviceBuffer<char> from(bytes), to(bytes);
+  JAMBO_CUDA_CHECK(cudaMemset(from.data(), 1, size_t(bytes)));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  JAMBO_CUDA_CHECK(cudaEventCreate(&start));
+  JAMBO_CUDA_CHECK(cudaEventCreate(&stop));
+  float best_ms = 1e30f;
+  for (int repeat = 0; repeat < 6; ++repeat) {  // the first is a warm-up like the others; the best counts
+    JAMBO_CUDA_CHECK(cudaEventRecord(start));
+    JAMBO_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), size_t(bytes), cudaMemcpyDeviceToDevice));
+    JAMBO_CUDA_CHECK(cudaEventRecord(stop));
+    JAMBO_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    JAMBO_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    best_ms = std::min(best_ms, ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return 2.0 * double(bytes) / (double(best_ms) * 1e-3) / 1e9;
 }
 
 }  // namespace jambo

@@ -1,18 +1,30 @@
-// The CUDA backend: the whole Jamba forward on one GPU, fp32 activations and state, weights upcast to fp32
-// at load (f32 mode: within 1e-4 of the CPU backend on logprobs). Same rows, slots, KV blocks, checks and
-// fault injection as the CPU backend, whose kernels are each one's test oracle.
+// The CUDA backend: the whole Jamba forward on one GPU, fp32 activations and state. Weights: "f32" (upcast to
+// fp32 at load, fp32 GEMMs: within 1e-4 of the CPU backend on logprobs) or "bf16" (GEMM weights as stored,
+// GEMM inputs rounded to bf16, fp32 accumulation: tests/cuda/forward_test.cpp states its tolerance). Same rows,
+// slots, KV blocks, checks and fault injection as the CPU backend, whose kernels are each one's test oracle.
 #pragma once
 
 #include "backend/backend.h"
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace jambo {
 
 // Uploads the model's weights and allocates the state slots and KV blocks of `cache` on GPU 0 (zeroed).
 // Throws jambo::Error when no GPU can be used or memory runs out.
-std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache);
+// weights: "f32" or "bf16" (jambo::Error otherwise).
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache,
+                                           const std::string& weights = "f32");
+
+// The bytes the CUDA backend's weights take on the GPU in that mode (the f32 mode holds 16-bit checkpoints
+// at twice their size), for memory plans; needs no GPU.
+int64_t cuda_weight_bytes(const Model& model, const std::string& weights);
+
+// A device-to-device cudaMemcpy of `bytes` (best of a few), in GB/s counting bytes read plus bytes written:
+// the copy ceiling that benchmarks print beside their figures.
+double cuda_copy_gb_per_s(int64_t bytes);
 
 // Free memory on the current GPU (cudaMemGetInfo), for memory budgets given as a fraction.
 int64_t cuda_available_memory_bytes();

@@ -5,7 +5,25 @@
 
 namespace jambo::cuda {
 
-DeviceWeights::DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream) : mode_(mode), stream_(stream) {
+WeightMode parse_weight_mode(const std::string& name) {
+  if (name == "f32") return WeightMode::F32;
+  if (name == "bf16") return WeightMode::Bf16;
+  fail("unknown CUDA weight mode '{}' (expected f32 or bf16)", name);
+}
+
+DeviceWeights::DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream)
+    : DeviceWeights(model, mode, stream, /*count_only=*/false) {}
+
+DeviceWeights::DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream, bool count_only)
+    : mode_(mode), stream_(stream), count_only_(count_only) {
+  load(model);
+}
+
+int64_t DeviceWeights::bytes_needed(const Model& model, WeightMode mode) {
+  return DeviceWeights(model, mode, nullptr, /*count_only=*/true).bytes_on_device;
+}
+
+void DeviceWeights::load(const Model& model) {
   const JambaConfig& config = model.config;
   const ModelWeights& host = model.weights;
   embed_tokens = upload_as_f32(host.embed_tokens);
@@ -48,6 +66,7 @@ DeviceWeights::DeviceWeights(const Model& model, WeightMode mode, cudaStream_t s
     }
     layers.push_back(std::move(out));
   }
+  if (count_only_) return;
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
   staging_ = DeviceBuffer<uint16_t>();  // only needed while loading
 }
@@ -56,8 +75,9 @@ const float* DeviceWeights::upload_as_f32(const TensorView& view) {
   const int64_t count = view.numel();
   const auto key = std::pair(view.data, count);
   if (const auto found = uploaded_.find(key); found != uploaded_.end()) return found->second;
-  DeviceBuffer<float>& buffer = owned_.emplace_back(count);
   bytes_on_device += device_offset(count, sizeof(float));
+  if (count_only_) return uploaded_.emplace(key, nullptr).first->second;
+  DeviceBuffer<float>& buffer = owned_.emplace_back(count);
   if (view.dtype == DType::F32) {
     JAMBO_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), view.data, size_t(device_offset(count, sizeof(float))),
                                      cudaMemcpyHostToDevice, stream_));
@@ -78,17 +98,32 @@ const float* DeviceWeights::upload_vector(const TensorView& view) {
 }
 
 DeviceMatrix DeviceWeights::upload_matrix(const TensorView& view) {
-  JAMBO_ASSERT(mode_ == WeightMode::F32);
-  return {upload_as_f32(view), DType::F32, view.rows(), view.cols()};
+  if (mode_ == WeightMode::F32 || view.dtype == DType::F32)
+    return {upload_as_f32(view), DType::F32, view.rows(), view.cols()};
+  return {upload_as_stored(view), view.dtype, view.rows(), view.cols()};
 }
 
-const float* DeviceWeights::negative_exp(const TensorView& a_log) {
-  const float* log_values = upload_as_f32(a_log);
-  const int64_t count = a_log.numel();
-  DeviceBuffer<float>& buffer = owned_.emplace_back(count);
-  bytes_on_device += device_offset(count, sizeof(float));
-  negative_exp_f32(log_values, count, buffer.data(), stream_);
+const void* DeviceWeights::upload_as_stored(const TensorView& view) {
+  JAMBO_ASSERT(view.dtype != DType::F32);
+  const int64_t count = view.numel();
+  const auto key = std::pair(view.data, count);
+  if (const auto found = uploaded_16_.find(key); found != uploaded_16_.end()) return found->second;
+  bytes_on_device += device_offset(count, 2);
+  if (count_only_) return uploaded_16_.emplace(key, nullptr).first->second;
+  DeviceBuffer<uint16_t>& buffer = owned_16_.emplace_back(count);
+  JAMBO_CUDA_CHECK(
+      cudaMemcpyAsync(buffer.data(), view.data, size_t(device_offset(count, 2)), cudaMemcpyHostToDevice, stream_));
+  uploaded_16_.emplace(key, buffer.data());
   return buffer.data();
+}
+
+// In place over the upload of A_log (no other tensor shares its host data), so that the f32 mode of an fp32
+// checkpoint holds exactly the checkpoint's bytes.
+const float* DeviceWeights::negative_exp(const TensorView& a_log) {
+  const float* values = upload_as_f32(a_log);
+  uploaded_.erase(std::pair(a_log.data, a_log.numel()));
+  if (!count_only_) negative_exp_f32(values, a_log.numel(), const_cast<float*>(values), stream_);
+  return values;
 }
 
 }  // namespace jambo::cuda

@@ -1,6 +1,7 @@
 // The model's weights on the GPU, uploaded once from the host views (the safetensors mmap or the random
-// weights) with cudaMemcpy, no host copy in between. GEMM weights keep a dtype so that a bf16 mode (weights
-// as stored) can come beside the f32 mode of this slice (weights upcast to fp32 on the GPU at load).
+// weights) with cudaMemcpy, no host copy in between. GEMM weights are fp32 (f32 mode: upcast on the GPU at
+// load) or as stored (bf16 mode: bf16 and f16 matrices stay 16-bit); small vectors and the embedding table
+// (a row lookup) are always fp32.
 #pragma once
 
 #include "backend/cuda/device_memory.h"
@@ -8,12 +9,19 @@
 
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace jambo::cuda {
 
 // How GEMM weights are held on the GPU.
-enum class WeightMode { F32 };  // F32: upcast at load, fp32 GEMMs (exact against the CPU backend)
+enum class WeightMode {
+  F32,   // upcast at load, fp32 GEMMs (within 1e-4 of the CPU backend on logprobs)
+  Bf16,  // GEMM weights as stored (bf16, f16; f32 stays f32), GEMM inputs rounded to the weight's type
+};
+
+// "f32" or "bf16"; throws jambo::Error naming the value otherwise.
+WeightMode parse_weight_mode(const std::string& name);
 
 // A weight matrix in nn.Linear layout [rows = out features, cols = in features], row-major, on the GPU.
 struct DeviceMatrix {
@@ -72,6 +80,9 @@ class DeviceWeights {
  public:
   DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream);
 
+  // The bytes DeviceWeights(model, mode, ...) takes on the GPU, counted without a GPU (for memory plans).
+  static int64_t bytes_needed(const Model& model, WeightMode mode);
+
   const float* embed_tokens = nullptr;  // [V, H] fp32 (the embedding lookup reads it)
   std::vector<DeviceLayer> layers;
   const float* final_norm = nullptr;  // [H]
@@ -79,16 +90,22 @@ class DeviceWeights {
   int64_t bytes_on_device = 0;
 
  private:
-  const float* upload_vector(const TensorView& view);  // fp32 copy; null for an empty view
-  DeviceMatrix upload_matrix(const TensorView& view);  // in the mode's dtype
-  const float* upload_as_f32(const TensorView& view);  // one upload per host pointer and shape
-  const float* negative_exp(const TensorView& a_log);  // -exp(A_log), fp32
+  DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream, bool count_only);
+  void load(const Model& model);
+  const float* upload_vector(const TensorView& view);    // fp32 copy; null for an empty view
+  DeviceMatrix upload_matrix(const TensorView& view);    // in the mode's dtype
+  const float* upload_as_f32(const TensorView& view);    // one upload per host pointer and shape
+  const void* upload_as_stored(const TensorView& view);  // likewise, in the view's own dtype
+  const float* negative_exp(const TensorView& a_log);    // -exp(A_log), fp32
 
   WeightMode mode_;
   cudaStream_t stream_;
+  bool count_only_ = false;  // bytes_on_device only: nothing allocated or copied, pointers stay null
   std::vector<DeviceBuffer<float>> owned_;
-  DeviceBuffer<uint16_t> staging_;                                    // a 16-bit tensor on its way to fp32
-  std::map<std::pair<const void*, int64_t>, const float*> uploaded_;  // (host data, numel) -> device copy
+  std::vector<DeviceBuffer<uint16_t>> owned_16_;                        // 16-bit matrices of the bf16 mode
+  DeviceBuffer<uint16_t> staging_;                                      // a 16-bit tensor on its way to fp32
+  std::map<std::pair<const void*, int64_t>, const float*> uploaded_;    // (host data, numel) -> fp32 copy
+  std::map<std::pair<const void*, int64_t>, const void*> uploaded_16_;  // (host data, numel) -> 16-bit copy
 };
 
 }  // namespace jambo::cuda

@@ -110,29 +110,29 @@ __global__ void combine_kernel(const float* expert_output,  // [T*k, H]
   out[i] = sum;
 }
 
-void run_mlp(cublasHandle_t cublas, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out, float* gate,
-             float* up, cudaStream_t stream) {
+void run_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out, float* gate, float* up,
+             cudaStream_t stream) {
   const int64_t count = device_offset(num_rows, mlp.gate_proj.rows);
-  linear(cublas, x, num_rows, mlp.gate_proj, gate);
-  linear(cublas, x, num_rows, mlp.up_proj, up);
+  linear(gemm, x, num_rows, mlp.gate_proj, gate);
+  linear(gemm, x, num_rows, mlp.up_proj, up);
   swiglu_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count);
   JAMBO_CUDA_CHECK_LAUNCH(swiglu_kernel);
-  linear(cublas, gate, num_rows, mlp.down_proj, out);
+  linear(gemm, gate, num_rows, mlp.down_proj, out);
 }
 
 }  // namespace
 
-void dense_mlp(cublasHandle_t cublas, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out,
-               FfnWorkspace& workspace, cudaStream_t stream) {
+void dense_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out, FfnWorkspace& workspace,
+               cudaStream_t stream) {
   if (num_rows == 0) return;
   const int64_t count = device_offset(num_rows, mlp.gate_proj.rows);
   float* gate = workspace.gate.reserve(count);
   float* up = workspace.up.reserve(count);
-  run_mlp(cublas, mlp, x, num_rows, out, gate, up, stream);
+  run_mlp(gemm, mlp, x, num_rows, out, gate, up, stream);
 }
 
-void sparse_moe(cublasHandle_t cublas, const DeviceMoe& moe, int64_t num_experts_per_tok, const float* x,
-                int64_t num_tokens, float* out, FfnWorkspace& workspace, cudaStream_t stream) {
+void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, const float* x, int64_t num_tokens,
+                float* out, FfnWorkspace& workspace, cudaStream_t stream) {
   if (num_tokens == 0) return;
   const int64_t num_experts = moe.router.rows, hidden_size = moe.router.cols, k = num_experts_per_tok;
   require(k >= 1 && k <= kMaxExpertsPerToken && k <= num_experts,
@@ -154,7 +154,7 @@ void sparse_moe(cublasHandle_t cublas, const DeviceMoe& moe, int64_t num_experts
   float* gate = workspace.gate.reserve(device_offset(num_routed, intermediate));
   float* up = workspace.up.reserve(device_offset(num_routed, intermediate));
 
-  linear(cublas, x, num_tokens, moe.router, router_logits);
+  linear(gemm, x, num_tokens, moe.router, router_logits);
   route_kernel<<<num_blocks_for(num_tokens, kThreads), kThreads, 0, stream>>>(router_logits, num_tokens, num_experts, k,
                                                                               expert_of, weight_of);
   JAMBO_CUDA_CHECK_LAUNCH(route_kernel);
@@ -174,7 +174,7 @@ void sparse_moe(cublasHandle_t cublas, const DeviceMoe& moe, int64_t num_experts
     const int64_t first = workspace.host_expert_rows[e];
     const int64_t count = workspace.host_expert_rows[e + 1] - first;
     if (count == 0) continue;
-    run_mlp(cublas, moe.experts[e], expert_input + device_offset(first, hidden_size), count,
+    run_mlp(gemm, moe.experts[e], expert_input + device_offset(first, hidden_size), count,
             expert_output + device_offset(first, hidden_size), gate + device_offset(first, intermediate),
             up + device_offset(first, intermediate), stream);
   }

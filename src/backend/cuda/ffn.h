@@ -5,8 +5,7 @@
 #pragma once
 
 #include "backend/cuda/device_weights.h"
-
-#include <cublas_v2.h>
+#include "backend/cuda/gemm.h"
 
 namespace jambo::cuda {
 
@@ -26,7 +25,7 @@ struct FfnWorkspace {
 };
 
 // out = down(silu(gate(x)) * up(x)).
-void dense_mlp(cublasHandle_t cublas, const DeviceMlp& mlp,
+void dense_mlp(Gemm& gemm, const DeviceMlp& mlp,
                const float* x,  // [num_rows, H]
                int64_t num_rows,
                float* out,  // [num_rows, H]
@@ -34,7 +33,7 @@ void dense_mlp(cublasHandle_t cublas, const DeviceMlp& mlp,
 
 // out[t] = sum over the top-k experts e of softmax(router(x[t]))[e] * expert_e(x[t]), added in increasing
 // expert index into zeros (as the CPU backend).
-void sparse_moe(cublasHandle_t cublas, const DeviceMoe& moe, int64_t num_experts_per_tok,
+void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok,
                 const float* x,  // [num_tokens, H]
                 int64_t num_tokens,
                 float* out,  // [num_tokens, H]

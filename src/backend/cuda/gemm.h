@@ -1,4 +1,11 @@
-// Dense GEMMs through cuBLAS: y = x · wᵀ with w in nn.Linear layout, all row-major.
+// Dense GEMMs through cuBLAS: y = x · wᵀ with w in nn.Linear layout, all row-major. fp32 weights run as fp32
+// GEMMs; 16-bit weights (bf16 mode) run as cublasGemmEx with the activations rounded to the weight's 16-bit
+// type at the GEMM input, fp32 accumulation and fp32 output. Why round the input rather than keep it fp32:
+// cuBLAS and the tensor cores take both operands in one type, so an fp32 input would need the weights upcast
+// (the f32 mode: twice the bytes, and decode is bandwidth-bound) or a custom mixed-type kernel; the rounding
+// reads T*K fp32 and writes T*K bf16, nothing beside the N*K weights (N >= 1000 here), and everything outside
+// the GEMMs (residual stream, norms, scan, state) stays fp32. Its one cost is a launch per GEMM (about 2 us at
+// decode): fusing it into the producing norm or activation is the next step.
 #pragma once
 
 #include "backend/cuda/device_weights.h"
@@ -7,19 +14,35 @@
 
 namespace jambo::cuda {
 
-// Creates the cuBLAS handle bound to `stream`, with TF32 and other reduced-precision shortcuts off
-// (the f32 mode must agree with the CPU backend to 1e-4 on logprobs).
-cublasHandle_t make_cublas(cudaStream_t stream);
+// The cuBLAS handle bound to a stream, and the scratch that holds a GEMM's input rounded to 16 bits.
+class Gemm {
+ public:
+  // pedantic: TF32 and other reduced-precision shortcuts off (the f32 mode must agree with the CPU backend
+  // to 1e-4 on logprobs); the bf16 mode leaves cuBLAS its default math.
+  Gemm(cudaStream_t stream, bool pedantic);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  cublasHandle_t handle() const { return handle_; }
+  cudaStream_t stream() const { return stream_; }
+  uint16_t* narrow_input(int64_t num_elements) { return narrow_input_.reserve(num_elements); }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  DeviceBuffer<uint16_t> narrow_input_;  // [rows, K] x in the weight's 16-bit type
+};
 
 // y[m, n] = sum_k x[m, k] * w[n, k] for m < num_rows.
-void linear(cublasHandle_t cublas,
+void linear(Gemm& gemm,
             const float* x,  // [num_rows, w.cols]
             int64_t num_rows,
             const DeviceMatrix& w,  // [N, K]
             float* y);              // [num_rows, w.rows]
 
 // The same where consecutive rows of x lie x_stride floats apart (a column slice of a wider matrix).
-void linear_strided(cublasHandle_t cublas,
+void linear_strided(Gemm& gemm,
                     const float* x,  // [num_rows, x_stride], the first w.cols columns read
                     int64_t x_stride, int64_t num_rows,
                     const DeviceMatrix& w,  // [N, K]

@@ -6,7 +6,7 @@
 
 namespace jambo::cuda {
 
-void mamba_mixer(cublasHandle_t cublas, const DeviceMamba& w, const JambaConfig& config, const MambaStateLayout& layout,
+void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const JambaConfig& config, const MambaStateLayout& layout,
                  const DeviceRows& rows, const float* x, float* state_pool, float* out, MambaScratch& scratch,
                  cudaStream_t stream) {
   const int64_t num_tokens = rows.num_tokens, inner = config.mamba_d_inner;
@@ -20,24 +20,24 @@ void mamba_mixer(cublasHandle_t cublas, const DeviceMamba& w, const JambaConfig&
   float* delta = scratch.delta.reserve(element_offset(num_tokens, inner));
   float* gated = scratch.gated.reserve(element_offset(num_tokens, inner));
 
-  linear(cublas, x, num_tokens, w.in_proj, projected);
+  linear(gemm, x, num_tokens, w.in_proj, projected);
   add_bias(projected, num_tokens, 2 * inner, w.in_proj_bias, stream);
   causal_conv1d(rows, layout, projected, w.conv_weight, w.conv_bias, state_pool, activated, stream);
-  linear(cublas, activated, num_tokens, w.x_proj, selective);
+  linear(gemm, activated, num_tokens, w.x_proj, selective);
   rms_norm(selective, selective_width, num_tokens, dt_rank, w.dt_norm, eps, selective, selective_width, stream);
   rms_norm(selective + dt_rank, selective_width, num_tokens, state_size, w.b_norm, eps, selective + dt_rank,
            selective_width, stream);
   rms_norm(selective + dt_rank + state_size, selective_width, num_tokens, state_size, w.c_norm, eps,
            selective + dt_rank + state_size, selective_width, stream);
   // dt_proj reads the normalized dt columns in place: a strided GEMM input, no copy.
-  linear_strided(cublas, selective, selective_width, num_tokens, w.dt_proj, delta);
+  linear_strided(gemm, selective, selective_width, num_tokens, w.dt_proj, delta);
   selective_scan(rows, layout, activated, delta, w.dt_proj_bias, selective, selective_width, dt_rank, projected, w.a,
                  w.d, state_pool, gated, stream);
-  linear(cublas, gated, num_tokens, w.out_proj, out);
+  linear(gemm, gated, num_tokens, w.out_proj, out);
   add_bias(out, num_tokens, config.hidden_size, w.out_proj_bias, stream);
 }
 
-void attention_mixer(cublasHandle_t cublas, const DeviceAttention& w, const JambaConfig& config, const KvLayout& layout,
+void attention_mixer(Gemm& gemm, const DeviceAttention& w, const JambaConfig& config, const KvLayout& layout,
                      const DeviceRows& rows, const float* x, float* kv_pool, float* out, AttentionScratch& scratch,
                      cudaStream_t stream) {
   const int64_t num_tokens = rows.num_tokens;
@@ -47,12 +47,12 @@ void attention_mixer(cublasHandle_t cublas, const DeviceAttention& w, const Jamb
   float* keys = scratch.keys.reserve(element_offset(num_tokens, kv_width));
   float* values = scratch.values.reserve(element_offset(num_tokens, kv_width));
   float* context = scratch.context.reserve(element_offset(num_tokens, query_width));
-  linear(cublas, x, num_tokens, w.q_proj, queries);
-  linear(cublas, x, num_tokens, w.k_proj, keys);
-  linear(cublas, x, num_tokens, w.v_proj, values);
+  linear(gemm, x, num_tokens, w.q_proj, queries);
+  linear(gemm, x, num_tokens, w.k_proj, keys);
+  linear(gemm, x, num_tokens, w.v_proj, values);
   store_keys_and_values(rows, layout, keys, values, kv_pool, stream);
   paged_attention(rows, layout, config.num_attention_heads, queries, kv_pool, context, stream);
-  linear(cublas, context, num_tokens, w.o_proj, out);
+  linear(gemm, context, num_tokens, w.o_proj, out);
 }
 
 }  // namespace jambo::cuda

@@ -5,10 +5,9 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/mamba_kernels.h"
 #include "model/config.h"
-
-#include <cublas_v2.h>
 
 namespace jambo::cuda {
 
@@ -22,8 +21,8 @@ struct MambaScratch {
 };
 
 // out = Mamba(x); each row's conv tail and SSM state in its slot of state_pool are carried forward.
-void mamba_mixer(cublasHandle_t cublas, const DeviceMamba& weights, const JambaConfig& config,
-                 const MambaStateLayout& layout, const DeviceRows& rows,
+void mamba_mixer(Gemm& gemm, const DeviceMamba& weights, const JambaConfig& config, const MambaStateLayout& layout,
+                 const DeviceRows& rows,
                  const float* x,     // [T, H] (already normalized)
                  float* state_pool,  // [num_slots, elements_per_slot]
                  float* out,         // [T, H]
@@ -38,8 +37,8 @@ struct AttentionScratch {
 };
 
 // Writes this step's keys and values into each row's blocks, then out = attention(x).
-void attention_mixer(cublasHandle_t cublas, const DeviceAttention& weights, const JambaConfig& config,
-                     const KvLayout& layout, const DeviceRows& rows,
+void attention_mixer(Gemm& gemm, const DeviceAttention& weights, const JambaConfig& config, const KvLayout& layout,
+                     const DeviceRows& rows,
                      const float* x,  // [T, H] (already normalized)
                      float* kv_pool,  // [num_blocks, block_stride]
                      float* out,      // [T, H]

@@ -1,0 +1,54 @@
+// The memory plan's seam: the bytes the CUDA backend holds for weights, counted without a GPU (so these run in
+// CI too). f32 mode holds a 16-bit checkpoint at twice its size; bf16 mode holds 16-bit GEMM weights as stored
+// and its small vectors and embedding table in fp32; an fp32 checkpoint takes its own size in either mode.
+#include "../backend/test_models.h"
+#include "backend/backend_factory.h"
+#include "cuda_test_util.h"
+
+namespace jambo::testing {
+namespace {
+
+TEST(CudaWeightBytes, F32ModeDoublesA16BitCheckpoint) {
+  const Model model = make_random_model(small_config(), DType::BF16, 3);
+  EXPECT_EQ(cuda_weight_bytes(model, "f32"), 2 * model.weights.bytes_total);
+  EXPECT_EQ(backend_weight_bytes("cuda", model, "f32"), 2 * model.weights.bytes_total);
+  EXPECT_EQ(backend_weight_bytes("cpu", model, "f32"), model.weights.bytes_total);
+}
+
+TEST(CudaWeightBytes, Bf16ModeKeepsMatricesAsStored) {
+  const Model model = make_random_model(small_config(), DType::BF16, 3);
+  const JambaConfig& c = model.config;
+  // Everything but the GEMM matrices is fp32 in bf16 mode: 2 more bytes per element than stored, and the
+  // embedding table (a row lookup in fp32) beside the lm_head matrix.
+  int64_t small_elements = 0;
+  auto add = [&](const TensorView& view) { small_elements += view.empty() ? 0 : view.numel(); };
+  add(model.weights.final_norm);
+  for (const LayerWeights& layer : model.weights.layers) {
+    add(layer.input_norm);
+    add(layer.pre_ff_norm);
+    if (layer.mixer == MixerKind::Mamba) {
+      const MambaWeights& m = layer.mamba;
+      for (const TensorView* view : {&m.in_proj_bias, &m.conv_weight, &m.conv_bias, &m.dt_norm, &m.b_norm, &m.c_norm,
+                                     &m.dt_proj_bias, &m.A_log, &m.D, &m.out_proj_bias})
+        add(*view);
+    }
+  }
+  const int64_t embedding = c.vocab_size * c.hidden_size;
+  const int64_t expected =
+      model.weights.bytes_total + 2 * small_elements + 2 * embedding + (c.tie_word_embeddings ? 2 * embedding : 0);
+  EXPECT_EQ(cuda_weight_bytes(model, "bf16"), expected);
+}
+
+TEST(CudaWeightBytes, Fp32CheckpointTakesItsOwnSize) {
+  const Model model = make_random_model(small_config(), DType::F32, 3);
+  EXPECT_EQ(cuda_weight_bytes(model, "f32"), model.weights.bytes_total);
+  EXPECT_EQ(cuda_weight_bytes(model, "bf16"), model.weights.bytes_total);
+}
+
+TEST(CudaWeightBytes, UnknownModeIsRefused) {
+  const Model model = make_random_model(small_config(), DType::BF16, 3);
+  EXPECT_THROW(cuda_weight_bytes(model, "fp8"), Error);
+}
+
+}  // namespace
+}  // namespace jambo::testing
