@@ -28,9 +28,7 @@ struct EngineFaults {
 
 struct EngineOptions {
   std::string backend = "cpu";           // make_backend: "cpu" or "cuda"
-  // The CUDA backend's weights: "f32" (default: within 1e-4 of the CPU oracle, as stress and compare expect) or
-  // "bf16" (as stored, faster; its logprobs differ by up to about 0.1, more where a MoE route flips).
-  std::string cuda_weights = "f32";
+  std::string cuda_weights = "f32";      // CUDA weights: "f32" (1e-4 of the CPU, as stress expects) or "bf16"
   int64_t max_num_batched_tokens = 512;  // tokens of all rows of one step
   int64_t max_num_seqs = 64;             // sequences (samples) running at once
   int64_t kv_block_size = 16;
