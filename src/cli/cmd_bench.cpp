@@ -1,27 +1,41 @@
-// jambo bench: prefill and decode speed of one sequence on the CPU backend, with the effective
-// bandwidth of the weights each decode step reads and a hash of the final logits.
+// jambo bench: prefill and decode speed of N sequences decoding together (one row each per decode step) on a
+// backend, straight through the backend's forward, with the bandwidth of the weights each decode step reads,
+// a hash of the final logits and, on the GPU, the copy ceiling measured in the same run.
+#include "backend/backend_factory.h"
 #include "cli/common.h"
 #include "engine/sampler.h"
-#include "engine/sequence_runner.h"
+#ifdef JAMBO_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
 namespace jambo::cli {
 namespace {
 
+constexpr double kH200BandwidthGbPerS = 4800.0;  // the H200's datasheet HBM3e bandwidth
+constexpr int64_t kKvBlockSize = 16;
+constexpr int64_t kCopyCeilingBytes = int64_t(2) << 30;
+
 struct BenchOptions {
   ModelOptions model;
+  std::string backend = "cpu";
+  std::string cuda_weights = "bf16";
+  std::vector<int64_t> batches = {1};  // each a run of that many sequences decoding together
   int64_t num_prompt_tokens = 256;
   int64_t num_decode_tokens = 32;
   int64_t num_repeats = 3;
+  int64_t max_step_tokens = 8192;  // tokens of one prefill step (prompts are packed, long ones chunked)
 };
 
 int64_t view_bytes(const TensorView& view) { return view.empty() ? 0 : view.numel() * dtype_size(view.dtype); }
 
-// Weight bytes one decode token reads: everything except the experts the router does not pick.
+// Checkpoint bytes one decode token reads: everything except the experts the router does not pick (at batch 1;
+// a larger batch reads more experts of a MoE model, so this is a lower bound there).
 int64_t bytes_read_per_token(const Model& model) {
   int64_t skipped = 0;
   const int64_t num_idle = model.config.num_experts - model.config.num_experts_per_tok;
@@ -33,6 +47,13 @@ int64_t bytes_read_per_token(const Model& model) {
   // The embedding is a row lookup, not a full read.
   return model.weights.bytes_total - skipped - view_bytes(model.weights.embed_tokens) +
          (model.config.tie_word_embeddings ? view_bytes(model.weights.embed_tokens) : 0);
+}
+
+// What the backend reads: the CUDA backend's f32 mode holds a 16-bit checkpoint upcast, at twice its bytes.
+int64_t bytes_read_per_step(const Model& model, const BenchOptions& options) {
+  const bool widened =
+      options.backend == "cuda" && options.cuda_weights == "f32" && model.weights.lm_head.dtype != DType::F32;
+  return bytes_read_per_token(model) * (widened ? 2 : 1);
 }
 
 uint64_t fnv1a_hash(std::span<const float> values) {
@@ -48,66 +69,170 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 struct RunTimes {
   double prefill_seconds = 0;
-  double decode_seconds = 0;
-  uint64_t logits_hash = 0;
+  double decode_seconds = 0;  // forward calls only (each returns the step's logits on the host)
+  uint64_t logits_hash = 0;   // of the last row's final logits
 };
 
-// One greedy run: the prompt in one step, then num_decode single-token steps (EOS does not stop it).
-RunTimes run_once(SequenceRunner& runner, std::vector<int32_t> tokens, int64_t num_decode) {
-  RunTimes times;
-  auto start = std::chrono::steady_clock::now();
-  const StepLogits* logits = &runner.step(tokens, 0, int64_t(tokens.size()), /*all_logits=*/false);
-  times.prefill_seconds = seconds_since(start);
-  start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < num_decode; ++i) {
-    tokens.push_back(argmax(logits->row(0)));
-    logits = &runner.step(tokens, int64_t(tokens.size()) - 1, 1, /*all_logits=*/false);
+// The batch's sequences: sequence i owns slot i and a contiguous range of KV blocks.
+class BatchBench {
+ public:
+  BatchBench(Backend& backend, const BenchOptions& options, int64_t max_batch, int64_t vocab_size)
+      : backend_(backend), options_(options), blocks_per_sequence_(blocks_per_sequence(options)) {
+    std::mt19937 rng(1234);
+    prompts_.resize(size_t(max_batch));
+    for (auto& prompt : prompts_) {
+      prompt.resize(size_t(options.num_prompt_tokens));
+      for (int32_t& token : prompt) token = int32_t(rng() % uint32_t(vocab_size));
+    }
+    tables_.resize(size_t(max_batch));
+    for (int64_t s = 0; s < max_batch; ++s)
+      for (int64_t b = 0; b < blocks_per_sequence_; ++b) tables_[s].push_back(int32_t(s * blocks_per_sequence_ + b));
   }
-  times.decode_seconds = seconds_since(start);
-  times.logits_hash = fnv1a_hash(logits->row(0));
-  return times;
-}
+
+  static int64_t blocks_per_sequence(const BenchOptions& options) {
+    return (options.num_prompt_tokens + options.num_decode_tokens + kKvBlockSize - 1) / kKvBlockSize;
+  }
+
+  // Prefill of the first `batch` prompts from zero state, then num_decode greedy steps of one token per
+  // sequence (EOS does not stop them).
+  RunTimes run(int64_t batch) {
+    RunTimes times;
+    std::vector<std::vector<int32_t>> tokens(prompts_.begin(), prompts_.begin() + batch);
+    std::vector<BatchRow> rows;
+    int64_t step_tokens = 0;
+    auto flush = [&] {
+      if (rows.empty()) return;
+      const auto start = std::chrono::steady_clock::now();
+      backend_.forward(rows, logits_);
+      times.prefill_seconds += seconds_since(start);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const int64_t s = rows[r].request_id;
+        if (rows[r].start_position + int64_t(rows[r].tokens.size()) == options_.num_prompt_tokens)
+          tokens[s].push_back(argmax(logits_.row(int64_t(r))));
+      }
+      rows.clear();
+      step_tokens = 0;
+    };
+    for (int64_t s = 0; s < batch; ++s) {
+      for (int64_t start = 0; start < options_.num_prompt_tokens;) {
+        const int64_t length = std::min(options_.num_prompt_tokens - start, options_.max_step_tokens - step_tokens);
+        rows.push_back(row(s, std::span(prompts_[s]).subspan(size_t(start), size_t(length)), start));
+        step_tokens += length;
+        start += length;
+        if (step_tokens == options_.max_step_tokens) flush();
+      }
+    }
+    flush();
+    for (int64_t i = 0; i < options_.num_decode_tokens; ++i) {
+      for (int64_t s = 0; s < batch; ++s)
+        rows.push_back(row(s, std::span(tokens[s]).last(1), int64_t(tokens[s].size()) - 1));
+      const auto start = std::chrono::steady_clock::now();
+      backend_.forward(rows, logits_);
+      times.decode_seconds += seconds_since(start);
+      for (int64_t s = 0; s < batch; ++s) tokens[s].push_back(argmax(logits_.row(s)));
+      rows.clear();
+    }
+    times.logits_hash = fnv1a_hash(logits_.row(batch - 1));
+    return times;
+  }
+
+ private:
+  BatchRow row(int64_t sequence, std::span<const int32_t> step_tokens, int64_t start_position) const {
+    BatchRow out;
+    out.request_id = sequence;
+    out.tokens = step_tokens;
+    out.start_position = start_position;
+    out.has_initial_state = start_position > 0;
+    out.slot = sequence;
+    const int64_t covered = (start_position + int64_t(step_tokens.size()) + kKvBlockSize - 1) / kKvBlockSize;
+    out.block_table = std::span(tables_[sequence]).first(size_t(covered));
+    return out;
+  }
+
+  Backend& backend_;
+  const BenchOptions& options_;
+  int64_t blocks_per_sequence_;
+  std::vector<std::vector<int32_t>> prompts_;  // [batch][num_prompt_tokens]
+  std::vector<std::vector<int32_t>> tables_;   // [batch][blocks_per_sequence]
+  StepLogits logits_;
+};
 
 void run_bench(const BenchOptions& options) {
-  if (options.num_prompt_tokens < 1 || options.num_decode_tokens < 1 || options.num_repeats < 1)
-    throw UsageError("--prompt-tokens, --decode-tokens and --repeats must be >= 1");
+  const int64_t max_batch =
+      options.batches.empty() ? 0 : *std::max_element(options.batches.begin(), options.batches.end());
+  const int64_t min_batch =
+      options.batches.empty() ? 0 : *std::min_element(options.batches.begin(), options.batches.end());
+  if (options.num_prompt_tokens < 1 || options.num_decode_tokens < 1 || options.num_repeats < 1 || min_batch < 1 ||
+      options.max_step_tokens < 1)
+    throw UsageError("--prompt-tokens, --decode-tokens, --repeats, --batch and --max-step-tokens must be >= 1");
   const Model model = options.model.load();
-  SingleSequenceBackend single =
-      make_single_sequence_backend(model, options.num_prompt_tokens + options.num_decode_tokens);
-  SequenceRunner runner(*single.backend, single.cache);
-  std::mt19937 rng(1234);
-  std::vector<int32_t> prompt(options.num_prompt_tokens);
-  for (int32_t& token : prompt) token = int32_t(rng() % uint32_t(model.config.vocab_size));
+  const CacheConfig cache{max_batch, max_batch * BatchBench::blocks_per_sequence(options), kKvBlockSize};
+  std::unique_ptr<Backend> backend = make_backend(options.backend, model, cache, options.cuda_weights);
+  BatchBench bench(*backend, options, max_batch, model.config.vocab_size);
 
-  const double weight_gb = double(bytes_read_per_token(model)) / 1e9;
-  fmt::print("model {}{}: {} layers, hidden {}, vocab {}; {:.1f} MB of weights, {:.1f} MB read per decode token; "
-             "{} threads\n",
+  const double step_gb = double(bytes_read_per_step(model, options)) / 1e9;
+  const bool on_gpu = options.backend == "cuda";
+  fmt::print("model {}{}: {} layers, hidden {}, vocab {}; {:.1f} MB of weights in the checkpoint\n",
              options.model.folder, options.model.random_weights ? " (random weights)" : "",
              model.config.num_hidden_layers, model.config.hidden_size, model.config.vocab_size,
-             double(model.weights.bytes_total) / 1e6, weight_gb * 1e3, omp_get_max_threads());
-  RunTimes best{1e30, 1e30, 0};
-  for (int64_t repeat = 0; repeat < options.num_repeats; ++repeat) {
-    const RunTimes times = run_once(runner, prompt, options.num_decode_tokens);
-    best.prefill_seconds = std::min(best.prefill_seconds, times.prefill_seconds);
-    best.decode_seconds = std::min(best.decode_seconds, times.decode_seconds);
-    best.logits_hash = times.logits_hash;
+             double(model.weights.bytes_total) / 1e6);
+  const std::string detail =
+      on_gpu ? fmt::format("{} weights", options.cuda_weights) : fmt::format("{} threads", omp_get_max_threads());
+  fmt::print("backend {} ({}): {:.1f} MB of weights held, {:.1f} MB read per decode step\n", options.backend, detail,
+             double(backend_weight_bytes(options.backend, model, options.cuda_weights)) / 1e6, step_gb * 1e3);
+  double copy_gb_per_s = 0.0;
+#ifdef JAMBO_WITH_CUDA
+  if (on_gpu) {
+    copy_gb_per_s = cuda_copy_gb_per_s(kCopyCeilingBytes);
+    fmt::print("copy ceiling: cudaMemcpy device-to-device of {:.1f} GB, {:.0f} GB/s counting bytes read plus written\n",
+               double(kCopyCeilingBytes) / 1e9, copy_gb_per_s);
   }
-  const double prefill_rate = double(options.num_prompt_tokens) / best.prefill_seconds;
-  const double decode_rate = double(options.num_decode_tokens) / best.decode_seconds;
-  fmt::print("prefill  {:5} tokens  {:9.1f} tok/s\n", options.num_prompt_tokens, prefill_rate);
-  fmt::print("decode   {:5} tokens  {:9.1f} tok/s  {:6.2f} GB/s of weights\n", options.num_decode_tokens, decode_rate,
-             decode_rate * weight_gb);
-  fmt::print("final logits hash {:016x} (best of {} runs)\n", best.logits_hash, options.num_repeats);
+#endif
+  for (const int64_t batch : options.batches) {
+    RunTimes best{1e30, 1e30, 0};
+    for (int64_t repeat = 0; repeat < options.num_repeats; ++repeat) {
+      const RunTimes times = bench.run(batch);
+      best.prefill_seconds = std::min(best.prefill_seconds, times.prefill_seconds);
+      best.decode_seconds = std::min(best.decode_seconds, times.decode_seconds);
+      best.logits_hash = times.logits_hash;
+    }
+    const double prefill_rate = double(batch * options.num_prompt_tokens) / best.prefill_seconds;
+    const double step_seconds = best.decode_seconds / double(options.num_decode_tokens);
+    const double decode_rate = double(batch) / step_seconds;
+    const double weight_gb_per_s = step_gb / step_seconds;
+    fmt::print("batch {:3}  prefill {:3} x {:5} tokens {:10.1f} tok/s\n", batch, batch, options.num_prompt_tokens,
+               prefill_rate);
+    fmt::print("batch {:3}  decode  {:3} x {:5} tokens {:10.1f} tok/s  {:8.3f} ms/step  {:7.1f} GB/s of weights", batch,
+               batch, options.num_decode_tokens, decode_rate, step_seconds * 1e3, weight_gb_per_s);
+    if (on_gpu)
+      fmt::print(" = {:.1f}% of 4.8 TB/s (copy ceiling {:.0f} GB/s)", 100.0 * weight_gb_per_s / kH200BandwidthGbPerS,
+                 copy_gb_per_s);
+    fmt::print("\nbatch {:3}  final logits hash {:016x} (best of {} runs)\n", batch, best.logits_hash,
+               options.num_repeats);
+  }
 }
 
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
   auto options = std::make_shared<BenchOptions>();
-  CLI::App* command = app.add_subcommand("bench", "prefill and decode tokens/s and weight GB/s on the CPU");
+  CLI::App* command =
+      app.add_subcommand("bench", "prefill and decode tokens/s and weight GB/s of N sequences decoding together");
   options->model.add_to(*command, /*allow_random_weights=*/true);
+  command->add_option("--backend", options->backend, "compute backend")
+      ->check(CLI::IsMember(available_backends()))
+      ->capture_default_str();
+  command->add_option("--cuda-weights", options->cuda_weights, "weights on the GPU: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  command->add_option("--batch", options->batches, "sequences decoding together; a list (1,8,64) runs each in turn")
+      ->delimiter(',')
+      ->capture_default_str();
   command->add_option("--prompt-tokens", options->num_prompt_tokens, "prompt length")->capture_default_str();
-  command->add_option("--decode-tokens", options->num_decode_tokens, "tokens decoded")->capture_default_str();
+  command->add_option("--decode-tokens", options->num_decode_tokens, "tokens decoded per sequence")
+      ->capture_default_str();
+  command->add_option("--max-step-tokens", options->max_step_tokens, "tokens of one prefill step")
+      ->capture_default_str();
   command->add_option("--repeats", options->num_repeats, "runs; the best is reported")->capture_default_str();
   command->callback([options] { run_bench(*options); });
 }
