@@ -4,9 +4,9 @@
 # and a copy ceiling measured in the same run, then prefill tok/s of a 512- and an 8192-token prompt.
 # Prints figures; never fails on time. Run on the GPU machine:
 #   bench/gpu.sh [path/to/jambo] [f32|bf16]      (weights on the GPU; default bf16)
-# First figures (H200, 2026-11-29, bf16, cuBLAS per GEMM, no CUDA graphs; copy ceiling 4.26 TB/s):
-#   decode tok/s in total: batch 1: 215 (4.66 ms/step, 1.30 TB/s of weights), 8: 1558, 64: 6718, 256: 9863;
-#   prefill tok/s: 512 tokens 16,700 (24,000 with 8 to 256 prompts packed), 8192 tokens 5,300.
+# First figures (H200, 2026-11-29, bf16, cuBLAS per GEMM, no CUDA graphs; copy ceiling 4.24 TB/s):
+#   decode tok/s in total: batch 1: 221 (4.53 ms/step, 1.34 TB/s of weights), 8: 1606, 64: 6818, 256: 10012;
+#   prefill tok/s: 512 tokens 16,500 (23,600 with 8 to 256 prompts packed), 8192 tokens 5,300.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
