@@ -1,8 +1,10 @@
 // Law 3 on the GPU: a state pool of more than 2^32 elements (about 17 GB of fp32), a request in its top slot,
-// whose state lies past element 2^32, gives exactly the logprobs of the same request in slot 0.
+// whose state lies past element 2^32, gives exactly the logprobs of the same request in slot 0; for a small
+// test model and for the Jamba-Reasoning-3B shape.
 #include "../backend/sequences.h"
 #include "../backend/test_models.h"
 #include "cuda_test_util.h"
+#include "model/config.h"
 
 #include <cuda_runtime_api.h>
 
@@ -13,8 +15,9 @@ namespace {
 
 class CudaLaw3Test : public GpuTest {};
 
-TEST_F(CudaLaw3Test, TopSlotPastTwoToThe32EqualsSlotZero) {
-  const Model model = make_random_model(test_model_specs()[0].config, DType::F32, 9);
+// A request in the top slot of a pool past 2^32 elements against the same request in slot 0: prefill, a
+// decode that reads the slot, a continuing chunk.
+void expect_top_slot_equals_slot_zero(const Model& model, const char* name) {
   const int64_t slot_size = make_cuda_backend(model, test_cache(1))->state_elements_per_slot();
   const int64_t num_slots = (int64_t(1) << 32) / slot_size + 2;
   const int64_t pool_bytes = num_slots * slot_size * int64_t(sizeof(float));
@@ -29,19 +32,31 @@ TEST_F(CudaLaw3Test, TopSlotPastTwoToThe32EqualsSlotZero) {
   auto backend = make_cuda_backend(model, cache);
   const int64_t top_slot = num_slots - 1;
   ASSERT_GT(top_slot * slot_size, int64_t(1) << 32) << "the top slot must start past element 2^32";
-  std::printf("[cuda law3] pool of %lld elements, top slot %lld at element %lld\n", (long long)(num_slots * slot_size),
-              (long long)top_slot, (long long)(top_slot * slot_size));
+  std::printf("[cuda law3] %s: pool of %lld elements, top slot %lld at element %lld\n", name,
+              (long long)(num_slots * slot_size), (long long)top_slot, (long long)(top_slot * slot_size));
 
   const std::vector<int32_t> tokens = random_tokens(12, model.config.vocab_size, 10);
   Sequence low(0, tokens), high(1, tokens);
   high.slot = top_slot;
   Logits low_logits, high_logits;
-  for (const int64_t chunk : {5, 1, 6}) {  // prefill, a decode reading the slot, a continuing chunk
+  for (const int64_t chunk : {5, 1, 6}) {
     step(*backend, {&low}, {chunk}, {&low_logits});
     step(*backend, {&high}, {chunk}, {&high_logits});
   }
   ASSERT_EQ(low_logits.size(), high_logits.size());
   for (size_t p = 0; p < low_logits.size(); ++p) EXPECT_EQ(low_logits[p], high_logits[p]) << "position " << p;
+}
+
+TEST_F(CudaLaw3Test, TopSlotPastTwoToThe32EqualsSlotZero) {
+  expect_top_slot_equals_slot_zero(make_random_model(test_model_specs()[0].config, DType::F32, 9), "test model");
+}
+
+// Issue 4's shape: Jamba-Reasoning-3B (hidden 2560, 28 layers, attention at 7 and 21, MQA, dense MLP),
+// random bf16 weights.
+TEST_F(CudaLaw3Test, ReasoningThreeBShapeTopSlotEqualsSlotZero) {
+  const JambaConfig config =
+      load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
+  expect_top_slot_equals_slot_zero(make_random_model(config, DType::BF16, 3), "Reasoning-3B shape");
 }
 
 }  // namespace
