@@ -195,15 +195,22 @@ void read_streaming(const Fields& fields, GenerationRequest& request) {
 }
 
 // max_tokens: given, or (chat) whatever the context leaves; the longest prompt must leave room for it.
-void check_lengths(const Fields& fields, GenerationRequest& request, const ServerLimits& limits,
-                   const std::string& max_tokens_field, std::optional<int64_t> default_max_tokens) {
+// The tokens the context leaves after the longest prompt; none left is an error naming the prompt's field.
+int64_t context_room(const std::vector<std::vector<int32_t>>& prompts, const ServerLimits& limits,
+                     const std::string& prompt_field) {
   size_t longest = 0;
-  for (const auto& prompt : request.prompts) longest = std::max(longest, prompt.size());
+  for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
   const int64_t room = limits.max_model_len - int64_t(longest);
   if (room < 1)
-    bad_field(request.chat ? "messages" : "prompt",
-              fmt::format("the prompt is {} tokens; this server's context (max_model_len) is {} tokens", longest,
-                          limits.max_model_len));
+    bad_field(prompt_field, fmt::format("the prompt is {} tokens; this server's context (max_model_len) is {} tokens",
+                                        longest, limits.max_model_len));
+  return room;
+}
+
+void check_lengths(const Fields& fields, GenerationRequest& request, const ServerLimits& limits,
+                   const std::string& max_tokens_field, std::optional<int64_t> default_max_tokens) {
+  const int64_t room = context_room(request.prompts, limits, request.chat ? "messages" : "prompt");
+  const int64_t longest = limits.max_model_len - room;
   const int64_t max_tokens =
       fields.integer(max_tokens_field, default_max_tokens.value_or(room), 0, limits.max_model_len);
   if (max_tokens > room)
@@ -290,6 +297,21 @@ json chat_messages(const Fields& fields) {
   return normalized;
 }
 
+// The messages rendered by the chat template and tokenized as transformers does: no special tokens added,
+// since the template writes them.
+std::vector<int32_t> chat_prompt(const Fields& fields, const Tokenizer& tokenizer, const ChatTemplate& chat_template) {
+  const json messages = chat_messages(fields);
+  std::string text;
+  try {
+    text = chat_template.render(messages, fields.boolean("add_generation_prompt", true));
+  } catch (const Error& error) {
+    bad_field("messages", error.what());
+  }
+  std::vector<int32_t> ids = tokenizer.encode(text, /*add_special_tokens=*/false);
+  if (ids.empty()) bad_field("messages", "the chat template rendered no tokens");
+  return ids;
+}
+
 }  // namespace
 
 json parse_body(const std::string& body) {
@@ -336,15 +358,7 @@ GenerationRequest parse_chat_request(const json& body, const ServerLimits& limit
     bad_field("tools", "tool calls are not supported by jambo");
   if (const json* choice = fields.find("tool_choice"); choice && *choice != "none")
     bad_field("tool_choice", "tool calls are not supported by jambo; only \"none\"");
-  const json messages = chat_messages(fields);
-  std::string text;
-  try {
-    text = chat_template.render(messages, fields.boolean("add_generation_prompt", true));
-  } catch (const Error& error) {
-    bad_field("messages", error.what());
-  }
-  request.prompts.push_back(tokenizer.encode(text, /*add_special_tokens=*/false));
-  if (request.prompts.back().empty()) bad_field("messages", "the chat template rendered no tokens");
+  request.prompts.push_back(chat_prompt(fields, tokenizer, chat_template));
   const bool has_max_completion = fields.find("max_completion_tokens") != nullptr;
   check_lengths(fields, request, limits, has_max_completion ? "max_completion_tokens" : "max_tokens", std::nullopt);
   const bool logprobs = fields.boolean("logprobs", false);
@@ -353,6 +367,30 @@ GenerationRequest parse_chat_request(const json& body, const ServerLimits& limit
   request.num_logprobs = logprobs ? top_logprobs : -1;
   request.options.sampling.num_top_logprobs = top_logprobs;
   return request;
+}
+
+std::vector<int32_t> parse_tokenize_request(const json& body, const ServerLimits& limits, const Tokenizer& tokenizer,
+                                            const ChatTemplate* chat_template) {
+  const Fields fields(body, {"model", "prompt", "add_special_tokens", "messages", "add_generation_prompt"});
+  if (body.contains("prompt") == body.contains("messages"))
+    throw ApiError(400, "give exactly one of 'prompt' and 'messages'", "prompt");
+  if (body.contains("prompt")) {
+    if (!body["prompt"].is_string()) bad_field("prompt", "must be a string");
+    const json& special = body.contains("add_special_tokens") ? body["add_special_tokens"] : json(true);
+    if (!special.is_boolean()) bad_field("add_special_tokens", "must be true or false");
+    return tokenizer.encode(body["prompt"].get<std::string>(), special.get<bool>());
+  }
+  if (!chat_template) throw ApiError(400, "the model has no chat template", "messages");
+  std::vector<int32_t> ids = chat_prompt(fields, tokenizer, *chat_template);
+  context_room({ids}, limits, "messages");
+  return ids;
+}
+
+std::vector<int32_t> parse_detokenize_request(const json& body, const ServerLimits& limits) {
+  const Fields fields(body, {"model", "tokens"});
+  const json* tokens = fields.find("tokens");
+  if (!tokens || !tokens->is_array()) bad_field("tokens", "must be an array of token ids");
+  return token_ids(*tokens, "tokens", limits.vocab_size);
 }
 
 }  // namespace jambo::server

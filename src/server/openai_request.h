@@ -51,6 +51,12 @@ GenerationRequest parse_completion_request(const nlohmann::json& body, const Ser
 GenerationRequest parse_chat_request(const nlohmann::json& body, const ServerLimits& limits, const Tokenizer& tokenizer,
                                      const ChatTemplate& chat_template);
 
+// POST /tokenize: {"prompt", "add_special_tokens"} or {"messages", "add_generation_prompt"}; the token ids.
+std::vector<int32_t> parse_tokenize_request(const nlohmann::json& body, const ServerLimits& limits,
+                                            const Tokenizer& tokenizer, const ChatTemplate* chat_template);
+// POST /detokenize: {"tokens"}; the token ids, each checked against the vocabulary.
+std::vector<int32_t> parse_detokenize_request(const nlohmann::json& body, const ServerLimits& limits);
+
 // Parses a request body; a body that is not a JSON object is an ApiError.
 nlohmann::json parse_body(const std::string& body);
 

@@ -232,6 +232,12 @@ json ResponseBuilder::usage_chunk() const {
   return chunk;
 }
 
+int64_t ResponseBuilder::num_prompt_tokens() const {
+  int64_t total = 0;
+  for (const auto& prompt : request_.prompts) total += int64_t(prompt.size());
+  return total;
+}
+
 int64_t ResponseBuilder::num_completion_tokens() const {
   int64_t total = 0;
   for (const Choice& choice : choices_) total += choice.num_tokens;
@@ -243,8 +249,7 @@ json ResponseBuilder::envelope(json choices) const {
 }
 
 json ResponseBuilder::usage() const {
-  int64_t prompt_tokens = 0;
-  for (const auto& prompt : request_.prompts) prompt_tokens += int64_t(prompt.size());
+  const int64_t prompt_tokens = num_prompt_tokens();
   const int64_t completion_tokens = num_completion_tokens();
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},

@@ -28,6 +28,7 @@ class ResponseBuilder {
   nlohmann::json add(const StreamEvent& event);
   nlohmann::json response() const;     // the whole response, once every choice finished
   nlohmann::json usage_chunk() const;  // stream_options.include_usage: the last chunk, no choices
+  int64_t num_prompt_tokens() const;   // every prompt once, whatever n
   int64_t num_completion_tokens() const;
 
  private:

@@ -1,6 +1,5 @@
 #include "server/server.h"
 
-#include "core/json.h"
 #include "server/chat_template.h"
 #include "server/connection_probe.h"
 #include "server/engine_loop.h"
@@ -230,9 +229,8 @@ void Server::Impl::respond_whole(Exchange& exchange, const ConnectionProbe& conn
     }
   }
   metrics.count_request(200);
-  const json body = exchange.builder->response();
-  metrics.count_tokens(body["usage"]["prompt_tokens"].get<int64_t>(), exchange.builder->num_completion_tokens());
-  reply_json(response, 200, body);
+  metrics.count_tokens(exchange.builder->num_prompt_tokens(), exchange.builder->num_completion_tokens());
+  reply_json(response, 200, exchange.builder->response());
 }
 
 // Server-sent events; a write that fails means the client left: its requests are aborted at once.
@@ -260,9 +258,9 @@ bool Server::Impl::write_events(Exchange& exchange, httplib::DataSink& sink) {
   }
   if (exchange.stream->is_finished()) {
     metrics.count_request(200);
-    const json usage = exchange.builder->usage_chunk();
-    metrics.count_tokens(usage["usage"]["prompt_tokens"].get<int64_t>(), exchange.builder->num_completion_tokens());
-    if (exchange.request.include_usage && !send(fmt::format("data: {}\n\n", to_wire(usage)))) return false;
+    metrics.count_tokens(exchange.builder->num_prompt_tokens(), exchange.builder->num_completion_tokens());
+    if (exchange.request.include_usage && !send(fmt::format("data: {}\n\n", to_wire(exchange.builder->usage_chunk()))))
+      return false;
     if (!send("data: [DONE]\n\n")) return false;
     sink.done();
     return true;
@@ -274,26 +272,8 @@ bool Server::Impl::write_events(Exchange& exchange, httplib::DataSink& sink) {
 
 void Server::Impl::tokenize(const httplib::Request& http_request, httplib::Response& response) {
   try {
-    const json body = parse_body(http_request.body);
-    std::vector<int32_t> ids;
-    for (const auto& [name, value] : body.items())
-      if (name != "prompt" && name != "messages" && name != "model" && name != "add_special_tokens" &&
-          name != "add_generation_prompt")
-        throw ApiError(400, fmt::format("Unrecognized request argument supplied: {}", name), name);
-    if (body.contains("prompt") == body.contains("messages"))
-      throw ApiError(400, "give exactly one of 'prompt' and 'messages'", "prompt");
-    if (body.contains("prompt")) {
-      if (!body["prompt"].is_string()) throw ApiError(400, "'prompt' must be a string", "prompt");
-      const json& special = body.contains("add_special_tokens") ? body["add_special_tokens"] : json(true);
-      if (!special.is_boolean())
-        throw ApiError(400, "'add_special_tokens' must be true or false", "add_special_tokens");
-      ids = tokenizer.encode(body["prompt"].get<std::string>(), special.get<bool>());
-    } else {
-      json chat = {{"model", options.model_name}, {"messages", body["messages"]}, {"max_tokens", 0}};
-      if (body.contains("add_generation_prompt")) chat["add_generation_prompt"] = body["add_generation_prompt"];
-      if (!chat_template) throw ApiError(400, "the model has no chat template", "messages");
-      ids = parse_chat_request(chat, limits, tokenizer, *chat_template).prompts[0];
-    }
+    const std::vector<int32_t> ids =
+        parse_tokenize_request(parse_body(http_request.body), limits, tokenizer, chat_template);
     reply_json(response, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", options.max_model_len}});
   } catch (const ApiError& error) {
     reply_error(response, error.status, error.what(), error.type, error.param);
@@ -302,21 +282,7 @@ void Server::Impl::tokenize(const httplib::Request& http_request, httplib::Respo
 
 void Server::Impl::detokenize(const httplib::Request& http_request, httplib::Response& response) {
   try {
-    const json body = parse_body(http_request.body);
-    for (const auto& [name, value] : body.items())
-      if (name != "tokens" && name != "model")
-        throw ApiError(400, fmt::format("Unrecognized request argument supplied: {}", name), name);
-    if (!body.contains("tokens") || !body["tokens"].is_array())
-      throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
-    std::vector<int32_t> ids;
-    for (const json& id : body["tokens"]) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokenizer.vocab_size())
-        throw ApiError(400,
-                       fmt::format("'tokens' holds {}, which is not a token id in [0, {})", describe_json(id),
-                                   tokenizer.vocab_size()),
-                       "tokens");
-      ids.push_back(id.get<int32_t>());
-    }
+    const std::vector<int32_t> ids = parse_detokenize_request(parse_body(http_request.body), limits);
     reply_json(response, 200, {{"prompt", tokenizer.decode(ids)}});
   } catch (const ApiError& error) {
     reply_error(response, error.status, error.what(), error.type, error.param);
