@@ -184,7 +184,7 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
   reserve_activations(num_tokens, num_vectors);
   Activations& a = activations_;
 
-  embed(device_rows, weights_->embed_tokens, hidden, a.hidden.data(), stream_);
+  gather_rows(weights_->embed_tokens, device_rows.tokens, device_rows.num_tokens, hidden, a.hidden.data(), stream_);
   rms_norm(a.hidden.data(), hidden, num_tokens, hidden, weights_->layers[0].input_norm, eps, a.normed.data(), hidden,
            stream_);
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {

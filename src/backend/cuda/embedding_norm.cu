@@ -15,14 +15,14 @@ unsigned norm_threads(int64_t n) {
   return unsigned(std::clamp<int64_t>((n + kWarpSize - 1) / kWarpSize * kWarpSize, kWarpSize, 1024));
 }
 
-__global__ void embed_kernel(const int32_t* tokens,  // [T]
-                             const float* table,     // [V, H]
-                             int64_t num_tokens, int64_t hidden_size,
-                             float* hidden) {  // [T, H]
+__global__ void gather_rows_kernel(const float* table,      // [any, W]
+                                   const int32_t* indices,  // [R]
+                                   int64_t num_rows, int64_t width,
+                                   float* out) {  // [R, W]
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= device_offset(num_tokens, hidden_size)) return;
-  const int64_t t = i / hidden_size, h = i % hidden_size;
-  hidden[i] = table[device_offset(tokens[t], hidden_size) + h];
+  if (i >= device_offset(num_rows, width)) return;
+  const int64_t r = i / width, w = i % width;
+  out[i] = table[device_offset(indices[r], width) + w];
 }
 
 // One block per row: out = weight * x * rsqrt(mean(x^2) + eps), as vector_ops.cpp (1 / sqrt, not rsqrtf).
@@ -82,12 +82,12 @@ __global__ void add_bias_kernel(float* y,  // [num_rows, n]
 
 }  // namespace
 
-void embed(const DeviceRows& rows, const float* table, int64_t hidden_size, float* hidden, cudaStream_t stream) {
-  const int64_t count = device_offset(rows.num_tokens, hidden_size);
+void gather_rows(const float* table, const int32_t* indices, int64_t num_rows, int64_t width, float* out,
+                 cudaStream_t stream) {
+  const int64_t count = device_offset(num_rows, width);
   if (count == 0) return;
-  embed_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(rows.tokens, table, rows.num_tokens,
-                                                                         hidden_size, hidden);
-  JAMBO_CUDA_CHECK_LAUNCH(embed_kernel);
+  gather_rows_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(table, indices, num_rows, width, out);
+  JAMBO_CUDA_CHECK_LAUNCH(gather_rows_kernel);
 }
 
 void rms_norm(const float* x, int64_t x_stride, int64_t num_rows, int64_t n, const float* weight, float eps, float* out,

@@ -1,17 +1,17 @@
-// Embedding lookup, RMSNorm (alone, fused with the residual add, and over the tokens whose logits are
-// asked for) and the bias add: the per-token ops between GEMMs (spec §3.3).
+// Row gather (the embedding lookup, the MoE gather), RMSNorm (alone, fused with the residual add, and over
+// the tokens whose logits are asked for) and the bias add: the per-token ops between GEMMs (spec §3.3).
 #pragma once
 
 #include "backend/cuda/device_rows.h"
 
 namespace jambo::cuda {
 
-// hidden[t] = table[tokens[t]].
-void embed(const DeviceRows& rows,
-           const float* table,  // [V, H]
-           int64_t hidden_size,
-           float* hidden,  // [T, H]
-           cudaStream_t stream);
+// out[r] = table[indices[r]]: the embedding lookup (indices = tokens) and the MoE gather of routed tokens.
+void gather_rows(const float* table,      // [any, W]
+                 const int32_t* indices,  // [R]
+                 int64_t num_rows, int64_t width,
+                 float* out,  // [R, W]
+                 cudaStream_t stream);
 
 // out[t, :n] = weight * x[t, :n] / sqrt(mean(x[t, :n]^2) + eps) for t < num_rows; rows are strided so that a
 // column slice of a wider matrix can be normalized in place of a copy.

@@ -1,4 +1,5 @@
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/embedding_norm.h"
 #include "backend/cuda/ffn.h"
 #include "backend/cuda/gemm.h"
 
@@ -85,16 +86,6 @@ __global__ void group_kernel(const int32_t* expert_of,  // [T, k]
   }
 }
 
-__global__ void gather_kernel(const float* x,               // [T, H]
-                              const int32_t* routed_token,  // [num_routed]
-                              int64_t num_routed, int64_t hidden_size,
-                              float* expert_input) {  // [num_routed, H]
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= device_offset(num_routed, hidden_size)) return;
-  const int64_t row = i / hidden_size, h = i % hidden_size;
-  expert_input[i] = x[device_offset(routed_token[row], hidden_size) + h];
-}
-
 __global__ void combine_kernel(const float* expert_output,  // [T*k, H]
                                const int32_t* position_of,  // [T, k]
                                const float* weight_of,      // [T, k]
@@ -161,9 +152,7 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
   group_kernel<<<1, unsigned((num_experts + 31) / 32 * 32), 0, stream>>>(expert_of, num_tokens, num_experts, k,
                                                                          position_of, routed_token, expert_rows);
   JAMBO_CUDA_CHECK_LAUNCH(group_kernel);
-  gather_kernel<<<num_blocks_for(device_offset(num_routed, hidden_size), kThreads), kThreads, 0, stream>>>(
-      x, routed_token, num_routed, hidden_size, expert_input);
-  JAMBO_CUDA_CHECK_LAUNCH(gather_kernel);
+  gather_rows(x, routed_token, num_routed, hidden_size, expert_input, stream);
 
   workspace.host_expert_rows.resize(size_t(num_experts + 1));
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(workspace.host_expert_rows.data(), expert_rows,
