@@ -2,9 +2,7 @@
 // continuous batching, chunked prefill, n = 2 forks and prompt logprobs give the same ids and logprobs
 // within 1e-4.
 #include "../engine/engine_test_util.h"
-#include "backend/backend_factory.h"
 #include "cuda_test_util.h"
-#include "engine/memory_budget.h"
 
 namespace jambo::testing {
 namespace {
@@ -12,15 +10,9 @@ namespace {
 class CudaEngineTest : public GpuTest {};
 
 Outputs run_engine(const Model& model, const std::vector<RequestSpec>& specs, const std::string& backend) {
-  EngineOptions options;
-  options.backend = backend;
+  EngineOptions options = exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/16 * 8,
+                                               /*kv_block_size=*/8, /*max_model_len=*/64, backend);
   options.max_num_batched_tokens = 24;
-  options.max_num_seqs = 16;
-  options.kv_block_size = 8;
-  options.max_model_len = 64;
-  options.checked = true;
-  options.memory_budget =
-      std::to_string(exact_memory_budget(model.config, backend_weight_bytes(backend, model), 16, 16 * 8, 8));
   Engine engine(model, nullptr, options);
   return run_to_end(engine, specs);
 }

@@ -12,13 +12,9 @@ namespace {
 class CudaServerLoopTest : public GpuTest {};
 
 EngineOptions loop_options(const Model& model, const std::string& backend) {
-  EngineOptions options;
-  options.backend = backend;
+  EngineOptions options = exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/128,
+                                               /*kv_block_size=*/16, /*max_model_len=*/128, backend);
   options.max_num_batched_tokens = 32;
-  options.max_num_seqs = 16;
-  options.max_model_len = 128;
-  options.checked = true;
-  options.memory_budget = memory_budget_for(model, 16, 128, options.kv_block_size);
   return options;
 }
 

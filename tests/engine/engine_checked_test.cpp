@@ -10,13 +10,8 @@ namespace jambo::testing {
 namespace {
 
 EngineOptions checked_options(const Model& model) {
-  EngineOptions options;
-  options.max_num_seqs = 4;
-  options.kv_block_size = 4;
-  options.max_model_len = 32;
-  options.memory_budget = memory_budget_for(model, options.max_num_seqs, 32, options.kv_block_size);
-  options.checked = true;
-  return options;
+  return exact_engine_options(model, /*max_num_seqs=*/4, /*num_kv_blocks=*/32, /*kv_block_size=*/4,
+                              /*max_model_len=*/32);
 }
 
 RequestSpec request(const std::string& id, std::vector<int32_t> prompt) {

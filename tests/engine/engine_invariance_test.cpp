@@ -29,17 +29,12 @@ class EngineInvarianceTest : public ::testing::TestWithParam<Setting> {
 TEST_P(EngineInvarianceTest, EveryRequestMatchesItsRunAlone) {
   const Setting& setting = GetParam();
   const std::vector<RequestSpec> specs = random_workload(model_, 64, /*seed=*/7, 40, setting.allow_n);
-  EngineOptions options;
+  const int64_t num_kv_blocks = setting.num_kv_blocks > 0 ? setting.num_kv_blocks : 64 * 4 * 6;
+  EngineOptions options = exact_engine_options(model_, setting.max_num_seqs, num_kv_blocks, kKvBlockSize, kMaxModelLen);
   options.max_num_batched_tokens = setting.max_num_batched_tokens;
-  options.max_num_seqs = setting.max_num_seqs;
   options.slot_policy = setting.slot_policy;
   options.slot_seed = 3;
-  options.kv_block_size = kKvBlockSize;
-  options.max_model_len = kMaxModelLen;
-  options.checked = true;
   options.trace_path = trace_path_for_this_test();
-  const int64_t num_kv_blocks = setting.num_kv_blocks > 0 ? setting.num_kv_blocks : 64 * 4 * 6;
-  options.memory_budget = memory_budget_for(model_, setting.max_num_seqs, num_kv_blocks, kKvBlockSize);
   Engine engine(model_, nullptr, options);
 
   const Outputs outputs = run_to_end(engine, specs);

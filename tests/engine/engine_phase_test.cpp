@@ -14,14 +14,10 @@ struct PhaseRun {
 
 PhaseRun run_traced(const Model& model, const std::vector<RequestSpec>& specs, int64_t max_num_batched_tokens,
                     int64_t max_num_seqs) {
-  EngineOptions options;
+  EngineOptions options = exact_engine_options(model, max_num_seqs, /*num_kv_blocks=*/64, /*kv_block_size=*/4,
+                                               /*max_model_len=*/32);
   options.max_num_batched_tokens = max_num_batched_tokens;
-  options.max_num_seqs = max_num_seqs;
   options.slot_policy = SlotPolicy::Lowest;  // a freed slot is handed out again at once
-  options.kv_block_size = 4;
-  options.max_model_len = 32;
-  options.memory_budget = memory_budget_for(model, max_num_seqs, 64, options.kv_block_size);
-  options.checked = true;
   options.trace_path = trace_path_for_this_test();
   PhaseRun run;
   {

@@ -10,13 +10,8 @@ namespace jambo::testing {
 namespace {
 
 EngineOptions small_options(const Model& model) {
-  EngineOptions options;
-  options.max_num_seqs = 8;
-  options.kv_block_size = 4;
-  options.max_model_len = 64;
-  options.memory_budget = memory_budget_for(model, options.max_num_seqs, 128, options.kv_block_size);
-  options.checked = true;
-  return options;
+  return exact_engine_options(model, /*max_num_seqs=*/8, /*num_kv_blocks=*/128, /*kv_block_size=*/4,
+                              /*max_model_len=*/64);
 }
 
 RequestSpec request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {

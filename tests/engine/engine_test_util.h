@@ -2,6 +2,7 @@
 // the independent reference: each sample run alone through SequenceRunner (one request, one-shot prefill).
 #pragma once
 
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "engine/memory_budget.h"
@@ -38,11 +39,20 @@ inline Model load_fixture_model(const std::string& name = "moe-top2-gqa2-fp32") 
   return load_model(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/" + name);
 }
 
-// The memory budget (bytes, as text) that holds the weights, num_slots state slots and num_kv_blocks blocks.
-inline std::string memory_budget_for(const Model& model, int64_t num_slots, int64_t num_kv_blocks,
-                                     int64_t kv_block_size) {
-  return std::to_string(
-      exact_memory_budget(model.config, model.weights.bytes_total, num_slots, num_kv_blocks, kv_block_size));
+// Checked-mode options whose memory budget holds the weights as `backend` holds them, exactly max_num_seqs
+// state slots and num_kv_blocks KV blocks.
+inline EngineOptions exact_engine_options(const Model& model, int64_t max_num_seqs, int64_t num_kv_blocks,
+                                          int64_t kv_block_size, int64_t max_model_len,
+                                          const std::string& backend = "cpu") {
+  EngineOptions options;
+  options.backend = backend;
+  options.max_num_seqs = max_num_seqs;
+  options.kv_block_size = kv_block_size;
+  options.max_model_len = max_model_len;
+  options.checked = true;
+  options.memory_budget = std::to_string(exact_memory_budget(model.config, backend_weight_bytes(backend, model),
+                                                             max_num_seqs, num_kv_blocks, kv_block_size));
+  return options;
 }
 
 // num_requests requests with prompts of 1..max_prompt random tokens, greedy and seeded sampled ones,

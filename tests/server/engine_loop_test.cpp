@@ -43,13 +43,10 @@ Outputs drain(RequestStream& stream, const std::vector<RequestSpec>& specs) {
   return outputs;
 }
 
-EngineOptions small_engine(const Model& model, int64_t max_num_seqs = 16) {
-  EngineOptions options;
-  options.max_num_seqs = max_num_seqs;
+EngineOptions small_engine(const Model& model) {
+  EngineOptions options = testing::exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/1024,
+                                                        /*kv_block_size=*/16, /*max_model_len=*/4096);
   options.max_num_batched_tokens = 32;
-  options.max_model_len = 4096;
-  options.memory_budget = testing::memory_budget_for(model, max_num_seqs, 1024, options.kv_block_size);
-  options.checked = true;
   return options;
 }
 
