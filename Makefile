@@ -24,6 +24,7 @@ bench: build
 	bench/cpu.sh $(BUILD_DIR)/jambo
 	bench/cpu_batch.sh $(BUILD_DIR)/jambo
 	bench/server_load.sh $(BUILD_DIR)/jambo
+	bench/rollout.sh $(BUILD_DIR)/jambo cpu-demo
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -175,6 +175,7 @@ void add_batch_command(CLI::App& app) {
   command->add_option("--min-p", options->defaults.min_p, "drop tokens below min_p times the top probability");
   command->add_option("--seed", sampling.seed, "seed of requests that give none")->check(CLI::NonNegativeNumber);
   command->add_option("--logprobs", sampling.num_top_logprobs, "top-K logprobs per generated token");
+  command->add_flag("--ignore-eos", sampling.ignore_eos, "generate max_tokens tokens even past EOS (benchmarks)");
   options->engine.add_to(*command);
   command->callback([options] {
     try {

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# An RL rollout through `jambo batch`: PROMPTS prompts of PROMPT_TOKENS random token ids, N samples each,
+# MAX_TOKENS generated per sample (--ignore-eos, so every sample makes all of them), temperature 1.0, seeded.
+# Prints the time to finish and generated and total (prompt + generated) tokens/s; never fails on time, but
+# fails when the engine did not generate the whole workload.
+# Usage: bench/rollout.sh [path/to/jambo] [gpu|cpu-demo]
+#   gpu (default): the Jamba-Reasoning-3B shape, random bf16 weights, the CUDA backend: 1024 prompts x n = 8,
+#     512 tokens in, 256 out (2.1M generated tokens: about 4 minutes on the H200 at bench/gpu.sh's batch-256
+#     decode figure of 10,000 tok/s; run it on the GPU machine).
+#   cpu-demo: models/jambo-demo on the CPU, 16 prompts x n = 4, 32 tokens in, 32 out (seconds).
+# Any of PROMPTS, N, PROMPT_TOKENS, MAX_TOKENS, MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, MEMORY_BUDGET and SEED in
+# the environment overrides the preset's value.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jambo=${1:-build/jambo}
+preset=${2:-gpu}
+case "$preset" in
+  gpu)
+    model=bench/shapes/jamba-reasoning-3b
+    model_args=(--model "$model" --random-weights --random-dtype bf16 --backend cuda --cuda-weights bf16)
+    # 512 sequences in flight (64 prompts' samples); each step decodes them all and prefills up to 3584 prompt
+    # tokens beside. The budget holds bf16 weights (6.1 GB), 512 fp32 state slots (10.1 MB each) and their KV.
+    : "${PROMPTS:=1024}" "${N:=8}" "${PROMPT_TOKENS:=512}" "${MAX_TOKENS:=256}"
+    : "${MAX_NUM_SEQS:=512}" "${MAX_NUM_BATCHED_TOKENS:=4096}" "${MEMORY_BUDGET:=32GiB}" ;;
+  cpu-demo)
+    model=models/jambo-demo
+    model_args=(--model "$model")
+    : "${PROMPTS:=16}" "${N:=4}" "${PROMPT_TOKENS:=32}" "${MAX_TOKENS:=32}"
+    : "${MAX_NUM_SEQS:=64}" "${MAX_NUM_BATCHED_TOKENS:=512}" "${MEMORY_BUDGET:=1GiB}" ;;
+  *) echo "bench/rollout.sh: unknown preset '$preset' (gpu or cpu-demo)" >&2; exit 2 ;;
+esac
+: "${SEED:=1}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# One request line per prompt: random ids from 4 up (below are the special tokens), a seed per request.
+python3 - "$model/config.json" "$PROMPTS" "$PROMPT_TOKENS" "$SEED" >"$work/in.jsonl" <<'PY'
+import json, random, sys
+config_path, num_prompts, prompt_tokens, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+vocab_size = json.load(open(config_path))["vocab_size"]
+rng = random.Random(seed)
+for r in range(num_prompts):
+    ids = [rng.randrange(4, vocab_size) for _ in range(prompt_tokens)]
+    print(json.dumps({"id": f"r{r}", "prompt_ids": ids, "seed": seed * 1_000_003 + r}))
+PY
+
+echo "rollout ($preset): $PROMPTS prompts x n = $N = $((PROMPTS * N)) samples, $PROMPT_TOKENS prompt tokens," \
+     "$MAX_TOKENS generated tokens each (ignore_eos, temperature 1.0, seed $SEED)"
+echo "engine: ${model_args[*]} --max-num-seqs $MAX_NUM_SEQS --max-num-batched-tokens $MAX_NUM_BATCHED_TOKENS" \
+     "--memory-budget $MEMORY_BUDGET"
+start=$(date +%s.%N)
+"$jambo" batch "${model_args[@]}" --input "$work/in.jsonl" --output "$work/out.jsonl" \
+  --n "$N" --max-tokens "$MAX_TOKENS" --ignore-eos --temperature 1.0 \
+  --max-num-seqs "$MAX_NUM_SEQS" --max-num-batched-tokens "$MAX_NUM_BATCHED_TOKENS" \
+  --memory-budget "$MEMORY_BUDGET" --max-model-len $((PROMPT_TOKENS + MAX_TOKENS)) 2>&1 >/dev/null |
+  tee "$work/err" >&2  # progress every 5 s, then the summary
+end=$(date +%s.%N)
+
+# Figures from the summary line: "batch: R requests run, ...; G tokens generated, P prompt tokens computed in
+# T s: X generated tok/s, ...; E preemptions, ...".
+summary=$(grep '^batch: ' "$work/err") || { echo "jambo batch printed no summary" >&2; exit 1; }
+figure() { sed -nE "s|.*[;:,] ([0-9.]+) $1.*|\1|p" <<<"$summary"; }  # figure PHRASE: the number before PHRASE
+requests=$(figure 'requests run')
+generated=$(figure 'tokens generated')
+computed=$(figure 'prompt tokens computed')
+seconds=$(sed -nE 's|.* in ([0-9.]+) s: .*|\1|p' <<<"$summary")
+generated_per_s=$(figure 'generated tok/s')
+preemptions=$(figure preemptions)
+expected=$((PROMPTS * N * MAX_TOKENS))
+if [[ $requests -ne $PROMPTS || $generated -ne $expected ]]; then
+  echo "the engine ran $requests of $PROMPTS requests and generated $generated of $expected tokens" >&2
+  exit 1
+fi
+prompt_tokens=$((PROMPTS * PROMPT_TOKENS))
+wall=$(awk -v start="$start" -v end="$end" 'BEGIN { print end - start }')
+printf 'prompt tokens:    %d (%d computed: each prompt once for its n samples, and recomputed after preemption)\n' \
+  "$prompt_tokens" "$computed"
+printf 'generated tokens: %d\n' "$generated"
+printf 'time to finish:   %.1f s in the engine loop (%.1f s for the whole command, model build included)\n' \
+  "$seconds" "$wall"
+printf 'generated tok/s:  %.1f\n' "$generated_per_s"
+printf 'total tok/s:      %.1f (prompt + generated tokens of the workload over the engine loop time)\n' \
+  "$(awk -v rate="$generated_per_s" -v prompts="$prompt_tokens" -v generated="$generated" \
+       'BEGIN { print rate * (prompts + generated) / generated }')"
+printf 'preemptions:      %d\n' "$preemptions"
