@@ -1,4 +1,4 @@
-// The interface between the engine and a compute backend (CPU reference now, CUDA later).
+// The interface between the engine and a compute backend (the CPU reference, CUDA).
 // The engine describes one step as rows; the backend owns the memory of the recurrent-state slots
 // and the paged KV cache and runs the forward pass over all rows at once.
 #pragma once
@@ -19,7 +19,34 @@ struct CacheConfig {
   int64_t kv_block_size = 16;   // tokens per KV block
 };
 
-// One request's share of a forward step.
+struct TokenLogprob {
+  int32_t token = 0;
+  double logprob = 0.0;
+};
+
+// A token chosen from a row's last logits vector by the backend, where the logits are: only the id and
+// the requested logprobs cross to the host. The choice is a pure function of the vector and these fields;
+// the randomness is the sample's own seeded draw, made by the engine before the step.
+struct TokenChoice {
+  double temperature = 0.0;      // 0: greedy (the highest logit; ties go to the lower id)
+  int64_t top_k = 0;             // 0: no limit
+  double top_p = 1.0;            // 1: no limit
+  double min_p = 0.0;            // 0: no limit; else drop tokens below min_p times the top probability
+  double uniform = 0.0;          // [0, 1): where the draw falls in the kept probability mass
+  int64_t num_top_logprobs = 0;  // K most likely tokens reported with the choice
+};
+
+// Log-probabilities are always those of the model's unmodified distribution (log-softmax of the logits).
+struct ChosenToken {
+  int32_t token = 0;
+  double logprob = 0.0;
+  std::vector<TokenLogprob> top_logprobs;  // [num_top_logprobs] most likely first
+};
+
+// Which logits vectors of a row are copied to the host whole (references in tests, benchmarks).
+enum class LogitsCopy { None, Last, All };
+
+// One request's share of a forward step, and what the step returns for it.
 struct BatchRow {
   int64_t request_id = 0;              // carried for traces and error messages
   std::span<const int32_t> tokens;     // [num_tokens] this step's input tokens
@@ -28,17 +55,35 @@ struct BatchRow {
   int64_t slot = 0;                    // recurrent-state slot this row reads (if has_initial_state) and writes
   std::span<const int32_t> block_table;  // physical KV block of each logical block covering
                                          // positions [0, start_position + num_tokens)
-  bool all_logits = false;             // logits for every token of the step, else only the last
+  std::span<const int32_t> targets;    // [<= num_tokens] the logprob of targets[i] under logits vector i
+  int64_t num_top_logprobs = 0;        // K most likely tokens of each vector with a target
+  std::span<const TokenChoice> choices;  // tokens chosen from the last vector (n samples forking share one)
+  LogitsCopy copy_logits = LogitsCopy::None;
 };
 
-// Logits of one step: rows in order, each contributing num_tokens (all_logits) or 1 vectors.
-struct StepLogits {
+// A row computes the logits of every position when it scores targets or copies them all, else of its last.
+inline bool computes_all_vectors(const BatchRow& row) {
+  return !row.targets.empty() || row.copy_logits == LogitsCopy::All;
+}
+
+struct RowOutput {
+  std::vector<double> target_logprobs;                         // [targets]
+  std::vector<std::vector<TokenLogprob>> target_top_logprobs;  // [targets][num_top_logprobs]
+  std::vector<ChosenToken> chosen;                             // [choices]
+  bool finite = true;  // every logits vector the row computed was finite (a poisoned state shows here)
+};
+
+// What one step returns: an output per row, and the logits vectors the rows asked to copy.
+struct StepOutput {
+  std::vector<RowOutput> rows;        // [num_rows]
   int64_t vocab_size = 0;
-  std::vector<float> values;          // [num_vectors, vocab_size]
-  std::vector<int64_t> first_vector;  // [num_rows] index of each row's first vector
-  std::span<const float> row(int64_t row_index, int64_t position_in_step = 0) const {
-    const int64_t index = first_vector[row_index] + position_in_step;
-    JAMBO_ASSERT(index >= 0 && element_offset(index + 1, vocab_size) <= int64_t(values.size()));
+  std::vector<float> values;          // [num_copied_vectors, vocab_size]
+  std::vector<int64_t> first_vector;  // [num_rows] index of each row's first copied vector (-1: none)
+  // Copied vector `position` of a row (with LogitsCopy::Last, position 0 is the last token's).
+  std::span<const float> logits(int64_t row_index, int64_t position = 0) const {
+    const int64_t index = first_vector[row_index] + position;
+    JAMBO_ASSERT(first_vector[row_index] >= 0 && index >= 0 &&
+                 element_offset(index + 1, vocab_size) <= int64_t(values.size()));
     return {values.data() + element_offset(index, vocab_size), size_t(vocab_size)};
   }
 };
@@ -58,8 +103,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const JambaConfig& config() const = 0;
-  // Runs the model over all rows; reads and updates each row's slot and KV blocks.
-  virtual void forward(std::span<const BatchRow> rows, StepLogits& logits) = 0;
+  // Runs the model over all rows; reads and updates each row's slot and KV blocks; fills output.rows (and
+// the copied logits) for every row.
+  virtual void forward(std::span<const BatchRow> rows, StepOutput& output) = 0;
   // Copies the recurrent state of one slot into another (n samples of one prompt).
   virtual void copy_state(int64_t from_slot, int64_t to_slot) = 0;
   // Copies one KV block (every attention layer, keys and values) into another (n samples of one prompt).

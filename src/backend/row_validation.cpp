@@ -1,5 +1,6 @@
 #include "backend/row_validation.h"
 
+#include "backend/logits_ops.h"
 #include "core/error.h"
 
 #include <map>
@@ -7,6 +8,25 @@
 
 namespace jambo {
 namespace {
+
+// What the row asks back: targets within the step and the vocabulary, choices in range.
+void validate_outputs(const BatchRow& row, int64_t vocab_size) {
+  const int64_t id = row.request_id;
+  JAMBO_REQUIRE(row.targets.size() <= row.tokens.size(), "request {}: {} targets for a step of {} tokens", id,
+                row.targets.size(), row.tokens.size());
+  for (int32_t target : row.targets)
+    JAMBO_REQUIRE(target >= 0 && target < vocab_size, "request {}: target {} is outside the vocabulary [0, {})", id,
+                  target, vocab_size);
+  JAMBO_REQUIRE(row.num_top_logprobs >= 0, "request {}: num_top_logprobs must be >= 0, got {}", id,
+                row.num_top_logprobs);
+  for (const TokenChoice& choice : row.choices) {
+    try {
+      validate_choice(choice);
+    } catch (const Error& error) {
+      fail("request {}: {}", id, error.what());
+    }
+  }
+}
 
 void validate_row(const BatchRow& row, const JambaConfig& config, const CacheExtent& extent) {
   const int64_t id = row.request_id;
@@ -22,6 +42,7 @@ void validate_row(const BatchRow& row, const JambaConfig& config, const CacheExt
                 row.has_initial_state, row.start_position);
   JAMBO_REQUIRE(row.slot >= 0 && row.slot < extent.num_state_slots, "request {}: state slot {} is out of range [0, {})",
                 id, row.slot, extent.num_state_slots);
+  validate_outputs(row, vocab_size);
 }
 
 void validate_block_table(const BatchRow& row, const CacheExtent& extent) {

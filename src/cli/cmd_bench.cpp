@@ -3,7 +3,6 @@
 // a hash of the final logits and, on the GPU, the copy ceiling measured in the same run.
 #include "backend/backend_factory.h"
 #include "cli/common.h"
-#include "engine/sampler.h"
 #ifdef JAMBO_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -69,7 +68,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 struct RunTimes {
   double prefill_seconds = 0;
-  double decode_seconds = 0;  // forward calls only (each returns the step's logits on the host)
+  double decode_seconds = 0;  // forward calls only (each returns its greedy tokens on the host)
   uint64_t logits_hash = 0;   // of the last row's final logits
 };
 
@@ -103,12 +102,12 @@ class BatchBench {
     auto flush = [&] {
       if (rows.empty()) return;
       const auto start = std::chrono::steady_clock::now();
-      backend_.forward(rows, logits_);
+      backend_.forward(rows, output_);
       times.prefill_seconds += seconds_since(start);
       for (size_t r = 0; r < rows.size(); ++r) {
         const int64_t s = rows[r].request_id;
         if (rows[r].start_position + int64_t(rows[r].tokens.size()) == options_.num_prompt_tokens)
-          tokens[s].push_back(argmax(logits_.row(int64_t(r))));
+          tokens[s].push_back(output_.rows[r].chosen[0].token);
       }
       rows.clear();
       step_tokens = 0;
@@ -126,13 +125,14 @@ class BatchBench {
     for (int64_t i = 0; i < options_.num_decode_tokens; ++i) {
       for (int64_t s = 0; s < batch; ++s)
         rows.push_back(row(s, std::span(tokens[s]).last(1), int64_t(tokens[s].size()) - 1));
+      rows.back().copy_logits = LogitsCopy::Last;  // for the hash
       const auto start = std::chrono::steady_clock::now();
-      backend_.forward(rows, logits_);
+      backend_.forward(rows, output_);
       times.decode_seconds += seconds_since(start);
-      for (int64_t s = 0; s < batch; ++s) tokens[s].push_back(argmax(logits_.row(s)));
+      for (int64_t s = 0; s < batch; ++s) tokens[s].push_back(output_.rows[s].chosen[0].token);
       rows.clear();
     }
-    times.logits_hash = fnv1a_hash(logits_.row(batch - 1));
+    times.logits_hash = fnv1a_hash(output_.logits(batch - 1));
     return times;
   }
 
@@ -146,6 +146,7 @@ class BatchBench {
     out.slot = sequence;
     const int64_t covered = (start_position + int64_t(step_tokens.size()) + kKvBlockSize - 1) / kKvBlockSize;
     out.block_table = std::span(tables_[sequence]).first(size_t(covered));
+    out.choices = std::span(&kGreedy, 1);
     return out;
   }
 
@@ -154,7 +155,8 @@ class BatchBench {
   int64_t blocks_per_sequence_;
   std::vector<std::vector<int32_t>> prompts_;  // [batch][num_prompt_tokens]
   std::vector<std::vector<int32_t>> tables_;   // [batch][blocks_per_sequence]
-  StepLogits logits_;
+  StepOutput output_;
+  static constexpr TokenChoice kGreedy{};
 };
 
 void run_bench(const BenchOptions& options) {
@@ -165,9 +167,11 @@ void run_bench(const BenchOptions& options) {
   if (options.num_prompt_tokens < 1 || options.num_decode_tokens < 1 || options.num_repeats < 1 || min_batch < 1 ||
       options.max_step_tokens < 1)
     throw UsageError("--prompt-tokens, --decode-tokens, --repeats, --batch and --max-step-tokens must be >= 1");
-  const Model model = options.model.load();
+  const auto load_start = std::chrono::steady_clock::now();
+  const Model model = options.model.load(options.backend);
   const CacheConfig cache{max_batch, max_batch * BatchBench::blocks_per_sequence(options), kKvBlockSize};
   std::unique_ptr<Backend> backend = make_backend(options.backend, model, cache, options.cuda_weights);
+  const double load_seconds = seconds_since(load_start);  // random weights: their fill, on the host or the GPU
   BatchBench bench(*backend, options, max_batch, model.config.vocab_size);
 
   const double step_gb = double(bytes_read_per_step(model, options)) / 1e9;
@@ -178,8 +182,10 @@ void run_bench(const BenchOptions& options) {
              double(model.weights.bytes_total) / 1e6);
   const std::string detail =
       on_gpu ? fmt::format("{} weights", options.cuda_weights) : fmt::format("{} threads", omp_get_max_threads());
-  fmt::print("backend {} ({}): {:.1f} MB of weights held, {:.1f} MB read per decode step\n", options.backend, detail,
-             double(backend_weight_bytes(options.backend, model, options.cuda_weights)) / 1e6, step_gb * 1e3);
+  fmt::print("backend {} ({}): {:.1f} MB of weights held, {:.1f} MB read per decode step; model and caches ready in "
+             "{:.1f} s\n",
+             options.backend, detail, double(backend_weight_bytes(options.backend, model, options.cuda_weights)) / 1e6,
+             step_gb * 1e3, load_seconds);
   double copy_gb_per_s = 0.0;
 #ifdef JAMBO_WITH_CUDA
   if (on_gpu) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <random>
 #include <unordered_map>
+#include <utility>
 
 namespace jambo {
 
@@ -47,10 +48,10 @@ struct Engine::Impl {
   void forget_finished(const std::vector<ScheduledRow>& rows);
 
   // After a row ran: its prompt logprobs, and a new token once all its tokens are in its state.
-  void advance(const ScheduledRow& row, int64_t row_index, const StepLogits& logits);
-  void record_prompt_logprobs(const ScheduledRow& row, int64_t row_index, const StepLogits& logits);
+  void advance(const ScheduledRow& row, size_t row_index, const RowOutput& output);
+  void record_prompt_logprobs(const ScheduledRow& row, const RowOutput& output);
   void fork(Sequence& leader);
-  void take_token(Sequence& sequence, std::span<const float> logits);
+  void take_token(Sequence& sequence, ChosenToken chosen);
   void finish(Sequence& sequence, const std::string& reason);
   void report(const Sequence& sequence) const;
 
@@ -179,8 +180,8 @@ std::vector<SampleOutput> Engine::Impl::step() {
   JAMBO_ASSERT(!plan.rows.empty() || requests.empty());
   if (!plan.rows.empty()) {
     trace.step(counters.steps, plan.rows);
-    const StepLogits& logits = runner.run(plan.rows);
-    for (size_t r = 0; r < plan.rows.size(); ++r) advance(plan.rows[r], int64_t(r), logits);
+    const StepOutput& output = runner.run(plan.rows);
+    for (size_t r = 0; r < plan.rows.size(); ++r) advance(plan.rows[r], r, output.rows[r]);
     forget_finished(plan.rows);
     ++counters.steps;
   }
@@ -196,34 +197,31 @@ void Engine::Impl::forget_finished(const std::vector<ScheduledRow>& rows) {
   for (const std::string& id : done_ids) requests.erase(id);
 }
 
-void Engine::Impl::advance(const ScheduledRow& row, int64_t row_index, const StepLogits& logits) {
+void Engine::Impl::advance(const ScheduledRow& row, size_t row_index, const RowOutput& output) {
   Sequence& sequence = *row.sequence;
   (sequence.state() == SequenceState::Decoding ? counters.decode_tokens : counters.prefill_tokens) += row.num_tokens;
-  const bool all_logits = ModelRunner::wants_all_logits(row);
-  if (all_logits) record_prompt_logprobs(row, row_index, logits);
+  record_prompt_logprobs(row, output);
   sequence.computed(row.num_tokens);
   if (sequence.num_uncomputed() > 0) return;  // more prefill chunks to come
 
-  const std::span<const float> last = logits.row(row_index, all_logits ? row.num_tokens - 1 : 0);
   if (sequence.state() == SequenceState::Prefilling)
     trace.event(counters.steps, sequence, "prefill_done", {{"num_tokens", sequence.num_computed()}});
   const bool forking = sequence.leads_fork();
   sequence.request.prompt_computed = true;
-  if (!forking) return take_token(sequence, last);
-  fork(sequence);
-  for (const auto& sample : sequence.request.samples) take_token(*sample, last);
+  if (forking) fork(sequence);
+  const std::vector<Sequence*>& choosers = runner.choosers(row_index);
+  JAMBO_ASSERT(choosers.size() == output.chosen.size());
+  for (size_t i = 0; i < choosers.size(); ++i) take_token(*choosers[i], output.chosen[i]);
 }
 
-// Logits vector i of the row predicts token start + i + 1.
-void Engine::Impl::record_prompt_logprobs(const ScheduledRow& row, int64_t row_index, const StepLogits& logits) {
+// Target i of the row is the prompt token at start + i + 1 (ModelRunner asked for them).
+void Engine::Impl::record_prompt_logprobs(const ScheduledRow& row, const RowOutput& output) {
   Request& request = row.sequence->request;
   const int64_t start = row.sequence->num_computed();
-  for (int64_t i = 0; i < row.num_tokens; ++i) {
-    const int64_t predicted = start + i + 1;
-    if (predicted >= request.num_prompt_tokens()) break;
-    const std::span<const float> vector = logits.row(row_index, i);
-    request.prompt_logprobs[predicted] = double(vector[request.spec.prompt_ids[predicted]]) - log_sum_exp(vector);
-    request.prompt_top_logprobs[predicted] = top_logprobs(vector, request.spec.num_prompt_logprobs);
+  for (size_t i = 0; i < output.target_logprobs.size(); ++i) {
+    request.prompt_logprobs[start + i + 1] = output.target_logprobs[i];
+    if (!output.target_top_logprobs.empty())
+      request.prompt_top_logprobs[start + i + 1] = output.target_top_logprobs[i];
   }
 }
 
@@ -240,15 +238,14 @@ void Engine::Impl::fork(Sequence& leader) {
   }
 }
 
-void Engine::Impl::take_token(Sequence& sequence, std::span<const float> logits) {
+void Engine::Impl::take_token(Sequence& sequence, ChosenToken chosen) {
   if (sequence.num_generated() == 0) {  // the prompt has run: its logprobs are complete
     sequence.output.prompt_logprobs = sequence.request.prompt_logprobs;
     sequence.output.prompt_top_logprobs = sequence.request.prompt_top_logprobs;
   }
   if (sequence.request.spec.sampling.max_tokens == 0) return finish(sequence, "length");
-  const int32_t token = sequence.sampler.pick(logits);
-  sequence.append(token, double(logits[token]) - log_sum_exp(logits),
-                  top_logprobs(logits, sequence.request.spec.sampling.num_top_logprobs));
+  const int32_t token = chosen.token;
+  sequence.append(token, chosen.logprob, std::move(chosen.top_logprobs));
   if (const auto reason = sequence.sampler.accept(token, sequence.num_generated())) return finish(sequence, *reason);
   report(sequence);
 }

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "backend/backend.h"
-#include "engine/logprobs.h"
+#include "backend/backend.h"
 #include "engine/sampler.h"
 #include "engine/slot_pool.h"
 #include "model/tokenizer.h"

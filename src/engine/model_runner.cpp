@@ -2,20 +2,46 @@
 
 #include "core/error.h"
 
-#include <cmath>
+#include <algorithm>
 
 namespace jambo {
 
 ModelRunner::ModelRunner(Backend& backend, const SlotPool& slots, bool checked)
     : backend_(backend), slots_(slots), checked_(checked) {}
 
-bool ModelRunner::wants_all_logits(const ScheduledRow& row) {
-  const Sequence& sequence = *row.sequence;
-  return sequence.request.wants_prompt_logprobs() && sequence.sample == 0 && !sequence.request.prompt_computed;
+namespace {
+
+// The prompt tokens that the row's logits vectors predict (vector i predicts token start + i + 1), once
+// per request: sample 0 computes the prompt for all samples.
+std::vector<int32_t> prompt_targets(const ScheduledRow& scheduled) {
+  const Sequence& sequence = *scheduled.sequence;
+  const Request& request = sequence.request;
+  if (!request.wants_prompt_logprobs() || sequence.sample != 0 || request.prompt_computed) return {};
+  const std::vector<int32_t>& prompt = request.spec.prompt_ids;
+  const int64_t first = sequence.num_computed() + 1;
+  const int64_t end = std::min(first + scheduled.num_tokens, request.num_prompt_tokens());
+  return first < end ? std::vector<int32_t>(prompt.begin() + first, prompt.begin() + end) : std::vector<int32_t>{};
 }
 
-BatchRow ModelRunner::make_row(const ScheduledRow& scheduled) const {
+// The sequences that take their next token from this row: none while prompt chunks remain; all samples
+// when the row ends the prompt of a request that forks into n samples.
+std::vector<Sequence*> row_choosers(const ScheduledRow& scheduled) {
+  Sequence& sequence = *scheduled.sequence;
+  if (scheduled.num_tokens < sequence.num_uncomputed()) return {};
+  if (!sequence.leads_fork()) return {&sequence};
+  std::vector<Sequence*> choosers;
+  for (const auto& sample : sequence.request.samples) choosers.push_back(sample.get());
+  return choosers;
+}
+
+}  // namespace
+
+BatchRow ModelRunner::make_row(const ScheduledRow& scheduled, size_t row_index) {
   const Sequence& sequence = *scheduled.sequence;
+  targets_[row_index] = prompt_targets(scheduled);
+  choosers_[row_index] = row_choosers(scheduled);
+  choices_[row_index].clear();
+  for (Sequence* chooser : choosers_[row_index]) choices_[row_index].push_back(chooser->sampler.next_choice());
   BatchRow row;
   row.request_id = sequence.id;
   row.tokens = std::span<const int32_t>(sequence.tokens()).subspan(sequence.num_computed(), scheduled.num_tokens);
@@ -23,7 +49,9 @@ BatchRow ModelRunner::make_row(const ScheduledRow& scheduled) const {
   row.has_initial_state = sequence.has_state();  // law 1: from the state, never from the token count
   row.slot = sequence.lease->slot;
   row.block_table = sequence.block_table;
-  row.all_logits = wants_all_logits(scheduled);
+  row.targets = targets_[row_index];
+  row.num_top_logprobs = std::max<int64_t>(sequence.request.spec.num_prompt_logprobs, 0);
+  row.choices = choices_[row_index];
   return row;
 }
 
@@ -41,26 +69,25 @@ void ModelRunner::check_owner(const Sequence& sequence) {
 }
 
 void ModelRunner::check_finite(const std::vector<ScheduledRow>& rows) {
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const int64_t num_vectors = wants_all_logits(rows[r]) ? rows[r].num_tokens : 1;
-    for (int64_t v = 0; v < num_vectors; ++v)
-      for (float logit : logits_.row(int64_t(r), v))
-        if (!std::isfinite(logit))
-          report_violation(*rows[r].sequence, fmt::format("logits read from state slot {} are not finite "
-                                                          "(a read of a poisoned slot)",
-                                                          rows[r].sequence->lease->slot));
-  }
+  for (size_t r = 0; r < rows.size(); ++r)
+    if (!output_.rows[r].finite)
+      report_violation(*rows[r].sequence, fmt::format("logits read from state slot {} are not finite "
+                                                      "(a read of a poisoned slot)",
+                                                      rows[r].sequence->lease->slot));
 }
 
-const StepLogits& ModelRunner::run(const std::vector<ScheduledRow>& rows) {
+const StepOutput& ModelRunner::run(const std::vector<ScheduledRow>& rows) {
   rows_.clear();
-  for (const ScheduledRow& scheduled : rows) {
-    if (checked_) check_owner(*scheduled.sequence);
-    rows_.push_back(make_row(scheduled));
+  targets_.resize(rows.size());
+  choosers_.resize(rows.size());
+  choices_.resize(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (checked_) check_owner(*rows[r].sequence);
+    rows_.push_back(make_row(rows[r], r));
   }
-  backend_.forward(rows_, logits_);
+  backend_.forward(rows_, output_);
   if (checked_) check_finite(rows);
-  return logits_;
+  return output_;
 }
 
 void ModelRunner::on_slot_freed(int64_t slot) {

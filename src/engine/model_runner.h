@@ -1,7 +1,9 @@
 // Turns a step's scheduled sequences into the backend's batch rows and runs them. In checked mode
 // (law 2) every row's (request, slot, generation) is verified against the slot pool before the
 // backend touches the slot, freed slots are poisoned with NaN, and logits are checked to be finite,
-// so a stale state read fails the step loudly instead of producing text.
+// so a stale state read fails the step loudly instead of producing text. Each row asks the backend for
+// what the step needs of its logits: the prompt's logprobs (taken once per request) and a token choice for
+// every sample that takes its next token from the row (n samples forking off one prompt share its row).
 #pragma once
 
 #include "backend/backend.h"
@@ -19,14 +21,16 @@ class ModelRunner {
   int64_t num_law_violations() const { return num_law_violations_; }
 
   // Runs the rows; throws jambo::Error naming the request and slot on a law 2 violation (checked mode).
-  const StepLogits& run(const std::vector<ScheduledRow>& rows);
+  // Row r's output holds a prompt logprob for each prompt token its tokens predict, and the token chosen
+  // for each of choosers(r), in order.
+  const StepOutput& run(const std::vector<ScheduledRow>& rows);
+  // The sequences taking their next token from row r of the last run.
+  const std::vector<Sequence*>& choosers(size_t row) const { return choosers_[row]; }
   // Called for every slot the scheduler frees.
   void on_slot_freed(int64_t slot);
-  // Whether a row needs the logits of all its tokens: the prompt logprobs, taken once per request.
-  static bool wants_all_logits(const ScheduledRow& row);
 
  private:
-  BatchRow make_row(const ScheduledRow& scheduled) const;
+  BatchRow make_row(const ScheduledRow& scheduled, size_t row_index);
   void check_owner(const Sequence& sequence);
   void check_finite(const std::vector<ScheduledRow>& rows);
   [[noreturn]] void report_violation(const Sequence& sequence, const std::string& what);
@@ -36,7 +40,10 @@ class ModelRunner {
   bool checked_;
   int64_t num_law_violations_ = 0;
   std::vector<BatchRow> rows_;
-  StepLogits logits_;
+  std::vector<std::vector<int32_t>> targets_;      // [rows] prompt tokens each row's vectors predict
+  std::vector<std::vector<Sequence*>> choosers_;   // [rows]
+  std::vector<std::vector<TokenChoice>> choices_;  // [rows] one per chooser
+  StepOutput output_;
 };
 
 }  // namespace jambo

@@ -1,12 +1,15 @@
-// Picks the next token from a logits vector: greedy at temperature 0, otherwise seeded sampling
-// after temperature, top-k and top-p filtering. Reported logprobs are always those of the model's
-// unmodified distribution.
+// The sampling fields of a request and the seeded generator of one sample. The choice itself (greedy, or
+// a draw after min-p, top-k and top-p) is made by the backend where the logits are (backend/logits_ops.h);
+// the engine keeps the randomness: one draw of the sample's own generator per sampled token, so a sample
+// depends on its seed alone, never on the batch it ran in. Reported logprobs are always those of the
+// model's unmodified distribution.
 #pragma once
+
+#include "backend/backend.h"
 
 #include <cstdint>
 #include <optional>
 #include <random>
-#include <span>
 
 namespace jambo {
 
@@ -25,15 +28,14 @@ struct SamplingParams {
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params);
-  int32_t sample(std::span<const float> logits);
+  explicit Sampler(const SamplingParams& params, double min_p = 0.0);
+  // How the next token is chosen; a sampled (temperature > 0) choice takes the generator's next draw.
+  TokenChoice next_choice();
 
  private:
   SamplingParams params_;
+  double min_p_;
   std::mt19937_64 rng_;
 };
-
-// The highest logit; ties go to the lowest id.
-int32_t argmax(std::span<const float> logits);
 
 }  // namespace jambo

@@ -3,7 +3,6 @@
 #pragma once
 
 #include "backend/backend.h"
-#include "engine/logprobs.h"
 #include "engine/sampler.h"
 
 #include <functional>
@@ -42,17 +41,17 @@ class SequenceRunner {
   GenerationResult generate(std::span<const int32_t> prompt, const SamplingParams& params,
                             const std::function<void(int32_t)>& on_token = {});
 
-  // Feeds tokens [first, first + count) of the sequence, whose tokens before `first` are already in the
-  // state (none when first == 0: the state starts from zero); returns the step's logits.
-  const StepLogits& step(std::span<const int32_t> sequence, int64_t first, int64_t count, bool all_logits);
-
  private:
+  // A row feeding tokens [first, first + count) of the sequence, whose tokens before `first` are already in
+  // the state (none when first == 0: the state starts from zero).
+  BatchRow make_row(std::span<const int32_t> sequence, int64_t first, int64_t count) const;
+  const RowOutput& run(const BatchRow& row);
 
   Backend& backend_;
   CacheConfig cache_;
   int64_t max_chunk_tokens_;
   std::vector<int32_t> block_table_;  // [num_kv_blocks] identity: logical block i is physical block i
-  StepLogits logits_;
+  StepOutput output_;
 };
 
 }  // namespace jambo

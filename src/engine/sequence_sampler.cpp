@@ -1,9 +1,6 @@
 #include "engine/sequence_sampler.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <vector>
 
 namespace jambo {
 
@@ -27,19 +24,8 @@ SamplingParams seeded(SamplingParams params, uint64_t seed) {
 
 SequenceSampler::SequenceSampler(const RequestSpec& spec, uint64_t request_seed, int64_t sample,
                                  const JambaConfig& config, const Tokenizer* tokenizer)
-    : spec_(spec), config_(config), sampler_(seeded(spec.sampling, sample_seed(request_seed, sample))) {
+    : spec_(spec), config_(config), sampler_(seeded(spec.sampling, sample_seed(request_seed, sample)), spec.min_p) {
   if (tokenizer) decoder_.emplace(*tokenizer, /*skip_special_tokens=*/true);
-}
-
-int32_t SequenceSampler::pick(std::span<const float> logits) {
-  if (spec_.min_p <= 0.0 || spec_.sampling.temperature == 0.0) return sampler_.sample(logits);
-  // min-p at this temperature: p_i / p_max = exp((l_i - l_max) / T) must reach min_p.
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
-  const double threshold = double(max_logit) + spec_.sampling.temperature * std::log(spec_.min_p);
-  std::vector<float> kept(logits.begin(), logits.end());
-  for (float& logit : kept)
-    if (double(logit) < threshold) logit = -std::numeric_limits<float>::infinity();
-  return sampler_.sample(kept);
 }
 
 bool SequenceSampler::is_stop_token(int32_t token) const {

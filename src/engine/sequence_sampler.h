@@ -1,5 +1,5 @@
 // The per-sample side of sampling: a seeded Sampler (its seed derived from the request's seed and the
-// sample index only, so scheduling never changes a sample), min-p filtering, and the stop rules
+// sample index only, so scheduling never changes a sample) and the stop rules
 // (EOS, stop token ids, stop strings, max tokens) with the sample's text decoded incrementally.
 #pragma once
 
@@ -9,7 +9,6 @@
 #include "model/tokenizer.h"
 
 #include <optional>
-#include <span>
 #include <string>
 
 namespace jambo {
@@ -24,7 +23,8 @@ class SequenceSampler {
   SequenceSampler(const RequestSpec& spec, uint64_t request_seed, int64_t sample, const JambaConfig& config,
                   const Tokenizer* tokenizer);
 
-  int32_t pick(std::span<const float> logits);
+  // How the next token is chosen (takes a draw of the sample's generator when sampling).
+  TokenChoice next_choice() { return sampler_.next_choice(); }
   // Takes the sample's num_generated-th token (already picked); returns "stop" or "length" when it ends
   // the sample, nothing otherwise.
   std::optional<std::string> accept(int32_t token, int64_t num_generated);

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "engine/logprobs.h"
+#include "backend/logits_ops.h"
 
 #include <fmt/ranges.h>
 

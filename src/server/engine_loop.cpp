@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace jambo::server {
 
 EngineLoop::EngineLoop(Engine& engine, int64_t max_num_requests)

@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <utility>
+
 namespace jambo::server {
 
 namespace {

@@ -62,11 +62,11 @@ TEST_P(InvarianceTest, DecodeAfterPrefillIsBitwisePrefill) {
   Sequence sequence(0, tokens_);
   const int64_t prompt_length = 7;
   for (int64_t num_tokens = prompt_length; sequence.num_computed < kSequenceLength; num_tokens = 1) {
-    const std::vector<BatchRow> rows = {sequence.row(num_tokens, false)};
-    StepLogits logits;
+    const std::vector<BatchRow> rows = {sequence.row(num_tokens, LogitsCopy::Last)};
+    StepOutput logits;
     backend->forward(rows, logits);
     sequence.num_computed += num_tokens;
-    const std::span<const float> last = logits.row(0);
+    const std::span<const float> last = logits.logits(0);
     ASSERT_EQ(logits.values.size(), size_t(model_.config.vocab_size));
     EXPECT_TRUE(testing::bitwise_equal(last.data(), expected[sequence.num_computed - 1].data(),
                                        model_.config.vocab_size))

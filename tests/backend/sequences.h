@@ -35,7 +35,7 @@ struct Sequence {
     std::iota(block_table.begin(), block_table.end(), int32_t(index * kMaxBlocksPerSequence));
   }
 
-  BatchRow row(int64_t num_tokens, bool all_logits) const {
+  BatchRow row(int64_t num_tokens, LogitsCopy copy) const {
     BatchRow out;
     out.request_id = request_id;
     out.tokens = std::span<const int32_t>(tokens).subspan(size_t(num_computed), size_t(num_tokens));
@@ -43,7 +43,7 @@ struct Sequence {
     out.has_initial_state = num_computed > 0;
     out.slot = slot;
     out.block_table = block_table;
-    out.all_logits = all_logits;
+    out.copy_logits = copy;
     return out;
   }
 };
@@ -60,14 +60,14 @@ inline std::vector<int32_t> random_tokens(int64_t count, int64_t vocab_size, uin
 inline void step(Backend& backend, std::vector<Sequence*> sequences, std::vector<int64_t> num_tokens,
                  std::vector<Logits*> outputs = {}) {
   std::vector<BatchRow> rows;
-  for (size_t i = 0; i < sequences.size(); ++i) rows.push_back(sequences[i]->row(num_tokens[i], true));
-  StepLogits logits;
-  backend.forward(rows, logits);
+  for (size_t i = 0; i < sequences.size(); ++i) rows.push_back(sequences[i]->row(num_tokens[i], LogitsCopy::All));
+  StepOutput output;
+  backend.forward(rows, output);
   for (size_t i = 0; i < sequences.size(); ++i) {
     sequences[i]->num_computed += num_tokens[i];
     if (outputs.empty() || outputs[i] == nullptr) continue;
     for (int64_t t = 0; t < num_tokens[i]; ++t) {
-      const std::span<const float> vector = logits.row(int64_t(i), t);
+      const std::span<const float> vector = output.logits(int64_t(i), t);
       outputs[i]->emplace_back(vector.begin(), vector.end());
     }
   }

@@ -75,7 +75,7 @@ TEST_F(StateTest, SlotBeyondTwoToThe32ElementsKeepsItsOwnState) {
 }
 
 void expect_rejected(Backend& backend, const BatchRow& row, const std::string& expected_words) {
-  StepLogits logits;
+  StepOutput logits;
   try {
     backend.forward(std::span<const BatchRow>(&row, 1), logits);
     ADD_FAILURE() << "a row with " << expected_words << " was accepted";
@@ -89,33 +89,33 @@ void expect_rejected(Backend& backend, const BatchRow& row, const std::string& e
 TEST_F(StateTest, MalformedRowsAreRejectedNamingTheRequest) {
   auto backend = make_cpu_backend(model_, testing::test_cache(1));
   const Sequence sequence(0, tokens_);
-  BatchRow row = sequence.row(6, false);
+  BatchRow row = sequence.row(6, LogitsCopy::Last);
   row.slot = 1;
   expect_rejected(*backend, row, "slot 1 is out of range");
 
-  row = sequence.row(6, false);
+  row = sequence.row(6, LogitsCopy::Last);
   row.block_table = row.block_table.subspan(0, 1);
   expect_rejected(*backend, row, "block table has 1 blocks");
 
-  row = sequence.row(6, false);
+  row = sequence.row(6, LogitsCopy::Last);
   const std::vector<int32_t> bad_blocks = {0, 99};
   row.block_table = bad_blocks;
   expect_rejected(*backend, row, "KV block 99");
 
-  row = sequence.row(6, false);
+  row = sequence.row(6, LogitsCopy::Last);
   const std::vector<int32_t> bad_tokens = {1, int32_t(model_.config.vocab_size)};
   row.tokens = bad_tokens;
   expect_rejected(*backend, row, "outside the vocabulary");
 
-  row = sequence.row(6, false);
+  row = sequence.row(6, LogitsCopy::Last);
   row.has_initial_state = true;
   expect_rejected(*backend, row, "has_initial_state");
 
-  row = sequence.row(0, false);
+  row = sequence.row(0, LogitsCopy::Last);
   expect_rejected(*backend, row, "at least one token");
 
-  const BatchRow twice[] = {sequence.row(2, false), sequence.row(3, false)};
-  StepLogits logits;
+  const BatchRow twice[] = {sequence.row(2, LogitsCopy::Last), sequence.row(3, LogitsCopy::Last)};
+  StepOutput logits;
   EXPECT_THROW(backend->forward(twice, logits), Error);
 }
 
@@ -125,8 +125,8 @@ TEST_F(StateTest, TwoRowsWritingOneKvBlockAreRejected) {
   auto backend = make_cpu_backend(model_, testing::test_cache(2));
   Sequence first(0, tokens_), second(1, tokens_);
   second.block_table = first.block_table;
-  const BatchRow rows[] = {first.row(4, false), second.row(4, false)};
-  StepLogits logits;
+  const BatchRow rows[] = {first.row(4, LogitsCopy::Last), second.row(4, LogitsCopy::Last)};
+  StepOutput logits;
   try {
     backend->forward(rows, logits);
     ADD_FAILURE() << "two rows writing KV block " << first.block_table[0] << " were accepted";

@@ -110,8 +110,7 @@ class OpsTest : public GpuParamTest<TestModelSpec> {
       rows_.push_back(row);
       first += spec.num_tokens[r];
     }
-    std::vector<int64_t> first_vector;
-    return uploader_.upload(rows_, offsets, spec.reads_state, stream_, first_vector);
+    return uploader_.upload(rows_, offsets, spec.reads_state, stream_);
   }
 
   static constexpr int64_t kBlocksPerRow = 8;

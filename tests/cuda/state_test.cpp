@@ -70,10 +70,10 @@ TEST_F(CudaStateTest, RejectsRowsAsTheCpuBackendDoes) {
   auto cpu = make_cpu_backend(model_, test_cache(2));
   std::vector<int32_t> tokens = random_tokens(4, model_.config.vocab_size, 5);
   Sequence sequence(0, tokens);
-  BatchRow row = sequence.row(2, false);
+  BatchRow row = sequence.row(2, LogitsCopy::Last);
   row.has_initial_state = true;  // law 1: no state at position 0
   auto message = [&](Backend& backend) {
-    StepLogits logits;
+    StepOutput logits;
     try {
       backend.forward({&row, 1}, logits);
     } catch (const Error& error) {

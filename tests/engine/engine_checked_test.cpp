@@ -65,9 +65,11 @@ std::vector<float> logits_after_reading_freed_slot(const Model& model, bool chec
   row.has_initial_state = true;
   row.slot = 1;
   row.block_table = block_table;
-  StepLogits logits;
-  backend->forward(std::span<const BatchRow>(&row, 1), logits);
-  return logits.values;
+  row.copy_logits = LogitsCopy::Last;
+  StepOutput output;
+  backend->forward(std::span<const BatchRow>(&row, 1), output);
+  EXPECT_EQ(output.rows[0].finite, !checked);
+  return output.values;
 }
 
 TEST(EngineCheckedTest, FreedSlotIsPoisonedOnlyInCheckedMode) {

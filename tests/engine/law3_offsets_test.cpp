@@ -50,6 +50,7 @@ struct Request {
     row.has_initial_state = num_computed > 0;
     row.slot = slot;
     row.block_table = block_table;
+    row.copy_logits = LogitsCopy::Last;
     return row;
   }
 };
@@ -59,11 +60,11 @@ void run_together(Backend& backend, std::vector<Request*> requests) {
   for (int64_t step = 0; step <= kNumDecodeSteps; ++step) {
     std::vector<BatchRow> rows;
     for (const Request* request : requests) rows.push_back(request->next_row());
-    StepLogits logits;
+    StepOutput logits;
     backend.forward(rows, logits);
     for (size_t i = 0; i < requests.size(); ++i) {
       requests[i]->num_computed += int64_t(rows[i].tokens.size());
-      const std::span<const float> row_logits = logits.row(int64_t(i));
+      const std::span<const float> row_logits = logits.logits(int64_t(i));
       requests[i]->logits.emplace_back(row_logits.begin(), row_logits.end());
     }
   }

@@ -1,6 +1,7 @@
-#include "engine/logprobs.h"
+// The engine's side of sampling: seeded draws, one per sampled token, and the request's sampling fields.
 #include "engine/sampler.h"
 
+#include "backend/logits_ops.h"
 #include "core/error.h"
 
 #include <gtest/gtest.h>
@@ -11,67 +12,54 @@
 namespace jambo {
 namespace {
 
-TEST(Logprobs, LogSumExpIsStableForLargeLogits) {
-  const std::vector<float> logits = {1000.0f, 1000.0f};
-  EXPECT_NEAR(log_sum_exp(logits), 1000.0 + std::log(2.0), 1e-9);
+// n draws of a seeded sampler, each chosen from the same logits.
+std::vector<int32_t> sampled_tokens(const SamplingParams& params, std::span<const float> logits, int num_draws,
+                                    double min_p = 0.0) {
+  Sampler sampler(params, min_p);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < num_draws; ++i) tokens.push_back(choose_token(logits, sampler.next_choice()).token);
+  return tokens;
 }
 
-TEST(Logprobs, TopLogprobsAreSortedNormalizedAndBreakTiesByLowerId) {
-  const std::vector<float> logits = {0.5f, 2.0f, 2.0f, -1.0f};
-  const auto top = top_logprobs(logits, 3);
-  ASSERT_EQ(top.size(), 3u);
-  EXPECT_EQ(top[0].token, 1);
-  EXPECT_EQ(top[1].token, 2);
-  EXPECT_EQ(top[2].token, 0);
-  double total = 0.0;
-  for (float logit : logits) total += std::exp(double(logit));
-  EXPECT_NEAR(top[0].logprob, 2.0 - std::log(total), 1e-12);
-  EXPECT_EQ(top_logprobs(logits, 10).size(), 4u);
-  EXPECT_TRUE(top_logprobs(logits, 0).empty());
-}
-
-TEST(Sampler, TemperatureZeroIsGreedy) {
-  Sampler sampler(SamplingParams{});
-  EXPECT_EQ(sampler.sample(std::vector<float>{0.1f, 3.0f, 2.9f}), 1);
+SamplingParams seeded(double temperature, uint64_t seed) {
+  SamplingParams params;
+  params.temperature = temperature;
+  params.seed = seed;
+  return params;
 }
 
 TEST(Sampler, SameSeedGivesSameSamples) {
-  SamplingParams params;
-  params.temperature = 1.0;
-  params.seed = 42;
   const std::vector<float> logits = {0.0f, 0.1f, 0.2f, 0.3f, 0.4f};
-  Sampler a(params), b(params);
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits), b.sample(logits));
+  EXPECT_EQ(sampled_tokens(seeded(1.0, 42), logits, 50), sampled_tokens(seeded(1.0, 42), logits, 50));
+  EXPECT_NE(sampled_tokens(seeded(1.0, 42), logits, 50), sampled_tokens(seeded(1.0, 43), logits, 50));
+}
+
+TEST(Sampler, GreedyTakesNoDraw) {
+  Sampler sampler(SamplingParams{});
+  EXPECT_EQ(sampler.next_choice().uniform, 0.0);
+  EXPECT_EQ(sampler.next_choice().temperature, 0.0);
 }
 
 TEST(Sampler, FrequenciesFollowTheDistribution) {
-  SamplingParams params;
-  params.temperature = 1.0;
-  params.seed = 7;
   const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
-  Sampler sampler(params);
   std::map<int32_t, int> counts;
   const int num_draws = 20000;
-  for (int i = 0; i < num_draws; ++i) ++counts[sampler.sample(logits)];
+  for (int32_t token : sampled_tokens(seeded(1.0, 7), logits, num_draws)) ++counts[token];
   EXPECT_NEAR(counts[0] / double(num_draws), 0.5, 0.02);
   EXPECT_NEAR(counts[1] / double(num_draws), 0.3, 0.02);
   EXPECT_NEAR(counts[2] / double(num_draws), 0.2, 0.02);
 }
 
-TEST(Sampler, TopKAndTopPRestrictTheCandidates) {
+TEST(Sampler, TopKTopPAndMinPRestrictTheCandidates) {
   const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
-  SamplingParams top_k;
-  top_k.temperature = 1.0;
+  SamplingParams top_k = seeded(1.0, 1);
   top_k.top_k = 2;
-  top_k.seed = 1;
-  SamplingParams top_p = top_k;
-  top_p.top_k = 0;
+  SamplingParams top_p = seeded(1.0, 1);
   top_p.top_p = 0.7;  // 0.5 + 0.3 reaches it: tokens 0 and 1 only
-  Sampler by_k(top_k), by_p(top_p);
-  for (int i = 0; i < 2000; ++i) {
-    EXPECT_LT(by_k.sample(logits), 2);
-    EXPECT_LT(by_p.sample(logits), 2);
-  }
+  for (int32_t token : sampled_tokens(top_k, logits, 2000)) EXPECT_LT(token, 2);
+  for (int32_t token : sampled_tokens(top_p, logits, 2000)) EXPECT_LT(token, 2);
+  // min_p 0.5: p / p_max must reach 0.5, which 0.3 / 0.5 does and 0.15 / 0.5 does not.
+  for (int32_t token : sampled_tokens(seeded(1.0, 1), logits, 2000, /*min_p=*/0.5)) EXPECT_LT(token, 2);
 }
 
 TEST(Sampler, OutOfRangeParametersAreRejectedByName) {

@@ -6,6 +6,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/state_memory.h"
 #include "backend/cpu/vector_ops.h"
+#include "backend/logits_ops.h"
 #include "backend/row_validation.h"
 #include "core/error.h"
 
@@ -21,7 +22,7 @@ class CpuBackend final : public Backend {
   CpuBackend(const Model& model, const CacheConfig& cache);
 
   const JambaConfig& config() const override { return model_.config; }
-  void forward(std::span<const BatchRow> rows, StepLogits& logits) override;
+  void forward(std::span<const BatchRow> rows, StepOutput& output) override;
   void copy_state(int64_t from_slot, int64_t to_slot) override { states_.copy(from_slot, to_slot); }
   void copy_kv_block(int64_t from_block, int64_t to_block) override;
   void poison_state(int64_t slot) override { states_.poison(slot); }
@@ -37,8 +38,8 @@ class CpuBackend final : public Backend {
   void run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens);
   void run_mixer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
                  const Matrix& normed, Matrix& mixed);
-  void compute_logits(std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
-                      StepLogits& logits);
+  void compute_outputs(std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
+                       StepOutput& output);
 
   Model model_;
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
@@ -49,7 +50,8 @@ class CpuBackend final : public Backend {
   Matrix hidden_;        // [num_tokens, H] the residual stream
   Matrix normed_;        // [num_tokens, H] its normalized copy, the input of a mixer or FFN
   Matrix update_;        // [num_tokens, H] the mixer's or FFN's output, added to hidden_
-  Matrix final_normed_;  // [num_vectors, H] the normalized tokens whose logits are asked for
+  Matrix final_normed_;       // [num_vectors, H] the normalized tokens whose logits are computed
+  std::vector<float> logits_;  // [num_vectors, V]
 };
 
 std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
@@ -132,28 +134,29 @@ void CpuBackend::run_layer(int64_t layer, std::span<const BatchRow> rows, const 
   cpu::add_in_place(hidden_, update_);
 }
 
-void CpuBackend::compute_logits(std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
-                                StepLogits& logits) {
-  std::vector<int64_t> selected_tokens;  // [num_vectors] the tokens whose logits are asked for
-  logits.first_vector.clear();
+// Logits of each row's last token, or of every token (computes_all_vectors), then each row's output.
+void CpuBackend::compute_outputs(std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
+                                 StepOutput& output) {
+  std::vector<int64_t> selected_tokens;  // [num_vectors] the tokens whose logits are computed
   for (size_t r = 0; r < rows.size(); ++r) {
-    logits.first_vector.push_back(int64_t(selected_tokens.size()));
     const int64_t num_tokens = int64_t(rows[r].tokens.size());
-    for (int64_t t = rows[r].all_logits ? 0 : num_tokens - 1; t < num_tokens; ++t)
+    for (int64_t t = computes_all_vectors(rows[r]) ? 0 : num_tokens - 1; t < num_tokens; ++t)
       selected_tokens.push_back(first_tokens[r] + t);
   }
   const int64_t num_vectors = int64_t(selected_tokens.size());
+  const int64_t vocab_size = model_.config.vocab_size;
   final_normed_.resize(num_vectors, hidden_.num_cols());
   cpu::parallel_for(num_vectors, hidden_.num_cols(), [&](int64_t v) {
     cpu::rms_norm(hidden_.row(selected_tokens[v]), model_.weights.final_norm, float(model_.config.rms_norm_eps),
                   final_normed_.row(v));
   });
-  logits.vocab_size = model_.config.vocab_size;
-  logits.values.resize(size_t(element_offset(num_vectors, logits.vocab_size)));  // matmul writes every value
-  cpu::matmul(final_normed_.data(), num_vectors, model_.weights.lm_head, logits.values.data());
+  logits_.resize(size_t(element_offset(num_vectors, vocab_size)));  // matmul writes every value
+  cpu::matmul(final_normed_.data(), num_vectors, model_.weights.lm_head, logits_.data());
+
+  fill_step_output(rows, logits_, vocab_size, output);
 }
 
-void CpuBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
+void CpuBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
   validate(rows);
   std::vector<int64_t> first_tokens;  // [num_rows] index of each row's first token in the step
   int64_t num_tokens = 0;
@@ -163,7 +166,7 @@ void CpuBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
   }
   embed(rows);
   for (int64_t layer = 0; layer < model_.config.num_hidden_layers; ++layer) run_layer(layer, rows, first_tokens);
-  compute_logits(rows, first_tokens, logits);
+  compute_outputs(rows, first_tokens, output);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/mixers.h"
 #include "backend/cuda/step_rows.h"
+#include "backend/logits_ops.h"
 #include "backend/row_validation.h"
 
 #include <algorithm>
@@ -31,7 +32,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   const JambaConfig& config() const override { return config_; }
-  void forward(std::span<const BatchRow> rows, StepLogits& logits) override;
+  void forward(std::span<const BatchRow> rows, StepOutput& output) override;
   void copy_state(int64_t from_slot, int64_t to_slot) override;
   void copy_kv_block(int64_t from_block, int64_t to_block) override;
   void poison_state(int64_t slot) override;
@@ -65,6 +66,7 @@ class CudaBackend final : public Backend {
   MambaScratch mamba_scratch_;
   AttentionScratch attention_scratch_;
   FfnWorkspace ffn_workspace_;
+  std::vector<float> host_logits_;  // [num_vectors, V]
 };
 
 std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
@@ -169,7 +171,7 @@ void CudaBackend::run_attention(int64_t layer, const DeviceRows& rows) {
                   stream_);
 }
 
-void CudaBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
+void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
   validate_rows(rows, config_, {cache_.num_state_slots, cache_.num_kv_blocks, cache_.kv_block_size});
   std::vector<int64_t> state_offsets;
   std::vector<int32_t> reads_state;
@@ -177,7 +179,7 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
     state_offsets.push_back(slot_offset(row.slot));
     reads_state.push_back(row.has_initial_state || (faults_.decode_before_prefill && row.tokens.size() == 1));
   }
-  const DeviceRows device_rows = uploader_.upload(rows, state_offsets, reads_state, stream_, logits.first_vector);
+  const DeviceRows device_rows = uploader_.upload(rows, state_offsets, reads_state, stream_);
   const int64_t num_tokens = device_rows.num_tokens, num_vectors = device_rows.num_vectors;
   const int64_t hidden = config_.hidden_size;
   const float eps = float(config_.rms_norm_eps);
@@ -205,12 +207,12 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepLogits& logits) {
   }
   gather_rms_norm(device_rows, a.hidden.data(), hidden, weights_->final_norm, eps, a.final_normed.data(), stream_);
   linear(*gemm_, a.final_normed.data(), num_vectors, weights_->lm_head, a.logits.data());
-  logits.vocab_size = config_.vocab_size;
-  logits.values.resize(size_t(element_offset(num_vectors, logits.vocab_size)));
-  JAMBO_CUDA_CHECK(cudaMemcpyAsync(logits.values.data(), a.logits.data(),
-                                   size_t(element_offset(logits.values.size(), sizeof(float))), cudaMemcpyDeviceToHost,
+  host_logits_.resize(size_t(element_offset(num_vectors, config_.vocab_size)));
+  JAMBO_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), a.logits.data(),
+                                   size_t(element_offset(host_logits_.size(), sizeof(float))), cudaMemcpyDeviceToHost,
                                    stream_));
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  fill_step_output(rows, host_logits_, config_.vocab_size, output);
 }
 
 }  // namespace

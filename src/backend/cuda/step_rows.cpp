@@ -9,14 +9,13 @@ StepRowsUploader::~StepRowsUploader() {
 }
 
 DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<const int64_t> state_offsets,
-                                    std::span<const int32_t> reads_state, cudaStream_t stream,
-                                    std::vector<int64_t>& first_vector) {
+                                    std::span<const int32_t> reads_state, cudaStream_t stream) {
   const int64_t num_rows = int64_t(rows.size());
   int64_t num_tokens = 0, num_table_entries = 0, num_vectors = 0;
   for (const BatchRow& row : rows) {
     num_tokens += int64_t(row.tokens.size());
     num_table_entries += int64_t(row.block_table.size());
-    num_vectors += row.all_logits ? int64_t(row.tokens.size()) : 1;
+    num_vectors += computes_all_vectors(row) ? int64_t(row.tokens.size()) : 1;
   }
   // Sections, each a whole number of 8-byte words; 32-bit arrays are packed two to a word.
   const auto words_for_int32 = [](int64_t count) { return (count + 1) / 2; };
@@ -35,7 +34,6 @@ DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<co
   host_.assign(size_t(num_words), 0);
   int64_t* words = host_.data();
   auto int32_at = [&](int64_t section) { return reinterpret_cast<int32_t*>(words + section); };
-  first_vector.clear();
   int64_t token = 0, table_entry = 0, vector = 0;
   for (int64_t r = 0; r < num_rows; ++r) {
     const BatchRow& row = rows[r];
@@ -46,8 +44,7 @@ DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<co
     words[section_state + r] = state_offsets[r];
     words[section_table_offset + r] = table_entry;
     int32_at(section_reads)[r] = reads_state[r];
-    first_vector.push_back(vector);
-    for (int64_t t = row.all_logits ? 0 : row_tokens - 1; t < row_tokens; ++t)
+    for (int64_t t = computes_all_vectors(row) ? 0 : row_tokens - 1; t < row_tokens; ++t)
       words[section_selected + vector++] = token + t;
     for (int64_t t = 0; t < row_tokens; ++t) {
       int32_at(section_token_row)[token + t] = int32_t(r);

@@ -13,9 +13,9 @@ namespace jambo::cuda {
 class StepRowsUploader {
  public:
   // Packs the rows (with the backend's per-row state offset and read flag) into one pinned buffer and
-  // copies it to the GPU in one transfer on `stream`. first_vector gets each row's first logits vector.
+  // copies it to the GPU in one transfer on `stream`.
   DeviceRows upload(std::span<const BatchRow> rows, std::span<const int64_t> state_offsets,
-                    std::span<const int32_t> reads_state, cudaStream_t stream, std::vector<int64_t>& first_vector);
+                    std::span<const int32_t> reads_state, cudaStream_t stream);
   ~StepRowsUploader();
 
  private:
