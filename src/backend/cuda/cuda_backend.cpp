@@ -3,9 +3,9 @@
 #include "backend/cuda/embedding_norm.h"
 #include "backend/cuda/ffn.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/logits_outputs.h"
 #include "backend/cuda/mixers.h"
 #include "backend/cuda/step_rows.h"
-#include "backend/logits_ops.h"
 #include "backend/row_validation.h"
 
 #include <algorithm>
@@ -66,7 +66,7 @@ class CudaBackend final : public Backend {
   MambaScratch mamba_scratch_;
   AttentionScratch attention_scratch_;
   FfnWorkspace ffn_workspace_;
-  std::vector<float> host_logits_;  // [num_vectors, V]
+  LogitsOutputs logits_outputs_;
 };
 
 std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
@@ -207,12 +207,7 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
   }
   gather_rms_norm(device_rows, a.hidden.data(), hidden, weights_->final_norm, eps, a.final_normed.data(), stream_);
   linear(*gemm_, a.final_normed.data(), num_vectors, weights_->lm_head, a.logits.data());
-  host_logits_.resize(size_t(element_offset(num_vectors, config_.vocab_size)));
-  JAMBO_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), a.logits.data(),
-                                   size_t(element_offset(host_logits_.size(), sizeof(float))), cudaMemcpyDeviceToHost,
-                                   stream_));
-  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  fill_step_output(rows, host_logits_, config_.vocab_size, output);
+  logits_outputs_.compute(rows, a.logits.data(), config_.vocab_size, stream_, output);
 }
 
 }  // namespace

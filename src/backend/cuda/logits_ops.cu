@@ -1,0 +1,302 @@
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/logits_ops.h"
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include <cmath>
+
+namespace jambo::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+
+// Unsigned keys in the order of the floats (radix select and sort work on these).
+__device__ inline uint32_t order_key(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+// Sort key of a candidate: larger logit first, then lower id.
+__device__ inline uint64_t candidate_key(float logit, int32_t id) {
+  return (uint64_t(order_key(logit)) << 32) | uint64_t(0xFFFFFFFFu - uint32_t(id));
+}
+
+// The ids [first, end) thread t walks when a pass needs id order (contiguous chunks).
+struct Chunk {
+  int64_t first, end;
+};
+__device__ inline Chunk thread_chunk(int64_t vocab_size) {
+  const int64_t size = (vocab_size + blockDim.x - 1) / blockDim.x;
+  const int64_t first = min(vocab_size, threadIdx.x * size);
+  return {first, min(vocab_size, first + size)};
+}
+
+struct MaxArg {
+  float value;
+  int32_t id;
+};
+struct HigherLogit {
+  __device__ MaxArg operator()(const MaxArg& a, const MaxArg& b) const {
+    return (b.value > a.value || (b.value == a.value && b.id < a.id)) ? b : a;
+  }
+};
+
+__global__ void logits_stats_kernel(const float* logits, const int32_t* targets, int64_t vocab_size,
+                                    VectorStats* stats) {
+  using MaxReduce = cub::BlockReduce<MaxArg, kThreads>;
+  using SumReduce = cub::BlockReduce<double, kThreads>;
+  using CountReduce = cub::BlockReduce<int, kThreads>;
+  __shared__ union {
+    typename MaxReduce::TempStorage max;
+    typename SumReduce::TempStorage sum;
+    typename CountReduce::TempStorage count;
+  } scratch;
+  __shared__ MaxArg top;
+  const int64_t v = blockIdx.x;
+  const float* row = logits + device_offset(v, vocab_size);
+
+  MaxArg best{-INFINITY, 0};
+  int num_nonfinite = 0;
+  for (int64_t i = threadIdx.x; i < vocab_size; i += blockDim.x) {
+    const float logit = row[i];
+    if (!isfinite(logit)) ++num_nonfinite;
+    if (logit > best.value) best = {logit, int32_t(i)};  // strided ids rise, so ties keep the lower
+  }
+  const MaxArg block_best = MaxReduce(scratch.max).Reduce(best, HigherLogit());
+  if (threadIdx.x == 0) top = block_best;
+  __syncthreads();
+  const int total_nonfinite = CountReduce(scratch.count).Sum(num_nonfinite);
+  __syncthreads();
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < vocab_size; i += blockDim.x) sum += exp(double(row[i]) - double(top.value));
+  const double total = SumReduce(scratch.sum).Sum(sum);
+  if (threadIdx.x == 0) {
+    VectorStats out;
+    out.max_logit = top.value;
+    out.argmax = top.id;
+    out.log_normalizer = double(top.value) + log(total);
+    out.num_nonfinite = total_nonfinite;
+    out.target_logit = targets[v] >= 0 ? row[targets[v]] : 0.0f;
+    stats[v] = out;
+  }
+}
+
+// Radix select of the count-th largest key (4 passes of 8 bits), then the candidates in id order (all keys
+// above the threshold, and the lowest ids of those equal to it), then a bitonic sort in shared memory.
+__global__ void top_candidates_kernel(const float* logits, const TopRequest* requests, int64_t vocab_size,
+                                      int32_t* candidate_ids, float* candidate_logits) {
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  __shared__ int histogram[256];
+  __shared__ uint32_t prefix, mask;
+  __shared__ int remaining;
+  __shared__ uint64_t keys[kMaxCandidates];
+  const TopRequest request = requests[blockIdx.x];
+  const float* row = logits + device_offset(request.vector, vocab_size);
+
+  if (threadIdx.x == 0) {
+    prefix = 0;
+    mask = 0;
+    remaining = request.count;
+  }
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) histogram[b] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < vocab_size; i += blockDim.x) {
+      const uint32_t key = order_key(row[i]);
+      if ((key & mask) == prefix) atomicAdd(&histogram[(key >> shift) & 255u], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int above = 0, bin = 255;
+      for (; bin > 0 && above + histogram[bin] < remaining; --bin) above += histogram[bin];
+      remaining -= above;
+      prefix |= uint32_t(bin) << shift;
+      mask |= 255u << shift;
+    }
+    __syncthreads();
+  }
+  const uint32_t threshold = prefix;
+  const int num_equal_taken = remaining;
+  const int num_above = request.count - num_equal_taken;
+
+  const Chunk chunk = thread_chunk(vocab_size);
+  int above = 0, equal = 0;
+  for (int64_t i = chunk.first; i < chunk.end; ++i) {
+    const uint32_t key = order_key(row[i]);
+    above += key > threshold;
+    equal += key == threshold;
+  }
+  int above_before = 0, equal_before = 0;
+  Scan(scan_storage).ExclusiveSum(above, above_before);
+  __syncthreads();
+  Scan(scan_storage).ExclusiveSum(equal, equal_before);
+  int sorted_size = 1;
+  while (sorted_size < request.count) sorted_size *= 2;
+  for (int i = threadIdx.x; i < sorted_size; i += blockDim.x) keys[i] = 0;  // padding sorts last
+  __syncthreads();
+  for (int64_t i = chunk.first; i < chunk.end; ++i) {
+    const float logit = row[i];
+    const uint32_t key = order_key(logit);
+    if (key > threshold) keys[above_before++] = candidate_key(logit, int32_t(i));
+    if (key == threshold && equal_before < num_equal_taken) keys[num_above + equal_before++] = candidate_key(logit, int32_t(i));
+  }
+  __syncthreads();
+  // Bitonic sort, descending.
+  for (int size = 2; size <= sorted_size; size *= 2) {
+    for (int stride = size / 2; stride > 0; stride /= 2) {
+      for (int i = threadIdx.x; i < sorted_size; i += blockDim.x) {
+        const int partner = i ^ stride;
+        if (partner > i) {
+          const bool descending = (i & size) == 0;
+          if ((keys[i] < keys[partner]) == descending) {
+            const uint64_t swapped = keys[i];
+            keys[i] = keys[partner];
+            keys[partner] = swapped;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int i = threadIdx.x; i < request.count; i += blockDim.x) {
+    const int32_t id = int32_t(0xFFFFFFFFu - uint32_t(keys[i] & 0xFFFFFFFFu));
+    candidate_ids[request.offset + i] = id;
+    candidate_logits[request.offset + i] = row[id];
+  }
+}
+
+// exp((logit - max) / T), or 0 below the min-p cut (as logits_ops.cpp).
+__device__ inline double sampling_weight(float logit, double max_logit, double min_logit, double temperature) {
+  return double(logit) < min_logit ? 0.0 : exp((double(logit) - max_logit) / temperature);
+}
+
+// Inverse CDF over every id in id order: each thread sums its contiguous chunk, a block scan gives the
+// chunk offsets, and the thread whose chunk holds the draw walks it.
+__device__ int32_t sample_in_id_order(const float* row, int64_t vocab_size, const SampleRequest& request,
+                                      double max_logit, double min_logit) {
+  using Scan = cub::BlockScan<double, kThreads>;
+  using Reduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  __shared__ typename Reduce::TempStorage reduce_storage;
+  __shared__ double total;
+  __shared__ int32_t token;
+  const Chunk chunk = thread_chunk(vocab_size);
+  double partial = 0.0;
+  for (int64_t i = chunk.first; i < chunk.end; ++i)
+    partial += sampling_weight(row[i], max_logit, min_logit, request.temperature);
+  double before = 0.0;
+  Scan(scan_storage).ExclusiveSum(partial, before);
+  const double block_total = Reduce(reduce_storage).Sum(partial);
+  if (threadIdx.x == 0) {
+    total = block_total;
+    token = int32_t(vocab_size - 1);  // the host's choice when rounding leaves the draw past every token
+  }
+  __syncthreads();
+  const double target = request.uniform * total;
+  if (partial > 0.0 && before <= target && target < before + partial) {
+    double left = target - before;
+    for (int64_t i = chunk.first; i < chunk.end; ++i) {
+      const double weight = sampling_weight(row[i], max_logit, min_logit, request.temperature);
+      if (weight == 0.0) continue;
+      token = int32_t(i);
+      left -= weight;
+      if (left < 0.0) break;
+    }
+  }
+  __syncthreads();
+  return token;
+}
+
+__global__ void sample_tokens_kernel(const float* logits, const SampleRequest* requests, int64_t vocab_size,
+                                     const VectorStats* stats, const TopRequest* top_requests,
+                                     const int32_t* candidate_ids, const float* candidate_logits,
+                                     SampleResult* results) {
+  using Reduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename Reduce::TempStorage reduce_storage;
+  __shared__ double weights[kMaxCandidates];
+  const SampleRequest request = requests[blockIdx.x];
+  const float* row = logits + device_offset(request.vector, vocab_size);
+  const double max_logit = stats[request.vector].max_logit;
+  const double min_logit = request.min_p > 0.0 ? max_logit + request.temperature * log(request.min_p) : -INFINITY;
+  if (request.top_request < 0) {
+    const int32_t token = sample_in_id_order(row, vocab_size, request, max_logit, min_logit);
+    if (threadIdx.x == 0) results[blockIdx.x] = {token, row[token], 0};
+    return;
+  }
+  // Sorted candidates: the top_k, or (top_p alone) the most likely ones with the whole vocabulary's mass.
+  const TopRequest top = top_requests[request.top_request];
+  const int num_candidates = request.top_k > 0 ? int(request.top_k) : top.count;
+  for (int i = threadIdx.x; i < num_candidates; i += blockDim.x)
+    weights[i] = sampling_weight(candidate_logits[top.offset + i], max_logit, min_logit, request.temperature);
+  double vocabulary_sum = 0.0;
+  if (request.top_k == 0)
+    for (int64_t i = threadIdx.x; i < vocab_size; i += blockDim.x)
+      vocabulary_sum += sampling_weight(row[i], max_logit, min_logit, request.temperature);
+  const double vocabulary_total = Reduce(reduce_storage).Sum(vocabulary_sum);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  // From here on one thread, in the host's order of operations (logits_ops.cpp sample_token).
+  double total = 0.0;
+  if (request.top_k > 0)
+    for (int i = 0; i < num_candidates; ++i) total += weights[i];
+  else
+    total = vocabulary_total;
+  int num_kept = num_candidates;
+  if (request.top_p < 1.0) {
+    double mass = 0.0;
+    int i = 0;
+    for (; i < num_candidates; ++i) {
+      mass += weights[i] / total;
+      if (mass >= request.top_p) break;
+    }
+    if (i == num_candidates && request.top_k == 0 && num_candidates < vocab_size) {
+      results[blockIdx.x] = {0, 0.0f, 1};  // the nucleus is wider than the candidates
+      return;
+    }
+    num_kept = min(i + 1, num_candidates);
+  }
+  double kept_total = 0.0;
+  for (int i = 0; i < num_kept; ++i) kept_total += weights[i];
+  double target = request.uniform * kept_total;
+  int32_t token = candidate_ids[top.offset + num_kept - 1];
+  for (int i = 0; i < num_kept; ++i) {
+    target -= weights[i];
+    if (target < 0.0) {
+      token = candidate_ids[top.offset + i];
+      break;
+    }
+  }
+  results[blockIdx.x] = {token, row[token], 0};
+}
+
+}  // namespace
+
+void logits_stats(const float* logits, const int32_t* targets, int64_t num_vectors, int64_t vocab_size,
+                  VectorStats* stats, cudaStream_t stream) {
+  if (num_vectors == 0) return;
+  logits_stats_kernel<<<unsigned(num_vectors), kThreads, 0, stream>>>(logits, targets, vocab_size, stats);
+  JAMBO_CUDA_CHECK_LAUNCH(logits_stats_kernel);
+}
+
+void top_candidates(const float* logits, const TopRequest* requests, int64_t num_requests, int64_t vocab_size,
+                    int32_t* candidate_ids, float* candidate_logits, cudaStream_t stream) {
+  if (num_requests == 0) return;
+  top_candidates_kernel<<<unsigned(num_requests), kThreads, 0, stream>>>(logits, requests, vocab_size, candidate_ids,
+                                                                         candidate_logits);
+  JAMBO_CUDA_CHECK_LAUNCH(top_candidates_kernel);
+}
+
+void sample_tokens(const float* logits, const SampleRequest* requests, int64_t num_requests, int64_t vocab_size,
+                   const VectorStats* stats, const TopRequest* top_requests, const int32_t* candidate_ids,
+                   const float* candidate_logits, SampleResult* results, cudaStream_t stream) {
+  if (num_requests == 0) return;
+  sample_tokens_kernel<<<unsigned(num_requests), kThreads, 0, stream>>>(
+      logits, requests, vocab_size, stats, top_requests, candidate_ids, candidate_logits, results);
+  JAMBO_CUDA_CHECK_LAUNCH(sample_tokens_kernel);
+}
+
+}  // namespace jambo::cuda

@@ -1,0 +1,180 @@
+// The GPU logits outputs (cuda/logits_outputs, cuda/logits_ops) against their CPU twin (backend/logits_ops) on
+// the same logits: target logprobs with top-K, greedy and seeded choices under temperature, top_k, top_p and
+// min_p (the draw walks the same mass, so the tokens are equal), choices the kernels hand back to the host
+// (top_k over 1024, a nucleus wider than the candidates), ties, -inf logits, a NaN vector, copies asked for,
+// and vocabularies smaller and larger than a block.
+#include "backend/cuda/logits_outputs.h"
+#include "backend/logits_ops.h"
+#include "cuda_test_util.h"
+
+#include <random>
+
+namespace jambo::testing {
+namespace {
+
+constexpr double kLogprobTolerance = 1e-9;  // double sums in another order
+
+struct Case {
+  std::vector<BatchRow> rows;
+  std::vector<std::vector<int32_t>> tokens, targets;
+  std::vector<std::vector<TokenChoice>> choices;
+};
+
+// Peaked logits (a few tokens hold most of the mass) or flat ones (the nucleus spans thousands of tokens).
+std::vector<float> random_logits(int64_t count, double spread, std::mt19937_64& random) {
+  std::normal_distribution<float> normal(0.0f, float(spread));
+  std::vector<float> values(static_cast<size_t>(count));
+  for (float& value : values) value = normal(random);
+  return values;
+}
+
+std::vector<TokenChoice> choice_mix(std::mt19937_64& random) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<TokenChoice> choices;
+  const auto add = [&](double temperature, int64_t top_k, double top_p, double min_p, int64_t num_top) {
+    TokenChoice choice;
+    choice.temperature = temperature;
+    choice.top_k = top_k;
+    choice.top_p = top_p;
+    choice.min_p = min_p;
+    choice.num_top_logprobs = num_top;
+    if (temperature > 0.0) choice.uniform = unit(random);
+    choices.push_back(choice);
+  };
+  add(0.0, 0, 1.0, 0.0, 0);     // greedy
+  add(0.0, 0, 1.0, 0.0, 20);    // greedy with the top 20
+  add(1.0, 0, 1.0, 0.0, 0);     // plain sampling in id order
+  add(0.7, 0, 1.0, 0.05, 3);    // with min_p
+  add(0.8, 0, 0.95, 0.0, 5);    // nucleus
+  add(1.3, 40, 1.0, 0.0, 0);    // top_k
+  add(1.0, 1024, 0.9, 0.0, 2);  // the widest top_k on the GPU, with top_p
+  add(1.0, 2000, 1.0, 0.0, 1);  // top_k past the GPU's candidates: chosen on the host
+  add(0.5, 1, 1.0, 0.0, 0);     // top_k 1 is greedy
+  return choices;
+}
+
+// Rows of 1 to 5 tokens over one logits buffer: some score targets with top-K, some choose, some copy.
+Case make_case(int64_t vocab_size, std::mt19937_64& random) {
+  Case c;
+  for (int64_t r = 0; r < 6; ++r) {
+    const int64_t num_tokens = 1 + r % 5;
+    c.tokens.emplace_back(static_cast<size_t>(num_tokens), 1);
+    c.targets.emplace_back();
+    if (r % 2 == 0)
+      for (int64_t i = 0; i < num_tokens - 1; ++i) c.targets.back().push_back(int32_t(random() % uint64_t(vocab_size)));
+    c.choices.push_back(r == 3 ? std::vector<TokenChoice>{} : choice_mix(random));
+  }
+  for (size_t r = 0; r < c.tokens.size(); ++r) {
+    BatchRow row;
+    row.request_id = int64_t(r);
+    row.tokens = c.tokens[r];
+    row.targets = c.targets[r];
+    row.num_top_logprobs = r == 2 ? 7 : 0;
+    row.choices = c.choices[r];
+    row.copy_logits = r == 4 ? LogitsCopy::All : r == 5 ? LogitsCopy::Last : LogitsCopy::None;
+    c.rows.push_back(row);
+  }
+  return c;
+}
+
+int64_t num_vectors(const std::vector<BatchRow>& rows) {
+  int64_t count = 0;
+  for (const BatchRow& row : rows) count += computes_all_vectors(row) ? int64_t(row.tokens.size()) : 1;
+  return count;
+}
+
+void expect_same_top(const std::vector<TokenLogprob>& gpu, const std::vector<TokenLogprob>& cpu, const char* what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    EXPECT_EQ(gpu[i].token, cpu[i].token) << what << " entry " << i;
+    EXPECT_NEAR(gpu[i].logprob, cpu[i].logprob, kLogprobTolerance) << what << " entry " << i;
+  }
+}
+
+void expect_same_output(const StepOutput& gpu, const StepOutput& cpu) {
+  ASSERT_EQ(gpu.rows.size(), cpu.rows.size());
+  for (size_t r = 0; r < gpu.rows.size(); ++r) {
+    SCOPED_TRACE("row " + std::to_string(r));
+    const RowOutput& g = gpu.rows[r];
+    const RowOutput& c = cpu.rows[r];
+    EXPECT_EQ(g.finite, c.finite);
+    ASSERT_EQ(g.target_logprobs.size(), c.target_logprobs.size());
+    for (size_t i = 0; i < g.target_logprobs.size(); ++i)
+      EXPECT_NEAR(g.target_logprobs[i], c.target_logprobs[i], kLogprobTolerance) << "target " << i;
+    ASSERT_EQ(g.target_top_logprobs.size(), c.target_top_logprobs.size());
+    for (size_t i = 0; i < g.target_top_logprobs.size(); ++i)
+      expect_same_top(g.target_top_logprobs[i], c.target_top_logprobs[i], "target top");
+    ASSERT_EQ(g.chosen.size(), c.chosen.size());
+    for (size_t i = 0; i < g.chosen.size(); ++i) {
+      EXPECT_EQ(g.chosen[i].token, c.chosen[i].token) << "choice " << i;
+      EXPECT_NEAR(g.chosen[i].logprob, c.chosen[i].logprob, kLogprobTolerance) << "choice " << i;
+      expect_same_top(g.chosen[i].top_logprobs, c.chosen[i].top_logprobs, "choice top");
+    }
+  }
+  EXPECT_EQ(gpu.first_vector, cpu.first_vector);
+  EXPECT_EQ(gpu.values, cpu.values);  // copies are the logits themselves
+}
+
+void expect_gpu_equals_cpu(const Case& c, const std::vector<float>& logits, int64_t vocab_size) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cuda::DeviceBuffer<float> device(int64_t(logits.size()));
+  ASSERT_EQ(cudaMemcpy(device.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  cuda::LogitsOutputs outputs;
+  StepOutput gpu, cpu;
+  for (int repeat = 0; repeat < 2; ++repeat) {  // the second reuses the buffers of the first
+    outputs.compute(c.rows, device.data(), vocab_size, stream, gpu);
+    fill_step_output(c.rows, logits, vocab_size, cpu);
+    expect_same_output(gpu, cpu);
+  }
+  cudaStreamDestroy(stream);
+}
+
+class LogitsOutputsTest : public GpuParamTest<int64_t> {};
+
+TEST_P(LogitsOutputsTest, EqualTheCpuTwinOnPeakedAndFlatLogits) {
+  const int64_t vocab_size = GetParam();
+  std::mt19937_64 random{uint64_t(vocab_size)};
+  for (const double spread : {4.0, 0.3}) {
+    SCOPED_TRACE("logit spread " + std::to_string(spread));
+    const Case c = make_case(vocab_size, random);
+    expect_gpu_equals_cpu(c, random_logits(num_vectors(c.rows) * vocab_size, spread, random), vocab_size);
+  }
+}
+
+TEST_P(LogitsOutputsTest, TiesAndMinusInfinityFollowTheCpu) {
+  const int64_t vocab_size = GetParam();
+  std::mt19937_64 random(7);
+  const Case c = make_case(vocab_size, random);
+  std::vector<float> logits(static_cast<size_t>(num_vectors(c.rows) * vocab_size));
+  for (size_t i = 0; i < logits.size(); ++i)
+    logits[i] = i % 3 == 0 ? -INFINITY : float(int64_t(random() % 4));  // four values, many ties
+  expect_gpu_equals_cpu(c, logits, vocab_size);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, LogitsOutputsTest, ::testing::Values(3, 50, 1000, 3001, 65536));
+
+TEST_F(GpuTest, NanLogitsAreReportedNotFinite) {
+  const int64_t vocab_size = 500;
+  std::mt19937_64 random(3);
+  const Case c = make_case(vocab_size, random);
+  std::vector<float> logits = random_logits(num_vectors(c.rows) * vocab_size, 2.0, random);
+  logits[logits.size() - 17] = NAN;  // in the last row's vector
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cuda::DeviceBuffer<float> device(int64_t(logits.size()));
+  ASSERT_EQ(cudaMemcpy(device.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  cuda::LogitsOutputs outputs;
+  StepOutput gpu;
+  outputs.compute(c.rows, device.data(), vocab_size, stream, gpu);
+  for (size_t r = 0; r + 1 < gpu.rows.size(); ++r) EXPECT_TRUE(gpu.rows[r].finite) << "row " << r;
+  EXPECT_FALSE(gpu.rows.back().finite);
+  for (const ChosenToken& chosen : gpu.rows.back().chosen) {  // ids stay in the vocabulary
+    EXPECT_GE(chosen.token, 0);
+    EXPECT_LT(chosen.token, vocab_size);
+  }
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace jambo::testing
