@@ -44,7 +44,7 @@ struct HigherLogit {
   }
 };
 
-__global__ void logits_stats_kernel(const float* logits, const int32_t* targets, int64_t vocab_size,
+__global__ void __launch_bounds__(kThreads) logits_stats_kernel(const float* logits, const int32_t* targets, int64_t vocab_size,
                                     VectorStats* stats) {
   using MaxReduce = cub::BlockReduce<MaxArg, kThreads>;
   using SumReduce = cub::BlockReduce<double, kThreads>;
@@ -86,7 +86,7 @@ __global__ void logits_stats_kernel(const float* logits, const int32_t* targets,
 
 // Radix select of the count-th largest key (4 passes of 8 bits), then the candidates in id order (all keys
 // above the threshold, and the lowest ids of those equal to it), then a bitonic sort in shared memory.
-__global__ void top_candidates_kernel(const float* logits, const TopRequest* requests, int64_t vocab_size,
+__global__ void __launch_bounds__(kThreads) top_candidates_kernel(const float* logits, const TopRequest* requests, int64_t vocab_size,
                                       int32_t* candidate_ids, float* candidate_logits) {
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
@@ -211,7 +211,7 @@ __device__ int32_t sample_in_id_order(const float* row, int64_t vocab_size, cons
   return token;
 }
 
-__global__ void sample_tokens_kernel(const float* logits, const SampleRequest* requests, int64_t vocab_size,
+__global__ void __launch_bounds__(kThreads) sample_tokens_kernel(const float* logits, const SampleRequest* requests, int64_t vocab_size,
                                      const VectorStats* stats, const TopRequest* top_requests,
                                      const int32_t* candidate_ids, const float* candidate_logits,
                                      SampleResult* results) {
