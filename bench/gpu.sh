@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
-# GPU speed figures for the Jamba-Reasoning-3B shape (random bf16 weights, the CUDA backend): decode tok/s in
-# total at batch 1, 8, 64 and 256 with the weight GB/s each decode step achieves against the H200's 4.8 TB/s
-# and a copy ceiling measured in the same run, then prefill tok/s of a 512- and an 8192-token prompt.
-# Prints figures; never fails on time. Run on the GPU machine:
-#   bench/gpu.sh [path/to/jambo] [f32|bf16]      (weights on the GPU; default bf16)
+# GPU speed figures (random bf16 weights generated on the GPU, the CUDA backend): decode tok/s in total at batch
+# 1, 8, 64 and 256 with the weight GB/s each decode step achieves against the H200's 4.8 TB/s and a copy ceiling
+# measured in the same run, and prefill tok/s; for the Jamba-Reasoning-3B shape (also a 512- and an 8192-token
+# prompt alone) and the Jamba-v0.1 shape (52B MoE, 16 experts top-2; bf16 only: its 103 GB of bf16 weights would
+# be 206 GB in f32 mode). Prints figures; never fails on time. Run on the GPU machine:
+#   bench/gpu.sh [path/to/jambo] [f32|bf16] [3b|52b|all]      (weights on the GPU, default bf16; shapes, default all)
 # First figures (H200, 2026-11-29, bf16, cuBLAS per GEMM, no CUDA graphs; copy ceiling 4.24 TB/s):
-#   decode tok/s in total: batch 1: 221 (4.53 ms/step, 1.34 TB/s of weights), 8: 1606, 64: 6818, 256: 10012;
-#   prefill tok/s: 512 tokens 16,500 (23,600 with 8 to 256 prompts packed), 8192 tokens 5,300.
+#   Reasoning-3B decode tok/s in total: batch 1: 221 (4.53 ms/step, 1.34 TB/s of weights), 8: 1606, 64: 6818,
+#   256: 10012; prefill tok/s: 512 tokens 16,500 (23,600 with 8 to 256 prompts packed), 8192 tokens 5,300.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
 weights=${2:-bf16}
-shape=bench/shapes/jamba-reasoning-3b
-common=(--model "$shape" --random-weights --random-dtype bf16 --backend cuda --cuda-weights "$weights")
-"$jambo" bench "${common[@]}" --batch 1,8,64,256 --prompt-tokens 512 --decode-tokens 32 --repeats 2
-"$jambo" bench "${common[@]}" --batch 1 --prompt-tokens 8192 --decode-tokens 4 --repeats 2
+shapes=${3:-all}
+[[ $shapes =~ ^(3b|52b|all)$ ]] || { echo "gpu.sh: shapes must be 3b, 52b or all, got '$shapes'" >&2; exit 2; }
+
+bench() {
+  local shape=$1
+  shift
+  "$jambo" bench --model "bench/shapes/$shape" --random-weights --random-dtype bf16 --backend cuda \
+    --cuda-weights "$weights" "$@"
+}
+
+if [[ $shapes != 52b ]]; then
+  bench jamba-reasoning-3b --batch 1,8,64,256 --prompt-tokens 512 --decode-tokens 32 --repeats 2
+  bench jamba-reasoning-3b --batch 1 --prompt-tokens 8192 --decode-tokens 4 --repeats 2
+fi
+if [[ $shapes != 3b ]]; then
+  if [[ $weights == f32 ]]; then
+    echo "gpu.sh: the Jamba-v0.1 shape does not fit on one GPU in f32 mode; skipped" >&2
+  else
+    bench jamba-v0.1 --batch 1,8,64,256 --prompt-tokens 512 --decode-tokens 32 --repeats 2
+  fi
+fi

@@ -44,7 +44,10 @@ int64_t host_available_memory_bytes() {
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache,
                                       [[maybe_unused]] const std::string& cuda_weights) {
-  if (name == "cpu") return make_cpu_backend(model, cache);
+  if (name == "cpu") {
+    require_host_data(model, "the CPU backend");
+    return make_cpu_backend(model, cache);
+  }
 #ifdef JAMBO_WITH_CUDA
   if (name == "cuda") return make_cuda_backend(model, cache, cuda_weights);
 #endif

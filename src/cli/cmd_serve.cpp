@@ -39,7 +39,7 @@ void run_serve(const ServeOptions& options) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  const Model model = options.model.load();
+  const Model model = options.model.load(options.engine.options.backend);
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
   JAMBO_REQUIRE(tokenizer, "model folder '{}' has no tokenizer.json; the server needs one", options.model.folder);
   const std::optional<ChatTemplate> chat_template = load_chat_template(options.model.folder);

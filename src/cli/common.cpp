@@ -20,10 +20,13 @@ void ModelOptions::add_to(CLI::App& command, bool allow_random_weights) {
   command.add_option("--random-seed", random_seed, "seed of random weights")->capture_default_str();
 }
 
-Model ModelOptions::load() const {
+Model ModelOptions::load(const std::string& backend) const {
   if (!random_weights) return load_model(folder);
   const DType dtype = random_dtype == "f32" ? DType::F32 : random_dtype == "f16" ? DType::F16 : DType::BF16;
-  return make_random_model(load_config(std::filesystem::path(folder) / "config.json"), dtype, random_seed);
+  const JambaConfig config = load_config(std::filesystem::path(folder) / "config.json");
+  // The GPU generates random weights itself: no host copy, which a 52B model could not afford.
+  if (backend == "cuda") return describe_random_model(config, dtype, random_seed);
+  return make_random_model(config, dtype, random_seed);
 }
 
 std::optional<Tokenizer> ModelOptions::load_tokenizer() const {
@@ -42,6 +45,7 @@ std::ifstream open_input_file(const std::string& path) {
 }
 
 SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens) {
+  require_host_data(model, "the CPU reference path");
   const CacheConfig cache = single_sequence_cache(max_tokens);
   return {make_cpu_backend(model, cache), cache};
 }

@@ -37,7 +37,9 @@ struct ModelOptions {
   uint64_t random_seed = 0;
 
   void add_to(CLI::App& command, bool allow_random_weights);
-  Model load() const;
+  // `backend` is the one backend that will read the weights: with --random-weights and "cuda" they are
+  // generated on the GPU and never held on the host. Commands that also run the CPU reference path keep "cpu".
+  Model load(const std::string& backend = "cpu") const;
   // The folder's tokenizer, or nullopt when it has no tokenizer.json.
   std::optional<Tokenizer> load_tokenizer() const;
 };

@@ -1,5 +1,6 @@
 // The weights of a Jamba model as typed views, one struct per layer part. Views point into the
-// safetensors mmap (or into random storage made by --random-weights); shapes are checked at load.
+// safetensors mmap (or into random storage made by --random-weights); shapes are checked at load. A model from
+// describe_random_model has views without host data: its weights are generated where they are held.
 #pragma once
 
 #include "core/tensor.h"
@@ -7,9 +8,12 @@
 
 #include <filesystem>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 namespace jambo {
+
+class RandomWeights;  // model/random_weights.h
 
 struct AttentionWeights {
   TensorView q_proj;  // [nh*hd, H]
@@ -72,7 +76,15 @@ struct Model {
   JambaConfig config;
   ModelWeights weights;
   std::shared_ptr<void> storage;  // keeps the mmaps or random buffers alive
+  // Set when the views carry no host data (describe_random_model): how to generate each tensor. The views
+  // then point into an address range that cannot be read, so that a host read faults instead of reading junk.
+  std::shared_ptr<const RandomWeights> random_recipe;
+
+  bool has_host_data() const { return random_recipe == nullptr; }
 };
+
+// Throws jambo::Error when the model's weights have no host data, naming `reader` (what needed them).
+void require_host_data(const Model& model, std::string_view reader);
 
 // Loads config.json and model.safetensors (or a sharded index) from a folder. Warns on stderr about
 // tensors the model does not use. Throws jambo::Error naming the file and tensor or field.
@@ -80,5 +92,9 @@ Model load_model(const std::filesystem::path& folder);
 
 // A model with the folder's config.json and seeded random weights, scaled like a trained model.
 Model make_random_model(const JambaConfig& config, DType dtype, uint64_t seed);
+
+// The same model without host data: names, shapes and dtypes as make_random_model's, and a random_recipe from
+// which the CUDA backend generates the same bits on the GPU (a 52B model then needs no 100 GB of host memory).
+Model describe_random_model(const JambaConfig& config, DType dtype, uint64_t seed);
 
 }  // namespace jambo

@@ -1,6 +1,8 @@
-// make_random_model: shapes, scales, determinism across thread counts, dtype conversions.
+// make_random_model: shapes, scales, determinism across thread counts, dtype conversions. describe_random_model:
+// the same names, shapes, dtypes and byte counts without host data, and a recipe that gives the host fill's bytes.
 #include "checkpoint_builder.h"
-#include "model/weights.h"
+#include "core/error.h"
+#include "model/random_weights.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 namespace jambo {
 namespace {
@@ -29,6 +32,11 @@ JambaConfig small_config() {
   config.attn_layer_period = 2;
   config.attn_layer_offset = 1;
   config.mamba_proj_bias = true;
+  return config;
+}
+
+JambaConfig with_tied_head(JambaConfig config, bool tied) {
+  config.tie_word_embeddings = tied;
   return config;
 }
 
@@ -145,6 +153,71 @@ TEST(RandomWeights, HalfPrecisionModelsRoundTheF32Values) {
     EXPECT_LE(std::fabs(half.at(i) - exact.at(i)),
               std::max(std::fabs(exact.at(i)) * 0x1p-11f, 0x1p-25f));
   }
+}
+
+class DescribedModelTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(DescribedModelTest, RecipeGivesTheHostFillsBytes) {
+  const auto [dtype, tied] = GetParam();
+  const Model made = make_random_model(with_tied_head(small_config(), tied), dtype, 42);
+  const Model described = describe_random_model(with_tied_head(small_config(), tied), dtype, 42);
+  ASSERT_TRUE(made.has_host_data());
+  ASSERT_FALSE(described.has_host_data());
+  EXPECT_EQ(described.weights.bytes_total, made.weights.bytes_total);
+  EXPECT_EQ(described.weights.lm_head.data == described.weights.embed_tokens.data, tied);
+  const auto expected = all_tensors(made.weights), actual = all_tensors(described.weights);
+  ASSERT_EQ(expected.size(), actual.size());
+  std::set<const void*> addresses;
+  int64_t num_compared = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const TensorView &host = *expected[i], &view = *actual[i];
+    ASSERT_EQ(host.empty(), view.empty()) << host.name;
+    if (host.empty()) continue;
+    EXPECT_EQ(view.name, host.name);
+    EXPECT_EQ(view.shape, host.shape) << host.name;
+    EXPECT_EQ(view.dtype, host.dtype) << host.name;
+    // Distinct addresses for distinct tensors: what de-duplicating uploads by address relies on.
+    if (!(tied && &view == &described.weights.lm_head)) {
+      EXPECT_TRUE(addresses.insert(view.data).second) << host.name;
+    }
+    const RandomTensor& tensor = described.random_recipe->tensor(view);
+    std::vector<std::byte> bytes(size_t(host.numel() * dtype_size(host.dtype)));
+    RandomWeights::fill_host(tensor, bytes.data(), 0, tensor.numel);
+    EXPECT_EQ(std::memcmp(bytes.data(), host.data, bytes.size()), 0) << host.name;
+    ++num_compared;
+  }
+  EXPECT_GT(num_compared, 40);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypesAndHeads, DescribedModelTest,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16, DType::F16), ::testing::Bool()));
+
+TEST(DescribedModel, RecipeRefusesAViewItDoesNotHold) {
+  const Model described = describe_random_model(small_config(), DType::BF16, 1);
+  TensorView stranger = described.weights.final_norm;
+  stranger.name = "model.layers.9.mamba.D";
+  try {
+    described.random_recipe->tensor(stranger);
+    FAIL() << "expected jambo::Error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("'model.layers.9.mamba.D'"), std::string::npos) << error.what();
+  }
+  TensorView resized = described.weights.final_norm;
+  resized.shape = {3};
+  EXPECT_THROW(described.random_recipe->tensor(resized), Error);
+}
+
+TEST(DescribedModel, HostReadersAreRefusedByName) {
+  const Model described = describe_random_model(small_config(), DType::BF16, 1);
+  try {
+    require_host_data(described, "the CPU backend");
+    FAIL() << "expected jambo::Error";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("the CPU backend reads the weights from host memory"), std::string::npos) << message;
+    EXPECT_NE(message.find("--backend cuda"), std::string::npos) << message;
+  }
+  EXPECT_NO_THROW(require_host_data(make_random_model(small_config(), DType::BF16, 1), "the CPU backend"));
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
 #include "backend/cuda/device_weights.h"
 
 #include "backend/cuda/convert.h"
+#include "backend/cuda/random_fill.h"
 #include "core/error.h"
+#include "model/random_weights.h"
+
+#include <vector>
 
 namespace jambo::cuda {
 
@@ -15,7 +19,7 @@ DeviceWeights::DeviceWeights(const Model& model, WeightMode mode, cudaStream_t s
     : DeviceWeights(model, mode, stream, /*count_only=*/false) {}
 
 DeviceWeights::DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream, bool count_only)
-    : mode_(mode), stream_(stream), count_only_(count_only) {
+    : mode_(mode), stream_(stream), random_recipe_(model.random_recipe.get()), count_only_(count_only) {
   load(model);
 }
 
@@ -79,14 +83,12 @@ const float* DeviceWeights::upload_as_f32(const TensorView& view) {
   if (count_only_) return uploaded_.emplace(key, nullptr).first->second;
   DeviceBuffer<float>& buffer = owned_.emplace_back(count);
   if (view.dtype == DType::F32) {
-    JAMBO_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), view.data, size_t(device_offset(count, sizeof(float))),
-                                     cudaMemcpyHostToDevice, stream_));
+    put_stored(view, buffer.data());
   } else {
     // The staging buffer is reused tensor after tensor: wait until the last widening has read it.
     JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
     staging_.reserve(count);
-    JAMBO_CUDA_CHECK(
-        cudaMemcpyAsync(staging_.data(), view.data, size_t(device_offset(count, 2)), cudaMemcpyHostToDevice, stream_));
+    put_stored(view, staging_.data());
     widen_to_f32(staging_.data(), view.dtype == DType::BF16, count, buffer.data(), stream_);
   }
   uploaded_.emplace(key, buffer.data());
@@ -111,8 +113,7 @@ const void* DeviceWeights::upload_as_stored(const TensorView& view) {
   bytes_on_device += device_offset(count, 2);
   if (count_only_) return uploaded_16_.emplace(key, nullptr).first->second;
   DeviceBuffer<uint16_t>& buffer = owned_16_.emplace_back(count);
-  JAMBO_CUDA_CHECK(
-      cudaMemcpyAsync(buffer.data(), view.data, size_t(device_offset(count, 2)), cudaMemcpyHostToDevice, stream_));
+  put_stored(view, buffer.data());
   uploaded_16_.emplace(key, buffer.data());
   return buffer.data();
 }
@@ -124,6 +125,34 @@ const float* DeviceWeights::negative_exp(const TensorView& a_log) {
   uploaded_.erase(std::pair(a_log.data, a_log.numel()));
   if (!count_only_) negative_exp_f32(values, a_log.numel(), const_cast<float*>(values), stream_);
   return values;
+}
+
+// A view's bytes as stored: copied from the host, or generated on the GPU for a model without host data. The
+// few tensors whose values need log and exp (A_log, dt_proj.bias: [Di, N] and [Di] per Mamba layer) are made
+// on the host there, since the GPU's log and exp differ from glibc's in the last bit.
+void DeviceWeights::put_stored(const TensorView& view, void* out) {
+  const int64_t num_bytes = device_offset(view.numel(), dtype_size(view.dtype));
+  if (random_recipe_ == nullptr) {
+    JAMBO_CUDA_CHECK(cudaMemcpyAsync(out, view.data, size_t(num_bytes), cudaMemcpyHostToDevice, stream_));
+    return;
+  }
+  const RandomTensor& tensor = random_recipe_->tensor(view);
+  if (tensor.init.is_arithmetic()) {
+    fill_random(tensor, out, stream_);
+    return;
+  }
+  std::vector<std::byte> host(static_cast<size_t>(num_bytes));
+  RandomWeights::fill_host(tensor, host.data(), 0, tensor.numel);
+  JAMBO_CUDA_CHECK(cudaMemcpyAsync(out, host.data(), size_t(num_bytes), cudaMemcpyHostToDevice, stream_));
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before `host` goes
+}
+
+std::vector<DeviceWeights::Allocation> DeviceWeights::allocations() const {
+  std::vector<Allocation> out;
+  for (const DeviceBuffer<float>& buffer : owned_) out.push_back({buffer.data(), device_offset(buffer.size(), 4)});
+  for (const DeviceBuffer<uint16_t>& buffer : owned_16_)
+    out.push_back({buffer.data(), device_offset(buffer.size(), 2)});
+  return out;
 }
 
 }  // namespace jambo::cuda

@@ -1,7 +1,8 @@
 // The model's weights on the GPU, uploaded once from the host views (the safetensors mmap or the random
-// weights) with cudaMemcpy, no host copy in between. GEMM weights are fp32 (f32 mode: upcast on the GPU at
-// load) or as stored (bf16 mode: bf16 and f16 matrices stay 16-bit); small vectors and the embedding table
-// (a row lookup) are always fp32.
+// weights) with cudaMemcpy, no host copy in between, or, for a model without host data (describe_random_model),
+// generated on the GPU from its random recipe, bitwise equal to the host fill. GEMM weights are fp32 (f32 mode: upcast
+// on the GPU at load) or as stored (bf16 mode: bf16 and f16 matrices stay 16-bit); small vectors and the embedding
+// table (a row lookup) are always fp32.
 #pragma once
 
 #include "backend/cuda/device_memory.h"
@@ -89,6 +90,15 @@ class DeviceWeights {
   DeviceMatrix lm_head;               // [V, H]; the embedding itself when tied
   int64_t bytes_on_device = 0;
 
+  // One weight allocation on the GPU.
+  struct Allocation {
+    const void* data;
+    int64_t num_bytes;
+  };
+  // Every allocation, fp32 ones first, each kind in the order of loading: two loads of one model in one mode
+  // list the same tensors in the same order (for tests that compare them byte for byte).
+  std::vector<Allocation> allocations() const;
+
  private:
   DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream, bool count_only);
   void load(const Model& model);
@@ -97,9 +107,11 @@ class DeviceWeights {
   const float* upload_as_f32(const TensorView& view);    // one upload per host pointer and shape
   const void* upload_as_stored(const TensorView& view);  // likewise, in the view's own dtype
   const float* negative_exp(const TensorView& a_log);    // -exp(A_log), fp32
+  void put_stored(const TensorView& view, void* out);    // out[numel] = the view's elements as stored
 
   WeightMode mode_;
   cudaStream_t stream_;
+  const RandomWeights* random_recipe_ = nullptr;  // set when the views hold no host data
   bool count_only_ = false;  // bytes_on_device only: nothing allocated or copied, pointers stay null
   std::vector<DeviceBuffer<float>> owned_;
   std::vector<DeviceBuffer<uint16_t>> owned_16_;                        // 16-bit matrices of the bf16 mode
