@@ -29,6 +29,7 @@ struct BenchOptions {
   int64_t num_decode_tokens = 32;
   int64_t num_repeats = 3;
   int64_t max_step_tokens = 8192;  // tokens of one prefill step (prompts are packed, long ones chunked)
+  bool profile_decode = false;     // the GPU profilers capture the decode steps alone
 };
 
 int64_t view_bytes(const TensorView& view) { return view.empty() ? 0 : view.numel() * dtype_size(view.dtype); }
@@ -122,6 +123,7 @@ class BatchBench {
       }
     }
     flush();
+    profiler_capture(true);
     for (int64_t i = 0; i < options_.num_decode_tokens; ++i) {
       for (int64_t s = 0; s < batch; ++s)
         rows.push_back(row(s, std::span(tokens[s]).last(1), int64_t(tokens[s].size()) - 1));
@@ -132,11 +134,18 @@ class BatchBench {
       for (int64_t s = 0; s < batch; ++s) tokens[s].push_back(output_.rows[s].chosen[0].token);
       rows.clear();
     }
+    profiler_capture(false);
     times.logits_hash = fnv1a_hash(output_.logits(batch - 1));
     return times;
   }
 
  private:
+  void profiler_capture([[maybe_unused]] bool on) const {
+#ifdef JAMBO_WITH_CUDA
+    if (options_.profile_decode) cuda_profiler_capture(on);
+#endif
+  }
+
   BatchRow row(int64_t sequence, std::span<const int32_t> step_tokens, int64_t start_position) const {
     BatchRow out;
     out.request_id = sequence;
@@ -240,6 +249,8 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--max-step-tokens", options->max_step_tokens, "tokens of one prefill step")
       ->capture_default_str();
   command->add_option("--repeats", options->num_repeats, "runs; the best is reported")->capture_default_str();
+  command->add_flag("--profile-decode", options->profile_decode,
+                    "let GPU profilers capture the decode steps alone (ncu --profile-from-start off)");
   command->callback([options] { run_bench(*options); });
 }
 

@@ -83,11 +83,19 @@ int64_t num_vectors(const std::vector<BatchRow>& rows) {
   return count;
 }
 
+// Equal infinities (a -inf logit's logprob) or within the tolerance.
+void expect_same_logprob(double gpu, double cpu, const std::string& what) {
+  if (std::isinf(gpu) || std::isinf(cpu))
+    EXPECT_EQ(gpu, cpu) << what;
+  else
+    EXPECT_NEAR(gpu, cpu, kLogprobTolerance) << what;
+}
+
 void expect_same_top(const std::vector<TokenLogprob>& gpu, const std::vector<TokenLogprob>& cpu, const char* what) {
   ASSERT_EQ(gpu.size(), cpu.size()) << what;
   for (size_t i = 0; i < gpu.size(); ++i) {
     EXPECT_EQ(gpu[i].token, cpu[i].token) << what << " entry " << i;
-    EXPECT_NEAR(gpu[i].logprob, cpu[i].logprob, kLogprobTolerance) << what << " entry " << i;
+    expect_same_logprob(gpu[i].logprob, cpu[i].logprob, std::string(what) + " entry " + std::to_string(i));
   }
 }
 
@@ -100,14 +108,14 @@ void expect_same_output(const StepOutput& gpu, const StepOutput& cpu) {
     EXPECT_EQ(g.finite, c.finite);
     ASSERT_EQ(g.target_logprobs.size(), c.target_logprobs.size());
     for (size_t i = 0; i < g.target_logprobs.size(); ++i)
-      EXPECT_NEAR(g.target_logprobs[i], c.target_logprobs[i], kLogprobTolerance) << "target " << i;
+      expect_same_logprob(g.target_logprobs[i], c.target_logprobs[i], "target " + std::to_string(i));
     ASSERT_EQ(g.target_top_logprobs.size(), c.target_top_logprobs.size());
     for (size_t i = 0; i < g.target_top_logprobs.size(); ++i)
       expect_same_top(g.target_top_logprobs[i], c.target_top_logprobs[i], "target top");
     ASSERT_EQ(g.chosen.size(), c.chosen.size());
     for (size_t i = 0; i < g.chosen.size(); ++i) {
       EXPECT_EQ(g.chosen[i].token, c.chosen[i].token) << "choice " << i;
-      EXPECT_NEAR(g.chosen[i].logprob, c.chosen[i].logprob, kLogprobTolerance) << "choice " << i;
+      expect_same_logprob(g.chosen[i].logprob, c.chosen[i].logprob, "choice " + std::to_string(i));
       expect_same_top(g.chosen[i].top_logprobs, c.chosen[i].top_logprobs, "choice top");
     }
   }

@@ -8,6 +8,8 @@
 #include "backend/cuda/step_rows.h"
 #include "backend/row_validation.h"
 
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -216,6 +218,8 @@ bool cuda_device_available() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
+
+void cuda_profiler_capture(bool on) { JAMBO_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop()); }
 
 int64_t cuda_available_memory_bytes() {
   JAMBO_REQUIRE(cuda_device_available(), "a memory budget for the CUDA backend needs a GPU, and none is visible");

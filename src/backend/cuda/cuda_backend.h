@@ -29,6 +29,10 @@ double cuda_copy_gb_per_s(int64_t bytes);
 // Free memory on the current GPU (cudaMemGetInfo), for memory budgets given as a fraction.
 int64_t cuda_available_memory_bytes();
 
+// Starts or stops the profilers' capture (cudaProfilerStart/Stop), so that `ncu --profile-from-start off` or
+// `nsys --capture-range=cudaProfilerApi` see only the part of a run that matters.
+void cuda_profiler_capture(bool on);
+
 // Whether a CUDA device can be used here (for tests that skip without one).
 bool cuda_device_available();
 
