@@ -8,6 +8,11 @@
 # First figures (H200, 2026-11-29, bf16, cuBLAS per GEMM, no CUDA graphs; copy ceiling 4.24 TB/s):
 #   Reasoning-3B decode tok/s in total: batch 1: 221 (4.53 ms/step, 1.34 TB/s of weights), 8: 1606, 64: 6818,
 #   256: 10012; prefill tok/s: 512 tokens 16,500 (23,600 with 8 to 256 prompts packed), 8192 tokens 5,300.
+# Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
+# ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
+#   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
+#   4.8 TB/s), 8: 310 (25.8 ms), 64: 1447 (44.2 ms), 256: 3528 (72.6 ms/step; a batch reads more experts than the
+#   GB/s figure counts); prefill tok/s: 512 tokens 6,070 (9,100 with 8 to 256 prompts packed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
