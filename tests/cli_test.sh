@@ -140,12 +140,30 @@ jq -e '.samples | map(select(.flagged)) | length == 1 and .[0].id == "greedy" an
 
 jq -c 'if .id == "greedy" then .logprobs[1] = null else . end' "$work/batch-out.jsonl" >"$work/nan.jsonl"
 expect_exit 3 "compare flags a NaN (null) logprob" "$jambo" compare --model "$demo" --input "$work/nan.jsonl"
+# the reference packed into steps of 4 tokens and 1 row (each sample alone) still equals jambo bitwise
+expect_exit 0 "compare in small reference steps" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" \
+  --backend cpu --cuda-weights f32 --step-tokens 4 --step-rows 1
+jq -e '.num_samples == 4 and .max_abs_diff == 0' "$work/out" >/dev/null && pass "small reference steps: exact" \
+  || fail "compare in small steps: $(cat "$work/out")"
+expect_exit 2 "compare on an unknown backend" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --backend tpu
 
 # stress: clean without faults; each historical bug injected is caught (exit code 3)
 expect_exit 0 "stress clean" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40
 for fault in decode-before-prefill offset-wrap; do
   expect_exit 3 "stress catches $fault" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40 --inject "$fault"
 done
+
+# stress at scale's knobs: n exactly 3 (min-n = max-n), the reference on a named backend in small packed steps;
+# the summary places the state pool and its top slot against 2^32 elements
+expect_exit 0 "stress with fixed n and a packed reference" "$jambo" stress --model "$demo" --requests 12 \
+  --max-prompt-tokens 20 --min-n 3 --max-n 3 --reference-backend cpu --reference-step-tokens 16 \
+  --reference-step-rows 2 --output "$work/stress.jsonl"
+jq -e -s 'length == 36 and (group_by(.id) | all(length == 3))' "$work/stress.jsonl" >/dev/null \
+  && pass "stress --min-n/--max-n fix n" || fail "stress samples per request: $(jq -c '[.id, .sample]' "$work/stress.jsonl")"
+grep -q '36 samples, 0 flagged.*state pool [0-9]* slots x [0-9]* = [0-9]* elements (within 2^32); top slot used [0-9]*: elements' \
+  "$work/out" && pass "stress summary places the pool and top slot" || fail "stress summary: $(cat "$work/out")"
+expect_exit 2 "stress with min-n above max-n" "$jambo" stress --model "$demo" --min-n 5 --max-n 4
+expect_stderr "min-n above max-n named" "--min-n 5 is more than --max-n 4"
 
 # checked mode turns the historical stale read into a loud law 2 error naming request and slot
 expect_exit 1 "checked mode stops a stale read" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40 \

@@ -1,12 +1,14 @@
 // jambo compare: re-scores generated samples through the reference path and flags those whose logprobs
 // diverge from it; a JSON summary on stdout (or --summary) and an HTML report with --report.
 #include "cli/common.h"
+#include "cli/progress.h"
 #include "forensics/compare.h"
 #include "forensics/report.h"
 
-#include <chrono>
 #include <cmath>
 #include <fstream>
+
+#include <unistd.h>
 
 namespace jambo::cli {
 namespace {
@@ -15,23 +17,9 @@ struct CompareCommandOptions {
   ModelOptions model;
   std::string input_path;
   double threshold = kDefaultCompareThreshold;
+  ReferenceOptions reference;
   std::string summary_path;
   std::string report_path;
-};
-
-// "compare: 12/100 samples" on stderr, at most once a second and at the end.
-class ProgressLine {
- public:
-  void update(int64_t done, int64_t total) {
-    const auto now = std::chrono::steady_clock::now();
-    if (done < total && now - last_print_ < std::chrono::seconds(1)) return;
-    last_print_ = now;
-    fmt::print(stderr, "\rcompare: {}/{} samples", done, total);
-    if (done == total) fmt::print(stderr, "\n");
-  }
-
- private:
-  std::chrono::steady_clock::time_point last_print_{};
 };
 
 // Opened before the long part of the run, so that an unwritable path fails at once.
@@ -54,16 +42,16 @@ int run_compare(const CompareCommandOptions& options) {
   std::ifstream input = open_input_file(options.input_path);
   std::ofstream summary_file = open_output(options.summary_path);
   std::ofstream report_file = open_output(options.report_path);
-  const Model model = options.model.load();
+  const Model model = options.model.load(options.reference.backend);
   SampleFile samples = read_sample_file(input, model.config.vocab_size);
   for (const MalformedLine& line : samples.malformed_lines)
     fmt::print(stderr, "jambo: warning: {}:{}: {} (line skipped)\n", options.input_path, line.line_number, line.error);
   JAMBO_REQUIRE(!samples.samples.empty(), "{}: no sample to compare ({} malformed lines skipped)", options.input_path,
                 samples.malformed_lines.size());
 
-  ProgressLine progress;
+  ProgressLine progress("compare", "samples", isatty(STDERR_FILENO));
   const CompareSummary summary =
-      compare_samples(model, std::move(samples), options.threshold,
+      compare_samples(model, std::move(samples), options.threshold, options.reference,
                       [&progress](int64_t done, int64_t total) { progress.update(done, total); });
   const std::string summary_text = summary_json(summary).dump(2) + "\n";
   if (options.summary_path.empty()) {
@@ -86,8 +74,9 @@ void add_compare_command(CLI::App& app) {
   auto options = std::make_shared<CompareCommandOptions>();
   CLI::App* command = app.add_subcommand(
       "compare",
-      "re-score generated samples alone through the reference path (one request, one-shot prefill) and flag those "
-      "whose logprobs diverge; exit code 3 when any sample is flagged");
+      "re-score generated samples through the reference path (each its own row, slot and KV blocks, a one-shot "
+      "prefill from zero state; many per step) and flag those whose logprobs diverge; exit code 3 when any sample "
+      "is flagged");
   options->model.add_to(*command, /*allow_random_weights=*/true);
   command->add_option("--input", options->input_path, "JSONL samples (formats below)")->required();
   command
@@ -95,6 +84,7 @@ void add_compare_command(CLI::App& app) {
                    "flag a sample when a generated token's |Δ logprob| exceeds this (0: any difference; jambo's CPU "
                    "backend matches its reference bitwise, fp32 engines differ by ~1e-4, state bugs by 1e-1 and more)")
       ->capture_default_str();
+  add_reference_flags(*command, options->reference, /*prefix=*/"", /*defaults_from_engine=*/false);
   command->add_option("--summary", options->summary_path, "write the JSON summary to this file (default: stdout)");
   command->add_option("--report", options->report_path, "write a self-contained HTML report to this file");
   command->footer(kSampleFormatHelp);

@@ -1,13 +1,16 @@
 // jambo stress: a workload built to surface state-cache bugs, then `compare` on every sample. Defaults
-// finish in well under a minute on the demo model with two cores.
+// finish in well under a minute on the demo model with two cores; bench/stress_gpu.sh runs it at scale.
 #include "backend/backend_factory.h"
 #include "cli/common.h"
+#include "cli/progress.h"
 #include "engine/memory_budget.h"
 #include "engine/request_json.h"
 #include "forensics/report.h"
 #include "forensics/stress.h"
 
 #include <fstream>
+
+#include <unistd.h>
 
 namespace jambo::cli {
 namespace {
@@ -17,6 +20,7 @@ struct StressOptions {
   EngineFlags engine;
   StressWorkload workload;
   double threshold = kDefaultCompareThreshold;
+  ReferenceOptions reference;    // backend and weight mode: the engine's unless given
   int64_t num_budget_slots = 0;  // 0: 2 * max_samples + 4
   std::string inject = "none";
   std::string output_path;
@@ -63,41 +67,74 @@ void apply_tight_budget(StressOptions& options, const Model& model) {
   // More slots than KV blocks can serve at once: sequences then compete for blocks and get preempted.
   const int64_t num_slots = options.num_budget_slots > 0 ? options.num_budget_slots : 2 * workload.max_samples + 4;
   if (num_slots < workload.max_samples)
-    throw UsageError(fmt::format("--budget-slots {} cannot hold the {} samples of one request", num_slots,
-                                 workload.max_samples));
-  const int64_t num_blocks = workload.max_samples * ((engine.max_model_len + engine.kv_block_size - 1) / engine.kv_block_size);
+    throw UsageError(
+        fmt::format("--budget-slots {} cannot hold the {} samples of one request", num_slots, workload.max_samples));
+  const int64_t num_blocks =
+      workload.max_samples * ((engine.max_model_len + engine.kv_block_size - 1) / engine.kv_block_size);
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
-  engine.memory_budget = std::to_string(
-      exact_memory_budget(model.config, backend_weight_bytes(engine.backend, model, engine.cuda_weights), num_slots,
-                          num_blocks, engine.kv_block_size));
+  engine.memory_budget =
+      std::to_string(exact_memory_budget(model.config, backend_weight_bytes(engine.backend, model, engine.cuda_weights),
+                                         num_slots, num_blocks, engine.kv_block_size));
+}
+
+std::string describe_backend(const std::string& name, const std::string& cuda_weights) {
+  return name == "cuda" ? fmt::format("cuda ({} weights)", cuda_weights) : name;
+}
+
+// Where the engine's state pool and its highest used slot lie against 2^32 elements (law 3): a 32-bit
+// offset would wrap there.
+std::string describe_state_pool(const StressResult& result) {
+  constexpr int64_t kWrap = int64_t(1) << 32;
+  const EngineCounters& counters = result.counters;
+  const int64_t per_slot = result.state_elements_per_slot;
+  const int64_t pool = counters.slots_total * per_slot;
+  const auto past_wrap = [&](int64_t end) { return end > kWrap ? "past 2^32" : "within 2^32"; };
+  std::string text =
+      fmt::format("state pool {} slots x {} = {} elements ({})", counters.slots_total, per_slot, pool, past_wrap(pool));
+  const int64_t top = counters.highest_slot_used;
+  if (top >= 0)
+    text += fmt::format("; top slot used {}: elements [{}, {}) ({})", top, top * per_slot, (top + 1) * per_slot,
+                        past_wrap((top + 1) * per_slot));
+  return text;
 }
 
 int run_stress_command(StressOptions& options) {
-  const Model model = options.model.load();
+  // Random weights live only on the GPU when both phases run there; a CPU phase needs them on the host.
+  const std::string& engine_backend = options.engine.options.backend;
+  const Model model = options.model.load(options.reference.backend == engine_backend ? engine_backend : "cpu");
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
   apply_tight_budget(options, model);
   EngineOptions engine_options = options.engine.resolve();
   engine_options.faults = parse_injection(options.inject);
+  const StressWorkload& workload = options.workload;
+  const ReferenceOptions& reference = options.reference;
 
-  fmt::print(stderr, "stress: {} requests (prompts 1..{} tokens, n 1..{}, 1..{} new tokens), budget {} bytes, "
-             "slot policy {}, injection {}\n",
-             options.workload.num_requests, options.workload.max_prompt_tokens, options.workload.max_samples,
-             options.workload.max_new_tokens, engine_options.memory_budget, options.engine.slot_policy, options.inject);
-  const auto on_step = [&](int64_t step, int64_t num_finished) {
-    if (step % 50 == 0)
-      fmt::print(stderr, "stress: step {}, {}/{} requests finished\n", step, num_finished,
-                 options.workload.num_requests);
+  fmt::print(stderr,
+             "stress: {} requests (prompts 1..{} tokens, n {}..{}, 1..{} new tokens), memory budget {}, "
+             "slot policy {}, injection {}; engine on {}, reference on {}\n",
+             workload.num_requests, workload.max_prompt_tokens, workload.min_samples, workload.max_samples,
+             workload.max_new_tokens, engine_options.memory_budget, options.engine.slot_policy, options.inject,
+             describe_backend(engine_options.backend, engine_options.cuda_weights),
+             describe_backend(reference.backend, reference.cuda_weights));
+  const bool interactive = isatty(STDERR_FILENO);
+  ProgressLine engine_progress("stress: engine", "requests finished", interactive);
+  ProgressLine reference_progress("stress: reference", "samples re-scored", interactive);
+  StressProgress progress;
+  progress.on_engine_step = [&](int64_t, int64_t num_finished) {
+    engine_progress.update(num_finished, workload.num_requests);
   };
-  const StressResult result = run_stress(model, tokenizer ? &*tokenizer : nullptr, engine_options, options.workload,
-                                         options.threshold, on_step);
+  progress.on_reference = [&](int64_t done, int64_t total) { reference_progress.update(done, total); };
+  const StressResult result = run_stress(model, tokenizer ? &*tokenizer : nullptr, engine_options, workload,
+                                         options.threshold, reference, progress);
   write_outputs(options, result, tokenizer ? &*tokenizer : nullptr);
   const EngineCounters& counters = result.counters;
   const SampleComparison* worst = result.comparison.worst();
-  fmt::print("stress: {} samples, {} flagged (threshold {:g}); worst max |dlogprob| {:.3g}; {} steps, {} "
-             "preemptions, {} slot reuses, {} law violations\n",
-             result.comparison.samples.size(), result.comparison.num_flagged(), options.threshold,
-             worst ? worst->max_abs_diff : 0.0, counters.steps, counters.preemptions, counters.slot_reuses,
-             counters.law_violations);
+  fmt::print(
+      "stress: {} samples, {} flagged (threshold {:g}); worst max |dlogprob| {:.3g}; {}; engine {:.1f} s, {} "
+      "steps, {} preemptions, {} slot reuses, {} law violations; reference {:.1f} s\n",
+      result.comparison.samples.size(), result.comparison.num_flagged(), options.threshold,
+      worst ? worst->max_abs_diff : 0.0, describe_state_pool(result), result.engine_seconds, counters.steps,
+      counters.preemptions, counters.slot_reuses, counters.law_violations, result.reference_seconds);
   return compare_exit_code(result.comparison);
 }
 
@@ -106,16 +143,22 @@ int run_stress_command(StressOptions& options) {
 void add_stress_command(CLI::App& app) {
   auto options = std::make_shared<StressOptions>();
   CLI::App* command = app.add_subcommand(
-      "stress", "a workload built to surface state bugs (tight memory, one-token admissions, n > 1, slot reuse), "
-                "then compare every sample with the reference path; exit code 3 when any is flagged");
+      "stress",
+      "a workload built to surface state bugs (tight memory, one-token admissions, n > 1, slot reuse), "
+      "then compare every sample with the reference path; exit code 3 when any is flagged");
   options->model.add_to(*command, /*allow_random_weights=*/true);
   StressWorkload& workload = options->workload;
   const auto count = CLI::Range(int64_t(1), int64_t(1) << 20);
-  command->add_option("--requests", workload.num_requests, "requests in the workload")->check(count)->capture_default_str();
+  command->add_option("--requests", workload.num_requests, "requests in the workload")
+      ->check(count)
+      ->capture_default_str();
   command->add_option("--max-prompt-tokens", workload.max_prompt_tokens, "longest prompt")
       ->check(count)
       ->capture_default_str();
   command->add_option("--max-new-tokens", workload.max_new_tokens, "most tokens a request asks for")
+      ->check(count)
+      ->capture_default_str();
+  command->add_option("--min-n", workload.min_samples, "fewest samples per prompt (n is uniform in min-n..max-n)")
       ->check(count)
       ->capture_default_str();
   command->add_option("--max-n", workload.max_samples, "most samples per prompt")->check(count)->capture_default_str();
@@ -125,12 +168,14 @@ void add_stress_command(CLI::App& app) {
   command->add_option("--seed", workload.seed, "seed of the workload")->capture_default_str();
   command->add_option("--threshold", options->threshold, "flag a sample whose |dlogprob| exceeds this")
       ->capture_default_str();
-  command->add_option("--budget-slots", options->num_budget_slots,
-                      "with --memory-budget tight: the state slots it holds (default 2 max-n + 4)")
+  command
+      ->add_option("--budget-slots", options->num_budget_slots,
+                   "with --memory-budget tight: the state slots it holds (default 2 max-n + 4)")
       ->check(count);
   command->add_option("--inject", options->inject, "test-only fault: reproduce a historical state-cache bug")
       ->check(CLI::IsMember({"none", "decode-before-prefill", "offset-wrap"}))
       ->capture_default_str();
+  add_reference_flags(*command, options->reference, "reference-", /*defaults_from_engine=*/true);
   command->add_option("--output", options->output_path, "write the samples as JSONL (the batch format)");
   command->add_option("--summary", options->summary_path, "write the comparison summary as JSON");
   command->add_option("--report", options->report_path, "write the comparison as an HTML report");
@@ -141,7 +186,13 @@ void add_stress_command(CLI::App& app) {
   engine.memory_budget = "tight";
   options->engine.slot_policy = "highest";
   options->engine.add_to(*command);
-  command->callback([options] {
+  command->callback([options, command] {
+    if (options->workload.min_samples > options->workload.max_samples)
+      throw UsageError(fmt::format("--min-n {} is more than --max-n {}", options->workload.min_samples,
+                                   options->workload.max_samples));
+    if (command->count("--reference-backend") == 0) options->reference.backend = options->engine.options.backend;
+    if (command->count("--reference-cuda-weights") == 0)
+      options->reference.cuda_weights = options->engine.options.cuda_weights;
     if (const int status = run_stress_command(*options); status != 0) throw ExitStatus{status};
   });
 }

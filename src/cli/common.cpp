@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "engine/memory_budget.h"
 #include "engine/sequence_runner.h"
+#include "forensics/reference_scorer.h"
 
 #include <filesystem>
 
@@ -48,6 +49,30 @@ SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t m
   require_host_data(model, "the CPU reference path");
   const CacheConfig cache = single_sequence_cache(max_tokens);
   return {make_cpu_backend(model, cache), cache};
+}
+
+void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const std::string& prefix,
+                         bool defaults_from_engine) {
+  const std::string engine_default = defaults_from_engine ? " (default: the engine's)" : "";
+  CLI::Option* backend = command.add_option("--" + prefix + "backend", reference.backend,
+                                            "backend that re-scores the samples" + engine_default);
+  backend->check(CLI::IsMember(available_backends()));
+  CLI::Option* weights =
+      command.add_option("--" + prefix + "cuda-weights", reference.cuda_weights,
+                         "its weights on the GPU: f32 (exact against the CPU) or bf16" + engine_default);
+  weights->check(CLI::IsMember({"f32", "bf16"}));
+  if (!defaults_from_engine) {
+    backend->capture_default_str();
+    weights->capture_default_str();
+  }
+  command.add_option("--" + prefix + "step-tokens", reference.max_step_tokens,
+                     "tokens of one reference step (samples are packed into steps; a longer one runs alone)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
+      ->capture_default_str();
+  command.add_option("--" + prefix + "step-rows", reference.max_step_rows,
+                     "samples of one reference step (the state slots its backend holds)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
+      ->capture_default_str();
 }
 
 void EngineFlags::add_to(CLI::App& command) {

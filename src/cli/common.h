@@ -16,6 +16,10 @@
 #include <optional>
 #include <string>
 
+namespace jambo {
+struct ReferenceOptions;
+}
+
 namespace jambo::cli {
 
 // Thrown by a subcommand that finished but must exit with a non-zero status (3: samples flagged).
@@ -63,6 +67,12 @@ void add_batch_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 void add_stress_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+
+// The reference path's flags, each name after `prefix` ("" for compare, "reference-" for stress):
+// backend, cuda-weights, step-tokens, step-rows. With defaults_from_engine the help says that backend
+// and weight mode default to the engine's (the command fills them in when not given).
+void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const std::string& prefix,
+                         bool defaults_from_engine);
 
 // The engine's flags (--max-num-batched-tokens, --memory-budget, --slot-policy, --check, ...).
 struct EngineFlags {

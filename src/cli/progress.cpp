@@ -55,4 +55,17 @@ void Progress::draw(int64_t num_generated_tokens) {
   std::fflush(stderr);
 }
 
+ProgressLine::ProgressLine(std::string label, std::string unit, bool interactive)
+    : label_(std::move(label)), unit_(std::move(unit)), interactive_(interactive) {}
+
+void ProgressLine::update(int64_t done, int64_t total) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto interval = interactive_ ? std::chrono::seconds(1) : std::chrono::seconds(10);
+  if (done < total && now - last_draw_ < interval) return;
+  last_draw_ = now;
+  fmt::print(stderr, "{}{}: {}/{} {}{}", interactive_ ? "\r" : "", label_, done, total, unit_,
+             interactive_ && done < total ? "" : "\n");
+  std::fflush(stderr);
+}
+
 }  // namespace jambo::cli

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace jambo::cli {
 
@@ -25,6 +26,20 @@ class Progress {
   int64_t num_done_ = 0;
   bool interactive_;
   std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_draw_;
+};
+
+// A plainer line for the phases of compare and stress: "label: 12/100 unit", redrawn at most once a second on
+// a terminal, else printed every 10 seconds, and always once at the end (done == total).
+class ProgressLine {
+ public:
+  ProgressLine(std::string label, std::string unit, bool interactive);
+  void update(int64_t done, int64_t total);
+
+ private:
+  std::string label_;
+  std::string unit_;
+  bool interactive_;
   std::chrono::steady_clock::time_point last_draw_;
 };
 

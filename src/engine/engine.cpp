@@ -271,6 +271,7 @@ void Engine::Impl::update_counters() {
   counters.slots_used = slots.num_used();
   counters.slots_total = slots.num_slots();
   counters.slot_reuses = slots.num_reuses();
+  counters.highest_slot_used = slots.highest_used();
   counters.preemptions = scheduler.num_preemptions();
   counters.law_violations = runner.num_law_violations();
 }

@@ -85,6 +85,7 @@ struct EngineCounters {
   int64_t slots_used = 0;
   int64_t slots_total = 0;
   int64_t slot_reuses = 0;
+  int64_t highest_slot_used = -1;  // the highest state slot a sequence has held (-1: none yet)
   int64_t preemptions = 0;
   int64_t prefill_tokens = 0;
   int64_t decode_tokens = 0;

@@ -31,10 +31,8 @@ int64_t bytes_per_unit(std::string_view suffix, const std::string& text) {
 
 std::string format_bytes(int64_t bytes) { return fmt::format("{} bytes ({:.1f} MiB)", bytes, bytes / 1048576.0); }
 
-// Conv tail [Di, K-1] and SSM state [Di, N] of every Mamba layer, fp32.
 int64_t state_bytes_per_slot(const JambaConfig& config) {
-  const int64_t elements_per_layer = config.mamba_d_inner * (config.mamba_d_conv - 1 + config.mamba_d_state);
-  return config.num_mamba_layers() * elements_per_layer * int64_t(sizeof(float));
+  return state_elements_per_slot(config) * int64_t(sizeof(float));
 }
 
 // Keys and values [2, kv_block_size, nkv, hd] of every attention layer, fp32.
@@ -44,6 +42,11 @@ int64_t kv_bytes_per_block(const JambaConfig& config, int64_t kv_block_size) {
 }
 
 }  // namespace
+
+int64_t state_elements_per_slot(const JambaConfig& config) {
+  const int64_t elements_per_layer = config.mamba_d_inner * (config.mamba_d_conv - 1 + config.mamba_d_state);
+  return config.num_mamba_layers() * elements_per_layer;
+}
 
 int64_t parse_memory_budget(const std::string& text, const std::string& backend_name) {
   double value = 0;

@@ -14,6 +14,9 @@ namespace jambo {
 // "cuda"). Throws jambo::Error naming the value when it is neither.
 int64_t parse_memory_budget(const std::string& text, const std::string& backend_name = "cpu");
 
+// Elements of one state slot: conv tail [Di, K-1] and SSM state [Di, N] of every Mamba layer (fp32).
+int64_t state_elements_per_slot(const JambaConfig& config);
+
 struct CachePlan {
   CacheConfig cache;               // slots and KV blocks for the backend
   int64_t bytes_per_slot = 0;      // recurrent state of one sequence (all Mamba layers, fp32)

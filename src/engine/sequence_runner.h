@@ -1,5 +1,6 @@
 // Runs one request at a time through a backend, in slot 0 and KV blocks 0..n-1: the plain reference
-// path used by `jambo score` and `jambo generate` (and later by `jambo compare` to re-score samples).
+// path used by `jambo score` and `jambo generate` (`jambo compare` re-scores many samples per step through
+// forensics/reference_scorer, bitwise the same on the CPU backend).
 #pragma once
 
 #include "backend/backend.h"

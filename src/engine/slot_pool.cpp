@@ -48,6 +48,7 @@ SlotLease SlotPool::allocate(int64_t owner_id) {
   free_slots_.pop_back();
 
   if (ever_used_[slot]) ++num_reuses_;
+  highest_used_ = std::max(highest_used_, slot);
   ever_used_[slot] = true;
   owners_[slot] = owner_id;
   return SlotLease{slot, ++generations_[slot]};

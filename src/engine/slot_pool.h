@@ -28,6 +28,7 @@ class SlotPool {
   int64_t num_free() const { return int64_t(free_slots_.size()); }
   int64_t num_used() const { return num_slots() - num_free(); }
   int64_t num_reuses() const { return num_reuses_; }  // allocations of a slot that was used before
+  int64_t highest_used() const { return highest_used_; }  // the highest slot ever handed out (-1: none)
 
   bool can_allocate(int64_t count = 1) const { return num_free() >= count; }
   // Hands a free slot (chosen by the policy) to owner_id; throws when none is free.
@@ -47,6 +48,7 @@ class SlotPool {
   // allocation and free costs O(log n); in no particular order for Random.
   std::vector<int64_t> free_slots_;
   int64_t num_reuses_ = 0;
+  int64_t highest_used_ = -1;
   std::mt19937_64 rng_;
 };
 

@@ -1,8 +1,6 @@
 #include "forensics/compare.h"
 
-#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
-#include "engine/sequence_runner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,23 +9,15 @@
 namespace jambo {
 namespace {
 
-// One request in slot 0 with KV blocks for the longest sample.
-CacheConfig reference_cache(const std::vector<Sample>& samples) {
-  int64_t longest = 1;
-  for (const Sample& sample : samples)
-    longest = std::max<int64_t>(longest, int64_t(sample.prompt_ids.size() + sample.ids.size()));
-  return single_sequence_cache(longest);
-}
-
-// The reference's logprob of each generated id: prompt and generated ids scored in one shot.
-std::vector<double> reference_logprobs(SequenceRunner& runner, const Sample& sample) {
-  std::vector<int32_t> sequence = sample.prompt_ids;
-  sequence.insert(sequence.end(), sample.ids.begin(), sample.ids.end());
-  const ScoredSequence scored = runner.score(sequence, /*num_top_logprobs=*/0);
-  std::vector<double> logprobs;
-  logprobs.reserve(sample.ids.size());
-  for (size_t i = 0; i < sample.ids.size(); ++i) logprobs.push_back(*scored.logprobs[sample.prompt_ids.size() + i]);
-  return logprobs;
+// Prompt and generated ids of each sample; none for a sample without generated ids (nothing to score).
+std::vector<std::vector<int32_t>> sample_sequences(const std::vector<Sample>& samples) {
+  std::vector<std::vector<int32_t>> sequences(samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].ids.empty()) continue;
+    sequences[i] = samples[i].prompt_ids;
+    sequences[i].insert(sequences[i].end(), samples[i].ids.begin(), samples[i].ids.end());
+  }
+  return sequences;
 }
 
 }  // namespace
@@ -68,24 +58,22 @@ SampleComparison compare_logprobs(Sample sample, std::span<const double> referen
   return out;
 }
 
-CompareSummary compare_samples(const Model& model, SampleFile file, double threshold,
+CompareSummary compare_samples(const Model& model, SampleFile file, double threshold, const ReferenceOptions& reference,
                                const std::function<void(int64_t, int64_t)>& on_progress) {
   JAMBO_REQUIRE(std::isfinite(threshold) && threshold >= 0, "the threshold must be a finite number >= 0, got {}",
                 threshold);
   CompareSummary summary;
   summary.threshold = threshold;
   summary.malformed_lines = std::move(file.malformed_lines);
-  if (file.samples.empty()) return summary;
-
-  const CacheConfig cache = reference_cache(file.samples);
-  const std::unique_ptr<Backend> backend = make_cpu_backend(model, cache);
-  SequenceRunner runner(*backend, cache, /*max_chunk_tokens=*/0);  // 0: one-shot prefill
-  const int64_t num_samples = int64_t(file.samples.size());
-  summary.samples.reserve(num_samples);
-  for (Sample& sample : file.samples) {
-    const std::vector<double> reference = reference_logprobs(runner, sample);
-    summary.samples.push_back(compare_logprobs(std::move(sample), reference, threshold));
-    if (on_progress) on_progress(int64_t(summary.samples.size()), num_samples);
+  const std::vector<std::vector<double>> scored =
+      score_sequences(model, sample_sequences(file.samples), reference, on_progress);
+  summary.samples.reserve(file.samples.size());
+  for (size_t i = 0; i < file.samples.size(); ++i) {
+    Sample& sample = file.samples[i];
+    // The logprob of generated id j is under the logits of position num_prompt + j - 1.
+    const std::span<const double> generated =
+        std::span(scored[i]).subspan(scored[i].empty() ? 0 : sample.prompt_ids.size() - 1);
+    summary.samples.push_back(compare_logprobs(std::move(sample), generated, threshold));
   }
   return summary;
 }

@@ -1,8 +1,10 @@
-// Logprob comparison against the reference path: every sample is re-scored alone (one request, one-shot
-// prefill of prompt + generated ids, the same weights) and its reported logprobs are checked against
-// the reference's. State bugs show as spikes: a sample whose logprobs drift far from the reference.
+// Logprob comparison against the reference path: every sample is re-scored on its own (its own row, slot
+// and KV blocks, a one-shot prefill of prompt + generated ids from zero state, the same weights) and its
+// reported logprobs are checked against the reference's. State bugs show as spikes: a sample whose
+// logprobs drift far from the reference.
 #pragma once
 
+#include "forensics/reference_scorer.h"
 #include "forensics/sample_file.h"
 #include "model/weights.h"
 
@@ -44,9 +46,10 @@ struct CompareSummary {
 // Compares one sample's logprobs with the reference's for its generated ids (both [num_generated]).
 SampleComparison compare_logprobs(Sample sample, std::span<const double> reference_logprobs, double threshold);
 
-// Re-scores every sample of the file through the CPU reference backend of `model`, in input order;
-// on_progress(done, total) is called after each sample.
+// Re-scores every sample of the file through the reference path on reference.backend (score_sequences);
+// the comparisons are in input order. on_progress(done, total) is called as samples are re-scored.
 CompareSummary compare_samples(const Model& model, SampleFile file, double threshold,
+                               const ReferenceOptions& reference = {},
                                const std::function<void(int64_t, int64_t)>& on_progress = {});
 
 // The summary as JSON: totals, malformed lines and one entry per sample. A non-finite |Δ| is written

@@ -1,7 +1,9 @@
 #include "forensics/stress.h"
 
+#include "engine/memory_budget.h"
 #include "engine/request_json.h"
 
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <random>
@@ -9,6 +11,9 @@
 namespace jambo {
 
 std::vector<RequestSpec> make_stress_requests(const StressWorkload& workload, int64_t vocab_size) {
+  JAMBO_REQUIRE(workload.min_samples >= 1 && workload.min_samples <= workload.max_samples,
+                "the stress workload's samples per prompt must satisfy 1 <= min ({}) <= max ({})", workload.min_samples,
+                workload.max_samples);
   std::mt19937_64 rng(workload.seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const auto uniform_int = [&](int64_t low, int64_t high) {
@@ -23,7 +28,7 @@ std::vector<RequestSpec> make_stress_requests(const StressWorkload& workload, in
         one_token ? 1 : int64_t(std::exp(unit(rng) * std::log(double(workload.max_prompt_tokens))));
     for (int64_t t = 0; t < std::max<int64_t>(num_prompt, 1); ++t)
       spec.prompt_ids.push_back(int32_t(uniform_int(0, vocab_size - 1)));
-    spec.n = uniform_int(1, workload.max_samples);
+    spec.n = uniform_int(workload.min_samples, workload.max_samples);
     spec.sampling.max_tokens = uniform_int(1, workload.max_new_tokens);
     if (unit(rng) < 0.5) {
       spec.sampling.temperature = 0.8;
@@ -37,6 +42,10 @@ std::vector<RequestSpec> make_stress_requests(const StressWorkload& workload, in
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
 // Engine samples in the form `jambo compare` reads, so both audit exactly the same thing.
 SampleFile as_sample_file(const std::vector<SampleOutput>& samples, int64_t vocab_size) {
   SampleFile file;
@@ -46,17 +55,15 @@ SampleFile as_sample_file(const std::vector<SampleOutput>& samples, int64_t voca
   return file;
 }
 
-}  // namespace
-
-StressResult run_stress(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options,
-                        const StressWorkload& workload, double threshold,
-                        const std::function<void(int64_t, int64_t)>& on_step) {
-  std::vector<RequestSpec> requests = make_stress_requests(workload, model.config.vocab_size);
+// The engine phase: the requests arrive over the steps (Poisson) until all are done. The engine, its
+// backend and their memory are gone when this returns.
+void run_engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options,
+                const StressWorkload& workload, const StressProgress& progress, StressResult& result) {
+  const std::vector<RequestSpec> requests = make_stress_requests(workload, model.config.vocab_size);
   Engine engine(model, tokenizer, options);
   std::mt19937_64 arrivals(workload.seed + 1);
   std::poisson_distribution<int64_t> arrivals_per_step(workload.arrivals_per_step);
   std::map<std::string, int64_t> samples_left;
-  StressResult result;
   size_t num_added = 0;
   int64_t num_finished = 0;
   for (int64_t step = 0; num_added < requests.size() || engine.has_unfinished(); ++step) {
@@ -71,10 +78,25 @@ StressResult run_stress(const Model& model, const Tokenizer* tokenizer, const En
       if (--samples_left[sample.id] == 0) ++num_finished;
       result.samples.push_back(std::move(sample));
     }
-    if (on_step) on_step(step, num_finished);
+    if (progress.on_engine_step) progress.on_engine_step(step, num_finished);
   }
   result.counters = engine.counters();
-  result.comparison = compare_samples(model, as_sample_file(result.samples, model.config.vocab_size), threshold);
+}
+
+}  // namespace
+
+StressResult run_stress(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options,
+                        const StressWorkload& workload, double threshold, const ReferenceOptions& reference,
+                        const StressProgress& progress) {
+  StressResult result;
+  result.state_elements_per_slot = state_elements_per_slot(model.config);
+  const Clock::time_point engine_start = Clock::now();
+  run_engine(model, tokenizer, options, workload, progress, result);
+  result.engine_seconds = seconds_since(engine_start);
+  const Clock::time_point reference_start = Clock::now();
+  result.comparison = compare_samples(model, as_sample_file(result.samples, model.config.vocab_size), threshold,
+                                      reference, progress.on_reference);
+  result.reference_seconds = seconds_since(reference_start);
   return result;
 }
 

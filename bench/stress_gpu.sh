@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# `jambo stress` at scale (issue 4, item 4): two runs of 10,000 requests each with the Jamba-Reasoning-3B shape
+# (random bf16 weights, engine and reference both on the CUDA backend in f32 mode: fp32 engine and fp32
+# reference differ by ~1e-5, far below the 1e-3 threshold, where bf16 batch-order rounding could blur it), in
+# checked mode (freed slots poisoned with NaN, every row's slot owner verified):
+#   tight: a memory budget of 16 state slots and KV blocks for one largest request, a 24-token step budget (fast
+#          slot reuse, preemption, new requests admitted with one token), n = 1..4, prompts 1..32, 1..8 new tokens;
+#   pool:  2048 state slots, 5.18e9 state elements (past 2^32 from slot 1698 up), slot policy highest, n = 16 for
+#          every request, prompts 1..16, 1..4 new tokens, 8 arrivals per step (some 450 sequences live at once,
+#          slots 2047 down across element 2^32).
+# Each run prints its summary line (samples, flagged, worst |dlogprob|, the state pool against 2^32 and the top
+# slot used, engine and reference seconds); logs and JSON summaries go to STRESS_OUT (default: a new temporary
+# folder). Exits non-zero when a sample is flagged, a run fails, or the pool run's pool stays within 2^32.
+#   bench/stress_gpu.sh [path/to/jambo] [gpu|cpu-demo] [both|tight|pool]
+# gpu (the default) runs on the GPU machine; cpu-demo runs the same runs small on the CPU with the demo model, to
+# check the script (STRESS_REQUESTS overrides the request count of each run; default 10000, 40 for cpu-demo). The
+# third argument picks one run (each takes a few minutes on an H200), e.g. to fit a 10-minute command limit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jambo=${1:-build-gpu/jambo}
+mode=${2:-gpu}
+runs=${3:-both}
+[[ $runs =~ ^(both|tight|pool)$ ]] || { echo "stress_gpu.sh: runs must be both, tight or pool, got '$runs'" >&2; exit 2; }
+out=${STRESS_OUT:-$(mktemp -d)}
+mkdir -p "$out"
+
+case $mode in
+  gpu)
+    model=(--model bench/shapes/jamba-reasoning-3b --random-weights --random-dtype bf16 --backend cuda
+           --cuda-weights f32)
+    requests=${STRESS_REQUESTS:-10000}
+    # 40 GiB: 12.1 GB of f32 weights, 2048 slots of 10.1 MB, KV blocks; --max-num-seqs caps the slots at 2048.
+    pool=(--memory-budget 40GiB --max-num-seqs 2048 --max-num-batched-tokens 1024 --reference-step-rows 1024)
+    ;;
+  cpu-demo)
+    model=(--model models/jambo-demo --backend cpu)
+    requests=${STRESS_REQUESTS:-40}
+    pool=(--memory-budget 1GiB --max-num-seqs 64 --max-num-batched-tokens 256)
+    ;;
+  *)
+    echo "stress_gpu.sh: mode must be gpu or cpu-demo, got '$mode'" >&2
+    exit 2
+    ;;
+esac
+[[ -x $jambo ]] || { echo "stress_gpu.sh: no jambo at '$jambo' (build it first)" >&2; exit 1; }
+
+status=0
+# run NAME FLAGS...: one stress run; its summary line on stdout, its log and JSON summary in $out.
+run() {
+  local name=$1 start=$SECONDS code=0
+  shift
+  "$jambo" stress "${model[@]}" --requests "$requests" --check --slot-policy highest "$@" \
+    --summary "$out/$name-summary.json" >"$out/$name.txt" 2>"$out/$name.log" || code=$?
+  echo "$name ($((SECONDS - start)) s, exit $code): $(cat "$out/$name.txt")"
+  if [[ $code -ne 0 ]]; then
+    status=1
+    tail -n 5 "$out/$name.log" | tr '\r' '\n' | tail -n 3
+  fi
+}
+
+echo "stress_gpu.sh: $mode, $requests requests per run; logs and summaries in $out"
+if [[ $runs != pool ]]; then
+  run tight --max-prompt-tokens 32 --max-new-tokens 8 --max-n 4 --arrival-rate 1.5 \
+    --memory-budget tight --budget-slots 16 --max-num-seqs 16 --max-num-batched-tokens 24 --seed 1
+fi
+if [[ $runs != tight ]]; then
+  run pool --max-prompt-tokens 16 --max-new-tokens 4 --min-n 16 --max-n 16 --arrival-rate 8 "${pool[@]}" --seed 2
+  if [[ $mode == gpu ]] && ! grep -q 'elements (past 2^32); top slot used [0-9]*: .*(past 2^32)' "$out/pool.txt"; then
+    echo "stress_gpu.sh: the pool run's state pool or its top slot stayed within 2^32 elements" >&2
+    status=1
+  fi
+fi
+exit $status

@@ -1,0 +1,114 @@
+#include "forensics/reference_scorer.h"
+
+#include "backend/backend_factory.h"
+#include "core/error.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace jambo {
+namespace {
+
+int64_t blocks_for(int64_t num_tokens, int64_t kv_block_size) {
+  return (num_tokens + kv_block_size - 1) / kv_block_size;
+}
+
+// Enough slots and KV blocks for the largest step: row r of a step takes slot r, and the KV blocks after
+// those of the rows before it.
+CacheConfig reference_cache(std::span<const std::vector<int32_t>> sequences, std::span<const ReferenceStep> steps) {
+  CacheConfig cache;
+  for (const ReferenceStep& step : steps) {
+    int64_t num_rows = 0, num_blocks = 0;
+    for (size_t i = step.first; i < step.first + step.count; ++i) {
+      const int64_t num_tokens = reference_row_tokens(sequences[i].size());
+      if (num_tokens == 0) continue;
+      ++num_rows;
+      num_blocks += blocks_for(num_tokens, cache.kv_block_size);
+    }
+    cache.num_state_slots = std::max(cache.num_state_slots, num_rows);
+    cache.num_kv_blocks = std::max(cache.num_kv_blocks, num_blocks);
+  }
+  return cache;
+}
+
+bool has_rows(std::span<const std::vector<int32_t>> sequences) {
+  return std::any_of(sequences.begin(), sequences.end(),
+                     [](const std::vector<int32_t>& sequence) { return reference_row_tokens(sequence.size()) > 0; });
+}
+
+// Runs one step and stores each row's target logprobs as its sequence's.
+void score_step(Backend& backend, const CacheConfig& cache, std::span<const std::vector<int32_t>> sequences,
+                const ReferenceStep& step, std::span<const int32_t> all_blocks, StepOutput& output,
+                std::vector<std::vector<double>>& logprobs) {
+  std::vector<BatchRow> rows;
+  std::vector<size_t> row_sequence;  // [rows] index of each row's sequence
+  int64_t next_block = 0;
+  for (size_t i = step.first; i < step.first + step.count; ++i) {
+    const std::span<const int32_t> sequence = sequences[i];
+    const int64_t num_tokens = reference_row_tokens(sequence.size());
+    if (num_tokens == 0) continue;
+    const int64_t num_blocks = blocks_for(num_tokens, cache.kv_block_size);
+    BatchRow row;
+    row.request_id = int64_t(i);
+    row.tokens = sequence.first(size_t(num_tokens));
+    row.start_position = 0;
+    row.has_initial_state = false;  // law 1: from zero state, whatever the slot held before
+    row.slot = int64_t(rows.size());
+    row.block_table = all_blocks.subspan(size_t(next_block), size_t(num_blocks));
+    row.targets = sequence.subspan(1);  // the logits at position t predict token t + 1
+    next_block += num_blocks;
+    rows.push_back(row);
+    row_sequence.push_back(i);
+  }
+  if (rows.empty()) return;
+  backend.forward(rows, output);
+  for (size_t r = 0; r < rows.size(); ++r) logprobs[row_sequence[r]] = std::move(output.rows[r].target_logprobs);
+}
+
+}  // namespace
+
+int64_t reference_row_tokens(size_t sequence_length) { return sequence_length < 2 ? 0 : int64_t(sequence_length) - 1; }
+
+std::vector<ReferenceStep> plan_reference_steps(std::span<const std::vector<int32_t>> sequences,
+                                                int64_t max_step_tokens, int64_t max_step_rows) {
+  JAMBO_REQUIRE(max_step_tokens >= 1, "the reference's tokens per step must be >= 1, got {}", max_step_tokens);
+  JAMBO_REQUIRE(max_step_rows >= 1, "the reference's rows per step must be >= 1, got {}", max_step_rows);
+  std::vector<ReferenceStep> steps;
+  int64_t step_tokens = 0, step_rows = 0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const int64_t num_tokens = reference_row_tokens(sequences[i].size());
+    const bool full = step_rows == max_step_rows || step_tokens + num_tokens > max_step_tokens;
+    if (steps.empty() || (num_tokens > 0 && step_rows > 0 && full)) {
+      steps.push_back({i, 0});
+      step_tokens = step_rows = 0;
+    }
+    ++steps.back().count;
+    if (num_tokens == 0) continue;
+    step_tokens += num_tokens;
+    ++step_rows;
+  }
+  return steps;
+}
+
+std::vector<std::vector<double>> score_sequences(const Model& model, std::span<const std::vector<int32_t>> sequences,
+                                                 const ReferenceOptions& options,
+                                                 const std::function<void(int64_t, int64_t)>& on_progress) {
+  const std::vector<ReferenceStep> steps =
+      plan_reference_steps(sequences, options.max_step_tokens, options.max_step_rows);
+  std::vector<std::vector<double>> logprobs(sequences.size());
+  if (!has_rows(sequences)) return logprobs;  // no backend needed
+
+  const CacheConfig cache = reference_cache(sequences, steps);
+  const std::unique_ptr<Backend> backend = make_backend(options.backend, model, cache, options.cuda_weights);
+  std::vector<int32_t> all_blocks(size_t(cache.num_kv_blocks));  // [num_kv_blocks] 0, 1, 2, ...
+  std::iota(all_blocks.begin(), all_blocks.end(), 0);
+  StepOutput output;
+  const int64_t total = int64_t(sequences.size());
+  for (const ReferenceStep& step : steps) {
+    score_step(*backend, cache, sequences, step, all_blocks, output, logprobs);
+    if (on_progress) on_progress(int64_t(step.first + step.count), total);
+  }
+  return logprobs;
+}
+
+}  // namespace jambo
