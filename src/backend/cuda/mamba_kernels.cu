@@ -59,7 +59,8 @@ __global__ void conv_tail_kernel(DeviceRows rows, MambaStateLayout layout,
     tail[j] = window_at(num_tokens + j, tail_size, reads_state, tail, u_first, u_stride);
 }
 
-// Lanes of a group of `group_size` (a power of two dividing 32) hold one state entry each.
+// Lanes of a group of `group_size` (a power of two dividing 32) hold one state entry each. Rows of one token
+// are left to selective_state_update_kernel.
 __global__ void selective_scan_kernel(DeviceRows rows, MambaStateLayout layout, int group_size,
                                       const float* activated,  // [T, Di]
                                       const float* delta_raw,  // [T, Di]
@@ -76,8 +77,9 @@ __global__ void selective_scan_kernel(DeviceRows rows, MambaStateLayout layout, 
   const int64_t group = thread / group_size;
   const int lane = int(thread % group_size);
   // Whole warps stay in the loop below (the shuffles need them); groups past the end compute nothing.
-  const bool active = group < device_offset(rows.num_rows, num_channels);
-  const int64_t r = active ? group / num_channels : 0, c = active ? group % num_channels : 0;
+  const bool in_range = group < device_offset(rows.num_rows, num_channels);
+  const int64_t r = in_range ? group / num_channels : 0, c = in_range ? group % num_channels : 0;
+  const bool active = in_range && rows.row_tokens[r] > 1;
   const bool owns_entry = active && lane < state_size;
   float* saved_h = state_pool + rows.state_offset[r] + layout.layer_offset +
                    device_offset(num_channels, layout.kernel_size - 1) + device_offset(c, state_size) + lane;
@@ -114,6 +116,43 @@ __global__ void selective_scan_kernel(DeviceRows rows, MambaStateLayout layout, 
   if (owns_entry) *saved_h = h;
 }
 
+// The scan of the rows of one token (decode): one thread per (row, channel) updates the channel's state in
+// place in the slot, so a step of many rows has many threads each with its whole state at hand (the scan
+// kernel's lane per state entry leaves decode latency-bound). Longer rows are the scan kernel's.
+__global__ void selective_state_update_kernel(DeviceRows rows, MambaStateLayout layout,
+                                              const float* activated,  // [T, Di]
+                                              const float* delta_raw,  // [T, Di]
+                                              const float* dt_bias,    // [Di]
+                                              const float* selective,  // [T, selective_stride]
+                                              int64_t selective_stride, int64_t b_column,
+                                              const float* projected,  // [T, 2*Di]
+                                              const float* a,          // [Di, N]
+                                              const float* d,          // [Di]
+                                              float* state_pool,       // [num_slots, elements_per_slot]
+                                              float* gated) {          // [T, Di]
+  const int64_t num_channels = layout.num_channels, state_size = layout.state_size;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= device_offset(rows.num_rows, num_channels)) return;
+  const int64_t r = i / num_channels, c = i % num_channels;
+  if (rows.row_tokens[r] != 1) return;
+  const int64_t t = rows.first_token[r];
+  float* saved_h = state_pool + rows.state_offset[r] + layout.layer_offset +
+                   device_offset(num_channels, layout.kernel_size - 1) + device_offset(c, state_size);
+  const bool reads_state = rows.reads_state[r] != 0;  // law 1: a row without state starts from zero
+  const float step = softplus(delta_raw[device_offset(t, num_channels) + c] + dt_bias[c]);
+  const float u = activated[device_offset(t, num_channels) + c];
+  const float* b = selective + device_offset(t, selective_stride) + b_column;  // [N], then C [N]
+  const float* a_c = a + device_offset(c, state_size);
+  float y = 0.0f;
+  for (int64_t n = 0; n < state_size; ++n) {
+    const float h = expf(step * a_c[n]) * (reads_state ? saved_h[n] : 0.0f) + step * b[n] * u;
+    y += h * b[state_size + n];
+    saved_h[n] = h;
+  }
+  const float z = projected[device_offset(t, 2 * num_channels) + num_channels + c];
+  gated[device_offset(t, num_channels) + c] = (y + d[c] * u) * silu(z);
+}
+
 }  // namespace
 
 void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const float* projected,
@@ -135,6 +174,13 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
                     float* gated, cudaStream_t stream) {
   require(layout.state_size >= 1 && layout.state_size <= kWarpSize,
           "the CUDA selective scan supports mamba_d_state up to 32, got " + std::to_string(layout.state_size));
+  const int64_t num_decode_threads = device_offset(rows.num_rows, layout.num_channels);
+  if (num_decode_threads == 0) return;
+  selective_state_update_kernel<<<num_blocks_for(num_decode_threads, kThreads), kThreads, 0, stream>>>(
+      rows, layout, activated, delta_raw, dt_bias, selective, selective_stride, b_column, projected, a, d, state_pool,
+      gated);
+  JAMBO_CUDA_CHECK_LAUNCH(selective_state_update_kernel);
+  if (rows.num_tokens == rows.num_rows) return;  // every row one token: a decode step
   int group_size = 1;
   while (group_size < layout.state_size) group_size *= 2;
   const int64_t num_threads = device_offset(device_offset(rows.num_rows, layout.num_channels), group_size);

@@ -33,7 +33,8 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout,
 //   delta = softplus(delta_raw + dt_bias); h = exp(delta * A) * h + delta * B * u;
 //   gated = (h · C + D * u) * silu(z).
 // One group of lanes (the next power of two >= N, at most 32) per (row, channel), one lane per state entry;
-// h starts from the slot (reads_state) or zero and the final h is written back into the slot.
+// rows of one token (decode) take one thread per (row, channel) instead. h starts from the slot
+// (reads_state) or zero and the final h is written back into the slot.
 void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
                     const float* activated,  // [T, Di] u after the conv and SiLU
                     const float* delta_raw,  // [T, Di] dt_proj output before its bias
