@@ -145,27 +145,6 @@ TEST_P(OpsTest, RmsNormAndGemm) {
   expect_close(download(logits.data(), 13 * config_.vocab_size), product.data(), "linear");
 }
 
-// Decode-sized products with 16-bit weights take gemv_16: its rows equal those of the cuBLAS path (rows past
-// kMaxGemvRows), which rounds the same inputs to the same type, up to the order of the fp32 sums.
-TEST_P(OpsTest, GemvEqualsTheGemmPathForFewRows) {
-  if (GetParam().dtype == DType::F32) GTEST_SKIP() << "fp32 weights never take the GEMV";
-  const cuda::DeviceWeights stored(model_, cuda::WeightMode::Bf16, stream_);
-  cuda::Gemm gemm(stream_, /*pedantic=*/false);
-  const int64_t num_rows = cuda::kMaxGemvRows + 1, n_out = config_.vocab_size;
-  const Matrix x = store_.matrix(num_rows, config_.hidden_size, 1.0f);
-  DeviceBuffer<float> device_x = upload(x.data(), num_rows * config_.hidden_size);
-  DeviceBuffer<float> all_rows(num_rows * n_out);
-  cuda::linear(gemm, device_x.data(), num_rows, stored.lm_head, all_rows.data());
-  const std::vector<float> expected = download(all_rows.data(), num_rows * n_out);
-  for (const int64_t few : {int64_t(1), int64_t(3), cuda::kMaxGemvRows}) {
-    ASSERT_TRUE(cuda::gemv_applies(few, stored.lm_head));
-    DeviceBuffer<float> few_rows(few * n_out);
-    cuda::linear(gemm, device_x.data(), few, stored.lm_head, few_rows.data());
-    expect_close(download(few_rows.data(), few * n_out), expected.data(), "gemv of " + std::to_string(few) + " rows",
-                 1e-5);
-  }
-}
-
 TEST_P(OpsTest, MambaMixerMatchesCpu) {
   const int64_t layer = first_layer(MixerKind::Mamba);
   if (layer < 0) GTEST_SKIP() << "no Mamba layer";

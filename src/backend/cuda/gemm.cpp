@@ -37,7 +37,6 @@ void linear_strided(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_ro
   const bool is_bf16 = w.dtype == DType::BF16;
   uint16_t* narrow = gemm.narrow_input(element_offset(num_rows, w.cols));
   narrow_to_16(x, x_stride, num_rows, w.cols, is_bf16, narrow, gemm.stream());
-  if (gemv_applies(num_rows, w)) return gemv_16(narrow, num_rows, w, y, gemm.stream());
   const cudaDataType_t type = is_bf16 ? CUDA_R_16BF : CUDA_R_16F;
   JAMBO_CUBLAS_CHECK(cublasGemmEx(gemm.handle(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, type, k, narrow, type,
                                   k, &zero, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

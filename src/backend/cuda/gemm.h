@@ -42,22 +42,10 @@ void linear(Gemm& gemm,
             float* y);              // [num_rows, w.rows]
 
 // The same where consecutive rows of x lie x_stride floats apart (a column slice of a wider matrix).
-// A few rows (decode) by a 16-bit weight take gemv_16 instead of cuBLAS, on the same rounded input.
 void linear_strided(Gemm& gemm,
                     const float* x,  // [num_rows, x_stride], the first w.cols columns read
                     int64_t x_stride, int64_t num_rows,
                     const DeviceMatrix& w,  // [N, K]
                     float* y);              // [num_rows, w.rows]
-
-// Decode-sized products with 16-bit weights: one warp per output feature streams its weight row once in
-// 16-byte loads (cuBLAS reads them at well under the bandwidth for a handful of rows); the same products as
-// the cuBLAS path, summed in another order.
-constexpr int64_t kMaxGemvRows = 8;
-bool gemv_applies(int64_t num_rows, const DeviceMatrix& w);
-void gemv_16(const uint16_t* x,  // [num_rows, K] rounded to w's type
-             int64_t num_rows,
-             const DeviceMatrix& w,  // [N, K] bf16 or f16
-             float* y,               // [num_rows, N]
-             cudaStream_t stream);
 
 }  // namespace jambo::cuda
