@@ -8,6 +8,10 @@
 # First figures (H200, 2026-11-29, bf16, cuBLAS per GEMM, no CUDA graphs; copy ceiling 4.24 TB/s):
 #   Reasoning-3B decode tok/s in total: batch 1: 221 (4.53 ms/step, 1.34 TB/s of weights), 8: 1606, 64: 6818,
 #   256: 10012; prefill tok/s: 512 tokens 16,500 (23,600 with 8 to 256 prompts packed), 8192 tokens 5,300.
+# Reasoning-3B after token choices on the GPU, attention per KV head and the one-token state update (H200,
+# 2026-11-29, session 3): decode batch 1: 187-215 (4.65-5.36 ms/step; attention's single block per token is no
+# faster than the old block per head there), 8: 1591, 64: 8053-9125, 256: 17,105-18,687 (13.7-15.0 ms/step);
+# prefill 512 tokens 19,200 (29,300 packed), 8192 tokens 15,600.
 # Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
 # ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
 #   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
