@@ -56,6 +56,10 @@ if jq -e -s 'length == 2 and .[0].id == "b" and (.[0].logprobs | length) == 4 an
              and (.[0].top_logprobs[1] | length) == 3 and .[1].id == 1 and .[1].logprobs == [null]' \
      "$work/scores.jsonl" >/dev/null; then pass "score output format"; else fail "score output format: $(cat "$work/scores.jsonl")"; fi
 printf '{"id": 1, "tokens": [1, 2]}\nnot json\n' >"$work/bad.jsonl"
+expect_exit 0 "score --backend cpu" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --output "$work/scores_cpu.jsonl" --top-logprobs 3 --backend cpu
+if cmp -s "$work/scores.jsonl" "$work/scores_cpu.jsonl"; then pass "score --backend cpu is the default"; else fail "score --backend cpu differs from the default"; fi
+expect_exit 2 "score unknown backend" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --backend tpu
+expect_stderr "unknown backend named" "--backend"
 expect_exit 1 "score malformed line" "$jambo" score --model "$fixture" --input "$work/bad.jsonl"
 expect_stderr "malformed line named" "bad.jsonl:2"
 printf '{"id": 1, "tokens": [1, 99999999]}\n' >"$work/oov.jsonl"

@@ -234,12 +234,7 @@ void add_bench_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("bench", "prefill and decode tokens/s and weight GB/s of N sequences decoding together");
   options->model.add_to(*command, /*allow_random_weights=*/true);
-  command->add_option("--backend", options->backend, "compute backend")
-      ->check(CLI::IsMember(available_backends()))
-      ->capture_default_str();
-  command->add_option("--cuda-weights", options->cuda_weights, "weights on the GPU: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  add_backend_flags(*command, options->backend, options->cuda_weights);
   command->add_option("--batch", options->batches, "sequences decoding together; a list (1,8,64) runs each in turn")
       ->delimiter(',')
       ->capture_default_str();

@@ -11,6 +11,7 @@ namespace {
 
 struct GenerateOptions {
   ModelOptions model;
+  BackendChoice backend;
   std::string prompt;
   std::string prompt_ids;
   SamplingParams sampling;
@@ -46,7 +47,7 @@ void run_generate(GenerateOptions& options) {
   } catch (const Error& error) {
     throw UsageError(error.what());
   }
-  const Model model = options.model.load();
+  const Model model = options.model.load(options.backend.backend);
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
   std::vector<int32_t> prompt;
   if (!options.prompt_ids.empty()) {
@@ -63,7 +64,8 @@ void run_generate(GenerateOptions& options) {
   if (options.sampling.max_tokens > max_length - int64_t(prompt.size()))
     throw UsageError(fmt::format("the prompt ({} tokens) plus --max-tokens {} exceeds the model's {} positions",
                                  prompt.size(), options.sampling.max_tokens, max_length));
-  SingleSequenceBackend single = make_single_sequence_backend(model, int64_t(prompt.size()) + options.sampling.max_tokens);
+  SingleSequenceBackend single = make_single_sequence_backend(model, int64_t(prompt.size()) + options.sampling.max_tokens,
+                                                             options.backend);
   SequenceRunner runner(*single.backend, single.cache, /*max_chunk_tokens=*/512);
   std::optional<IncrementalDecoder> stream;
   if (tokenizer && !options.json) stream.emplace(*tokenizer, /*skip_special_tokens=*/true);
@@ -96,6 +98,7 @@ void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "continue a prompt (greedy by default)");
   options->model.add_to(*command, /*allow_random_weights=*/true);
+  add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights);
   CLI::Option* prompt = command->add_option("--prompt", options->prompt, "prompt text");
   CLI::Option* prompt_ids = command->add_option("--prompt-ids", options->prompt_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(prompt_ids);

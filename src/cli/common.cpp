@@ -1,7 +1,6 @@
 #include "cli/common.h"
 
 #include "backend/backend_factory.h"
-#include "backend/cpu/cpu_backend.h"
 #include "engine/memory_budget.h"
 #include "engine/sequence_runner.h"
 #include "forensics/reference_scorer.h"
@@ -45,10 +44,20 @@ std::ifstream open_input_file(const std::string& path) {
   return file;
 }
 
-SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens) {
-  require_host_data(model, "the CPU reference path");
+void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights) {
+  command.add_option("--backend", backend, "compute backend")
+      ->check(CLI::IsMember(available_backends()))
+      ->capture_default_str();
+  command.add_option("--cuda-weights", cuda_weights,
+                     "weights on the GPU: f32 (upcast, exact against the CPU) or bf16 (as stored, faster)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+}
+
+SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens,
+                                                   const BackendChoice& choice) {
   const CacheConfig cache = single_sequence_cache(max_tokens);
-  return {make_cpu_backend(model, cache), cache};
+  return {make_backend(choice.backend, model, cache, choice.cuda_weights), cache};
 }
 
 void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const std::string& prefix,
@@ -76,13 +85,7 @@ void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const s
 }
 
 void EngineFlags::add_to(CLI::App& command) {
-  command.add_option("--backend", options.backend, "compute backend")
-      ->check(CLI::IsMember(available_backends()))
-      ->capture_default_str();
-  command.add_option("--cuda-weights", options.cuda_weights,
-                     "weights on the GPU: f32 (upcast, exact against the CPU) or bf16 (as stored, faster)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  add_backend_flags(command, options.backend, options.cuda_weights);
   command.add_option("--max-num-batched-tokens", options.max_num_batched_tokens, "tokens of all rows of one step")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();

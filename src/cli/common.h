@@ -51,12 +51,22 @@ struct ModelOptions {
 // Opens a regular file for reading; errors name the path (missing, a directory, unreadable).
 std::ifstream open_input_file(const std::string& path);
 
-// A CPU backend with one state slot and room for max_tokens tokens of KV cache.
+// --backend (cpu or cuda) and --cuda-weights (f32 or bf16), bound to the command's own fields.
+void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights);
+
+// The backend a command runs one sequence at a time on (generate, score).
+struct BackendChoice {
+  std::string backend = "cpu";
+  std::string cuda_weights = "f32";
+};
+
+// A backend with one state slot and room for max_tokens tokens of KV cache.
 struct SingleSequenceBackend {
   std::unique_ptr<Backend> backend;
   CacheConfig cache;
 };
-SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens);
+SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens,
+                                                   const BackendChoice& choice);
 
 void add_score_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
