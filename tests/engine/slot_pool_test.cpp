@@ -123,6 +123,22 @@ TEST(SlotPool, RandomStaysReproducibleThroughFrees) {
   EXPECT_NE(slot_sequence(5), slot_sequence(6));
 }
 
+// The stress summary's "top slot used": the highest slot ever handed out, kept after it is freed.
+TEST(SlotPool, HighestUsedRemembersTheTopSlotEverHandedOut) {
+  SlotPool lowest(8, SlotPolicy::Lowest);
+  EXPECT_EQ(lowest.highest_used(), -1);
+  const SlotLease first = lowest.allocate(1), second = lowest.allocate(2);
+  EXPECT_EQ(lowest.highest_used(), 1);
+  lowest.free(second, 2);
+  lowest.free(first, 1);
+  EXPECT_EQ(lowest.highest_used(), 1);
+  EXPECT_EQ(lowest.allocate(3).slot, 0);  // a lower slot later does not lower it
+  EXPECT_EQ(lowest.highest_used(), 1);
+  SlotPool highest(8, SlotPolicy::Highest);
+  highest.allocate(1);
+  EXPECT_EQ(highest.highest_used(), 7);
+}
+
 TEST(SlotPool, GenerationIsBumpedPerAllocation) {
   SlotPool pool(2, SlotPolicy::Lowest);
   const SlotLease first = pool.allocate(10);
