@@ -4,16 +4,9 @@
 #pragma once
 
 #include "core/dtype.h"
+#include "core/host_device.h"
 
 #include <cstdint>
-
-#ifndef JAMBO_HOST_DEVICE  // as in backend/cuda/device_memory.h, which the model layer does not include
-#ifdef __CUDACC__
-#define JAMBO_HOST_DEVICE __host__ __device__
-#else
-#define JAMBO_HOST_DEVICE
-#endif
-#endif
 
 namespace jambo {
 

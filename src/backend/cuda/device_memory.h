@@ -2,15 +2,10 @@
 #pragma once
 
 #include "backend/cuda/cuda_check.h"
+#include "core/host_device.h"
 
 #include <cstdint>
 #include <utility>
-
-#ifdef __CUDACC__
-#define JAMBO_HOST_DEVICE __host__ __device__
-#else
-#define JAMBO_HOST_DEVICE
-#endif
 
 namespace jambo::cuda {
 
