@@ -20,9 +20,9 @@ std::vector<int32_t> candidate_ids(std::span<const float> logits, const TokenCho
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   const auto order = [&](int32_t a, int32_t b) { return more_likely(logits, a, b); };
-  if (choice.top_k > 0 && size_t(choice.top_k) < ids.size()) {
-    std::partial_sort(ids.begin(), ids.begin() + choice.top_k, ids.end(), order);
-    ids.resize(size_t(choice.top_k));
+  if (const int64_t top_k = restricting_top_k(choice, int64_t(logits.size())); top_k > 0) {
+    std::partial_sort(ids.begin(), ids.begin() + top_k, ids.end(), order);
+    ids.resize(size_t(top_k));
   } else if (choice.top_p < 1.0) {
     std::sort(ids.begin(), ids.end(), order);
   }
@@ -64,7 +64,32 @@ int32_t sample_token(std::span<const float> logits, const TokenChoice& choice) {
   return ids[num_kept - 1];
 }
 
+// The K most likely tokens given log(sum(exp(logits))), so a vector's normalizer is computed once.
+std::vector<TokenLogprob> top_logprobs_given(std::span<const float> logits, int64_t k, double normalizer) {
+  k = std::min<int64_t>(k, int64_t(logits.size()));
+  if (k <= 0) return {};
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int32_t a, int32_t b) { return more_likely(logits, a, b); });
+  std::vector<TokenLogprob> out(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) out[i] = {ids[i], double(logits[ids[i]]) - normalizer};
+  return out;
+}
+
+ChosenToken choose_token_given(std::span<const float> logits, const TokenChoice& choice, double normalizer) {
+  ChosenToken chosen;
+  chosen.token = choice.temperature == 0.0 ? argmax(logits) : sample_token(logits, choice);
+  chosen.logprob = double(logits[chosen.token]) - normalizer;
+  chosen.top_logprobs = top_logprobs_given(logits, choice.num_top_logprobs, normalizer);
+  return chosen;
+}
+
 }  // namespace
+
+int64_t restricting_top_k(const TokenChoice& choice, int64_t vocab_size) {
+  return choice.top_k > 0 && choice.top_k < vocab_size ? choice.top_k : 0;
+}
 
 int32_t argmax(std::span<const float> logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -78,16 +103,8 @@ double log_sum_exp(std::span<const float> logits) {
 }
 
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int64_t k) {
-  k = std::min<int64_t>(k, int64_t(logits.size()));
-  if (k <= 0) return {};
-  std::vector<int32_t> ids(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                    [&](int32_t a, int32_t b) { return more_likely(logits, a, b); });
-  const double normalizer = log_sum_exp(logits);
-  std::vector<TokenLogprob> out(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) out[i] = {ids[i], double(logits[ids[i]]) - normalizer};
-  return out;
+  if (k <= 0 || logits.empty()) return {};
+  return top_logprobs_given(logits, k, log_sum_exp(logits));
 }
 
 void validate_choice(const TokenChoice& choice) {
@@ -102,11 +119,7 @@ void validate_choice(const TokenChoice& choice) {
 }
 
 ChosenToken choose_token(std::span<const float> logits, const TokenChoice& choice) {
-  ChosenToken chosen;
-  chosen.token = choice.temperature == 0.0 ? argmax(logits) : sample_token(logits, choice);
-  chosen.logprob = double(logits[chosen.token]) - log_sum_exp(logits);
-  chosen.top_logprobs = top_logprobs(logits, choice.num_top_logprobs);
-  return chosen;
+  return choose_token_given(logits, choice, log_sum_exp(logits));
 }
 
 RowOutput row_output(const BatchRow& row, std::span<const float> vectors, int64_t vocab_size) {
@@ -117,10 +130,15 @@ RowOutput row_output(const BatchRow& row, std::span<const float> vectors, int64_
   out.finite = std::all_of(vectors.begin(), vectors.end(), [](float logit) { return std::isfinite(logit); });
   for (size_t i = 0; i < row.targets.size(); ++i) {
     const std::span<const float> logits = vector(int64_t(i));
-    out.target_logprobs.push_back(double(logits[row.targets[i]]) - log_sum_exp(logits));
-    if (row.num_top_logprobs > 0) out.target_top_logprobs.push_back(top_logprobs(logits, row.num_top_logprobs));
+    const double normalizer = log_sum_exp(logits);
+    out.target_logprobs.push_back(double(logits[row.targets[i]]) - normalizer);
+    if (row.num_top_logprobs > 0)
+      out.target_top_logprobs.push_back(top_logprobs_given(logits, row.num_top_logprobs, normalizer));
   }
-  for (const TokenChoice& choice : row.choices) out.chosen.push_back(choose_token(vector(num_vectors - 1), choice));
+  if (row.choices.empty()) return out;
+  const std::span<const float> last = vector(num_vectors - 1);
+  const double normalizer = log_sum_exp(last);  // once for the n samples forking off one prompt
+  for (const TokenChoice& choice : row.choices) out.chosen.push_back(choose_token_given(last, choice, normalizer));
   return out;
 }
 

@@ -10,6 +10,9 @@
 
 namespace jambo {
 
+// The top_k that restricts a choice's candidates: 0 when top_k is 0 or keeps the whole vocabulary anyway.
+int64_t restricting_top_k(const TokenChoice& choice, int64_t vocab_size);
+
 // The highest logit; ties go to the lower id.
 int32_t argmax(std::span<const float> logits);
 

@@ -24,11 +24,6 @@ class Sections {
   int64_t size_ = 0;
 };
 
-// The top_k that restricts the candidates (0: none, as logits_ops.cpp: a top_k of V or more keeps them all).
-int64_t restricting_top_k(const TokenChoice& choice, int64_t vocab_size) {
-  return choice.top_k > 0 && choice.top_k < vocab_size ? choice.top_k : 0;
-}
-
 }  // namespace
 
 LogitsOutputs::~LogitsOutputs() {
