@@ -59,19 +59,27 @@ __global__ void conv_tail_kernel(DeviceRows rows, MambaStateLayout layout,
     tail[j] = window_at(num_tokens + j, tail_size, reads_state, tail, u_first, u_stride);
 }
 
+// The selective scan's operands, one struct for its two kernels (the multi-token scan and the one-token update).
+struct ScanParams {
+  DeviceRows rows;
+  MambaStateLayout layout;
+  const float* activated;  // [T, Di] u after the conv and SiLU
+  const float* delta_raw;  // [T, Di] dt_proj output before its bias
+  const float* dt_bias;    // [Di]
+  const float* selective;  // [T, selective_stride] the normalized B at column b_column, C after it
+  int64_t selective_stride, b_column;
+  const float* projected;  // [T, 2*Di]; columns Di..2Di-1 are z
+  const float* a;          // [Di, N] A = -exp(A_log)
+  const float* d;          // [Di]
+  float* state_pool;       // [num_slots, elements_per_slot]
+  float* gated;            // [T, Di]
+};
+
 // Lanes of a group of `group_size` (a power of two dividing 32) hold one state entry each. Rows of one token
 // are left to selective_state_update_kernel.
-__global__ void selective_scan_kernel(DeviceRows rows, MambaStateLayout layout, int group_size,
-                                      const float* activated,  // [T, Di]
-                                      const float* delta_raw,  // [T, Di]
-                                      const float* dt_bias,    // [Di]
-                                      const float* selective,  // [T, selective_stride]
-                                      int64_t selective_stride, int64_t b_column,
-                                      const float* projected,  // [T, 2*Di]
-                                      const float* a,          // [Di, N]
-                                      const float* d,          // [Di]
-                                      float* state_pool,       // [num_slots, elements_per_slot]
-                                      float* gated) {          // [T, Di]
+__global__ void selective_scan_kernel(const ScanParams p, int group_size) {
+  const DeviceRows& rows = p.rows;
+  const MambaStateLayout& layout = p.layout;
   const int64_t num_channels = layout.num_channels, state_size = layout.state_size;
   const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t group = thread / group_size;
@@ -81,11 +89,11 @@ __global__ void selective_scan_kernel(DeviceRows rows, MambaStateLayout layout, 
   const int64_t r = in_range ? group / num_channels : 0, c = in_range ? group % num_channels : 0;
   const bool active = in_range && rows.row_tokens[r] > 1;
   const bool owns_entry = active && lane < state_size;
-  float* saved_h = state_pool + rows.state_offset[r] + layout.layer_offset +
+  float* saved_h = p.state_pool + rows.state_offset[r] + layout.layer_offset +
                    device_offset(num_channels, layout.kernel_size - 1) + device_offset(c, state_size) + lane;
-  const float a_n = owns_entry ? a[device_offset(c, state_size) + lane] : 0.0f;
+  const float a_n = owns_entry ? p.a[device_offset(c, state_size) + lane] : 0.0f;
   float h = owns_entry && rows.reads_state[r] != 0 ? *saved_h : 0.0f;
-  const float skip = d[c], bias = dt_bias[c];
+  const float skip = p.d[c], bias = p.dt_bias[c];
   const int64_t first = rows.first_token[r];
   const int64_t num_tokens = active ? rows.row_tokens[r] : 0;
   // Every group of a warp must run the same number of shuffles: loop to the warp's longest row.
@@ -98,10 +106,10 @@ __global__ void selective_scan_kernel(DeviceRows rows, MambaStateLayout layout, 
     float contribution = 0.0f;
     float u = 0.0f;
     if (live) {
-      const float step = softplus(delta_raw[device_offset(t, num_channels) + c] + bias);
-      u = activated[device_offset(t, num_channels) + c];
+      const float step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + bias);
+      u = p.activated[device_offset(t, num_channels) + c];
       if (owns_entry) {
-        const float* b = selective + device_offset(t, selective_stride) + b_column;
+        const float* b = p.selective + device_offset(t, p.selective_stride) + p.b_column;
         h = expf(step * a_n) * h + step * b[lane] * u;
         contribution = h * b[state_size + lane];
       }
@@ -109,8 +117,8 @@ __global__ void selective_scan_kernel(DeviceRows rows, MambaStateLayout layout, 
     for (int offset = group_size / 2; offset > 0; offset /= 2)
       contribution += __shfl_xor_sync(0xffffffffu, contribution, offset, group_size);
     if (live && lane == 0) {
-      const float z = projected[device_offset(t, 2 * num_channels) + num_channels + c];
-      gated[device_offset(t, num_channels) + c] = (contribution + skip * u) * silu(z);
+      const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
+      p.gated[device_offset(t, num_channels) + c] = (contribution + skip * u) * silu(z);
     }
   }
   if (owns_entry) *saved_h = h;
@@ -119,38 +127,30 @@ __global__ void selective_scan_kernel(DeviceRows rows, MambaStateLayout layout, 
 // The scan of the rows of one token (decode): one thread per (row, channel) updates the channel's state in
 // place in the slot, so a step of many rows has many threads each with its whole state at hand (the scan
 // kernel's lane per state entry leaves decode latency-bound). Longer rows are the scan kernel's.
-__global__ void selective_state_update_kernel(DeviceRows rows, MambaStateLayout layout,
-                                              const float* activated,  // [T, Di]
-                                              const float* delta_raw,  // [T, Di]
-                                              const float* dt_bias,    // [Di]
-                                              const float* selective,  // [T, selective_stride]
-                                              int64_t selective_stride, int64_t b_column,
-                                              const float* projected,  // [T, 2*Di]
-                                              const float* a,          // [Di, N]
-                                              const float* d,          // [Di]
-                                              float* state_pool,       // [num_slots, elements_per_slot]
-                                              float* gated) {          // [T, Di]
+__global__ void selective_state_update_kernel(const ScanParams p) {
+  const DeviceRows& rows = p.rows;
+  const MambaStateLayout& layout = p.layout;
   const int64_t num_channels = layout.num_channels, state_size = layout.state_size;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= device_offset(rows.num_rows, num_channels)) return;
   const int64_t r = i / num_channels, c = i % num_channels;
   if (rows.row_tokens[r] != 1) return;
   const int64_t t = rows.first_token[r];
-  float* saved_h = state_pool + rows.state_offset[r] + layout.layer_offset +
+  float* saved_h = p.state_pool + rows.state_offset[r] + layout.layer_offset +
                    device_offset(num_channels, layout.kernel_size - 1) + device_offset(c, state_size);
   const bool reads_state = rows.reads_state[r] != 0;  // law 1: a row without state starts from zero
-  const float step = softplus(delta_raw[device_offset(t, num_channels) + c] + dt_bias[c]);
-  const float u = activated[device_offset(t, num_channels) + c];
-  const float* b = selective + device_offset(t, selective_stride) + b_column;  // [N], then C [N]
-  const float* a_c = a + device_offset(c, state_size);
+  const float step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + p.dt_bias[c]);
+  const float u = p.activated[device_offset(t, num_channels) + c];
+  const float* b = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // [N], then C [N]
+  const float* a_c = p.a + device_offset(c, state_size);
   float y = 0.0f;
   for (int64_t n = 0; n < state_size; ++n) {
     const float h = expf(step * a_c[n]) * (reads_state ? saved_h[n] : 0.0f) + step * b[n] * u;
     y += h * b[state_size + n];
     saved_h[n] = h;
   }
-  const float z = projected[device_offset(t, 2 * num_channels) + num_channels + c];
-  gated[device_offset(t, num_channels) + c] = (y + d[c] * u) * silu(z);
+  const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
+  p.gated[device_offset(t, num_channels) + c] = (y + p.d[c] * u) * silu(z);
 }
 
 }  // namespace
@@ -174,20 +174,17 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
                     float* gated, cudaStream_t stream) {
   require(layout.state_size >= 1 && layout.state_size <= kWarpSize,
           "the CUDA selective scan supports mamba_d_state up to 32, got " + std::to_string(layout.state_size));
+  const ScanParams params{rows,      layout,   activated, delta_raw, dt_bias, selective, selective_stride,
+                          b_column,  projected, a,         d,         state_pool, gated};
   const int64_t num_decode_threads = device_offset(rows.num_rows, layout.num_channels);
   if (num_decode_threads == 0) return;
-  selective_state_update_kernel<<<num_blocks_for(num_decode_threads, kThreads), kThreads, 0, stream>>>(
-      rows, layout, activated, delta_raw, dt_bias, selective, selective_stride, b_column, projected, a, d, state_pool,
-      gated);
+  selective_state_update_kernel<<<num_blocks_for(num_decode_threads, kThreads), kThreads, 0, stream>>>(params);
   JAMBO_CUDA_CHECK_LAUNCH(selective_state_update_kernel);
   if (rows.num_tokens == rows.num_rows) return;  // every row one token: a decode step
   int group_size = 1;
   while (group_size < layout.state_size) group_size *= 2;
-  const int64_t num_threads = device_offset(device_offset(rows.num_rows, layout.num_channels), group_size);
-  if (num_threads == 0) return;
-  selective_scan_kernel<<<num_blocks_for(num_threads, kThreads), kThreads, 0, stream>>>(
-      rows, layout, group_size, activated, delta_raw, dt_bias, selective, selective_stride, b_column, projected, a, d,
-      state_pool, gated);
+  const int64_t num_threads = device_offset(num_decode_threads, group_size);
+  selective_scan_kernel<<<num_blocks_for(num_threads, kThreads), kThreads, 0, stream>>>(params, group_size);
   JAMBO_CUDA_CHECK_LAUNCH(selective_scan_kernel);
 }
 
