@@ -1,11 +1,18 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_math.cuh"
 
+#include <algorithm>
+
 namespace jambo::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kKeysPerTile = 32;  // one warp lane per key in the softmax
+// A step of few tokens splits each token's keys among blocks, up to kMaxSplits, until there are about
+// kBlocksPerSmWanted blocks per SM: one block walking a long context alone leaves the GPU idle (batch 1).
+constexpr int kBlocksPerSmWanted = 4;
+constexpr int kMaxSplits = 32;
+constexpr int kCombineThreads = 128;
 
 // Element offset of a position's [nkv, hd] keys (key_or_value 0) or values (1) in the pool.
 __device__ inline int64_t kv_entry(const DeviceRows& rows, const KvLayout& layout, int64_t row, int64_t position,
@@ -56,13 +63,16 @@ __device__ void load_tile(const DeviceRows& rows, const KvLayout& layout, int64_
   }
 }
 
-// One block per (token, KV head) for the G = nh / nkv query heads that share it, so each key and value is read
-// once for all of them. Keys are taken a tile at a time with the online softmax: per head a running max m,
-// running sum l and the unnormalized outputs, rescaled when m grows.
-__global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_heads,
+// One block per (token, KV head, split of the token's keys) for the G = nh / nkv query heads that share the KV
+// head, so each key and value is read once for all of them. A split takes its keys a tile at a time with the
+// online softmax: per head a running max m, running sum l and the unnormalized outputs, rescaled when m grows.
+// With one split the block writes the context; with more, its (m, l, outputs) go to `partial` and
+// combine_splits_kernel merges them.
+__global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_heads, int num_splits,
                                  const float* queries,  // [T, nh*hd]
                                  const float* kv_pool,  // [num_blocks, block_stride]
-                                 float* context) {      // [T, nh*hd]
+                                 float* context,        // [T, nh*hd] (one split)
+                                 float* partial) {      // [T, nh, num_splits, hd + 2] (several)
   extern __shared__ float shared[];
   const int64_t head_dim = layout.head_dim, group_size = num_heads / layout.num_kv_heads;
   const AttentionShared at{group_size, head_dim};
@@ -72,8 +82,12 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
   float* weights = shared + at.weights();  // [G, kKeysPerTile]
   float* running_max = shared + at.stats(), *running_sum = running_max + group_size, *rescale = running_sum + group_size;
   const int64_t t = blockIdx.x / layout.num_kv_heads, kv_head = blockIdx.x % layout.num_kv_heads;
+  const int split = int(blockIdx.y);
   const int64_t r = rows.token_row[t];
   const int64_t num_keys = rows.start_position[r] + t - rows.first_token[r] + 1;
+  const int64_t keys_per_split = (num_keys + num_splits - 1) / num_splits;
+  const int64_t first_key = min(num_keys, split * keys_per_split);
+  const int64_t end_key = min(num_keys, first_key + keys_per_split);  // an empty split leaves m = -inf, l = 0
   const float scale = 1.0f / sqrtf(float(head_dim));
   const int64_t group_width = group_size * head_dim;  // the group's query heads are contiguous
   const float* q_in = queries + device_offset(t, num_heads * head_dim) + device_offset(kv_head, group_width);
@@ -86,8 +100,8 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
     running_sum[h] = 0.0f;
   }
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, num_warps = blockDim.x / kWarpSize;
-  for (int64_t first = 0; first < num_keys; first += kKeysPerTile) {
-    const int count = int(min(int64_t(kKeysPerTile), num_keys - first));
+  for (int64_t first = first_key; first < end_key; first += kKeysPerTile) {
+    const int count = int(min(int64_t(kKeysPerTile), end_key - first));
     load_tile(rows, layout, r, first, count, 0, kv_head, kv_pool, tile);
     __syncthreads();
     for (int i = threadIdx.x; i < int(group_size) * count; i += blockDim.x) {
@@ -120,8 +134,43 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
     }
     __syncthreads();  // the tile and weights are rewritten by the next tile
   }
-  float* out = context + device_offset(t, num_heads * head_dim) + device_offset(kv_head, group_width);
-  for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) out[i] = acc[i] / running_sum[i / head_dim];
+  __syncthreads();  // the stats are complete (a split without keys never entered the loop)
+  if (num_splits == 1) {
+    float* out = context + device_offset(t, num_heads * head_dim) + device_offset(kv_head, group_width);
+    for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) out[i] = acc[i] / running_sum[i / head_dim];
+    return;
+  }
+  for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) {
+    const int64_t head = device_offset(kv_head, group_size) + i / head_dim, e = i % head_dim;
+    float* entry = partial + device_offset(device_offset(t, num_heads) + head, device_offset(num_splits, head_dim + 2)) +
+                   device_offset(split, head_dim + 2);
+    entry[e] = acc[i];
+    if (e == 0) entry[head_dim] = running_max[i / head_dim], entry[head_dim + 1] = running_sum[i / head_dim];
+  }
+}
+
+// One block per (token, query head): context = sum_s exp(m_s - M) outputs_s / sum_s exp(m_s - M) l_s over the
+// splits s, M the largest m_s (an empty split has m_s = -inf and weighs nothing).
+__global__ void combine_splits_kernel(int64_t num_heads, int64_t head_dim, int num_splits,
+                                      const float* partial,  // [T, nh, num_splits, hd + 2]
+                                      float* context) {      // [T, nh*hd]
+  const int64_t pair = blockIdx.x;  // t * nh + head
+  const float* entries = partial + device_offset(pair, device_offset(num_splits, head_dim + 2));
+  float top = -INFINITY;
+  for (int s = 0; s < num_splits; ++s) top = fmaxf(top, entries[device_offset(s, head_dim + 2) + head_dim]);
+  float total = 0.0f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float* entry = entries + device_offset(s, head_dim + 2);
+    total += expf(entry[head_dim] - top) * entry[head_dim + 1];
+  }
+  for (int64_t e = threadIdx.x; e < head_dim; e += blockDim.x) {
+    float sum = 0.0f;
+    for (int s = 0; s < num_splits; ++s) {
+      const float* entry = entries + device_offset(s, head_dim + 2);
+      sum += expf(entry[head_dim] - top) * entry[e];
+    }
+    context[device_offset(pair, head_dim) + e] = sum / total;
+  }
 }
 
 }  // namespace
@@ -134,25 +183,50 @@ void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout, const
   JAMBO_CUDA_CHECK_LAUNCH(store_kernel);
 }
 
+int attention_splits(int64_t num_tokens, int64_t num_kv_heads) {
+  static const int num_sms = [] {
+    int device = 0, count = 0;
+    JAMBO_CUDA_CHECK(cudaGetDevice(&device));
+    JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  const int64_t num_pairs = device_offset(num_tokens, num_kv_heads);
+  const int64_t wanted = (int64_t(kBlocksPerSmWanted) * num_sms + num_pairs - 1) / num_pairs;
+  return int(std::clamp<int64_t>(wanted, 1, kMaxSplits));
+}
+
 void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads, const float* queries,
-                     const float* kv_pool, float* context, cudaStream_t stream) {
-  const int64_t num_blocks = device_offset(rows.num_tokens, layout.num_kv_heads);
-  if (num_blocks == 0) return;
-  require(num_blocks < (int64_t(1) << 31),
-          "attention over " + std::to_string(num_blocks) + " (token, KV head) pairs is too many for one launch");
+                     const float* kv_pool, float* context, DeviceBuffer<float>& partial, cudaStream_t stream) {
+  const int64_t num_pairs = device_offset(rows.num_tokens, layout.num_kv_heads);
+  if (num_pairs == 0) return;
+  require(num_pairs < (int64_t(1) << 31),
+          "attention over " + std::to_string(num_pairs) + " (token, KV head) pairs is too many for one launch");
   const AttentionShared at{num_heads / layout.num_kv_heads, layout.head_dim};
   const size_t shared_bytes = size_t(at.num_floats()) * sizeof(float);
-  int device = 0, max_shared = 0;
-  JAMBO_CUDA_CHECK(cudaGetDevice(&device));
-  JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // Once per process (GPU 0): allow the kernel all the shared memory the device has; a launch takes what it needs.
+  static const int max_shared = [] {
+    int device = 0, bytes = 0;
+    JAMBO_CUDA_CHECK(cudaGetDevice(&device));
+    JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    JAMBO_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return bytes;
+  }();
   require(shared_bytes <= size_t(max_shared),
           "attention with " + std::to_string(at.group_size) + " query heads per KV head of dimension " +
               std::to_string(layout.head_dim) + " needs " + std::to_string(shared_bytes) +
               " bytes of shared memory per block; this GPU allows " + std::to_string(max_shared));
-  JAMBO_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
-  attention_kernel<<<unsigned(num_blocks), kThreads, shared_bytes, stream>>>(rows, layout, num_heads, queries, kv_pool,
-                                                                            context);
+  const int num_splits = attention_splits(rows.num_tokens, layout.num_kv_heads);
+  float* partial_data =
+      num_splits == 1 ? nullptr
+                      : partial.reserve(device_offset(device_offset(rows.num_tokens, num_heads),
+                                                      device_offset(num_splits, layout.head_dim + 2)));
+  attention_kernel<<<dim3(unsigned(num_pairs), unsigned(num_splits)), kThreads, shared_bytes, stream>>>(
+      rows, layout, num_heads, num_splits, queries, kv_pool, context, partial_data);
   JAMBO_CUDA_CHECK_LAUNCH(attention_kernel);
+  if (num_splits == 1) return;
+  combine_splits_kernel<<<unsigned(device_offset(rows.num_tokens, num_heads)), kCombineThreads, 0, stream>>>(
+      num_heads, layout.head_dim, num_splits, partial_data, context);
+  JAMBO_CUDA_CHECK_LAUNCH(combine_splits_kernel);
 }
 
 }  // namespace jambo::cuda

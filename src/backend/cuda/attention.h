@@ -29,10 +29,14 @@ void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout,
                            cudaStream_t stream);
 
 // context[t, head] = sum_j softmax_j(q · k_j / sqrt(hd)) v_j over positions j = 0 .. p of the token's row.
+// A step of few tokens splits each token's keys among several blocks (flash-decoding) whose partial results,
+// held in `partial`, one more launch merges; how many splits depends on the number of tokens alone, so that a
+// decode step's launches stay the same from step to step (step_graphs.h).
 void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads,
                      const float* queries,  // [T, nh*hd]
                      const float* kv_pool,  // [num_blocks, block_stride]
                      float* context,        // [T, nh*hd]
+                     DeviceBuffer<float>& partial,  // grown on demand: [T, nh, splits, hd + 2]
                      cudaStream_t stream);
 
 }  // namespace jambo::cuda

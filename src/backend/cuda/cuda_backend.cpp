@@ -5,6 +5,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/logits_outputs.h"
 #include "backend/cuda/mixers.h"
+#include "backend/cuda/step_graphs.h"
 #include "backend/cuda/step_rows.h"
 #include "backend/row_validation.h"
 
@@ -30,7 +31,7 @@ struct Activations {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Model& model, const CacheConfig& cache, WeightMode mode);
+  CudaBackend(const Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs);
   ~CudaBackend() override;
 
   const JambaConfig& config() const override { return config_; }
@@ -39,6 +40,7 @@ class CudaBackend final : public Backend {
   void copy_kv_block(int64_t from_block, int64_t to_block) override;
   void poison_state(int64_t slot) override;
   int64_t state_elements_per_slot() const override { return slot_stride_; }
+  int64_t graph_replays() const { return graphs_ == nullptr ? 0 : graphs_->counts().num_replays; }
   void inject_faults(const FaultInjection& faults) override {
     require_state_offset_modulus(faults.state_offset_modulus, slot_stride_, cache_.num_state_slots);
     faults_ = faults;
@@ -47,6 +49,8 @@ class CudaBackend final : public Backend {
  private:
   int64_t slot_offset(int64_t slot) const;  // element offset of a slot, through the test-only wrap
   void reserve_activations(int64_t num_tokens, int64_t num_vectors);
+  bool runs_as_graph(const DeviceRows& rows) const;
+  void enqueue_layers(const DeviceRows& rows);  // embedding to logits: launches only, no host synchronization
   void run_mamba(int64_t layer, const DeviceRows& rows);
   void run_attention(int64_t layer, const DeviceRows& rows);
   KvLayout kv_layout(int64_t attention_layer) const;
@@ -69,6 +73,7 @@ class CudaBackend final : public Backend {
   AttentionScratch attention_scratch_;
   FfnWorkspace ffn_workspace_;
   LogitsOutputs logits_outputs_;
+  std::unique_ptr<StepGraphs> graphs_;  // null: every step runs launch by launch
 };
 
 std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
@@ -79,7 +84,7 @@ std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
   return indices;
 }
 
-CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMode mode)
+CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs)
     : config_(model.config), cache_(cache), index_in_kind_(indices_within_kind(model.config)) {
   JAMBO_REQUIRE(cache.num_state_slots > 0, "the recurrent-state pool needs at least one slot, got {}",
                 cache.num_state_slots);
@@ -103,10 +108,12 @@ CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMod
   kv_cache_ = DeviceBuffer<float>(kv_elements);
   JAMBO_CUDA_CHECK(cudaMemsetAsync(kv_cache_.data(), 0, size_t(element_offset(kv_elements, 4)), stream_));
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (decode_graphs) graphs_ = std::make_unique<StepGraphs>(stream_);
 }
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  graphs_.reset();
   gemm_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -182,12 +189,26 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
     reads_state.push_back(row.has_initial_state || (faults_.decode_before_prefill && row.tokens.size() == 1));
   }
   const DeviceRows device_rows = uploader_.upload(rows, state_offsets, reads_state, stream_);
+  reserve_activations(device_rows.num_tokens, device_rows.num_vectors);
+  if (runs_as_graph(device_rows))
+    graphs_->run(device_rows.num_rows, [&] { enqueue_layers(device_rows); });
+  else
+    enqueue_layers(device_rows);
+  logits_outputs_.compute(rows, activations_.logits.data(), config_.vocab_size, stream_, output);
+}
+
+// Decode steps (every row one token): for a given number of rows they launch the same kernels on the same
+// buffers, the uploaded row data aside. Not with MoE layers: they read their expert counts back to the host.
+bool CudaBackend::runs_as_graph(const DeviceRows& rows) const {
+  if (graphs_ == nullptr || rows.num_tokens != rows.num_rows) return false;
+  return std::ranges::find(config_.ffn_kinds, FfnKind::Moe) == config_.ffn_kinds.end();
+}
+
+void CudaBackend::enqueue_layers(const DeviceRows& device_rows) {
   const int64_t num_tokens = device_rows.num_tokens, num_vectors = device_rows.num_vectors;
   const int64_t hidden = config_.hidden_size;
   const float eps = float(config_.rms_norm_eps);
-  reserve_activations(num_tokens, num_vectors);
   Activations& a = activations_;
-
   gather_rows(weights_->embed_tokens, device_rows.tokens, device_rows.num_tokens, hidden, a.hidden.data(), stream_);
   rms_norm(a.hidden.data(), hidden, num_tokens, hidden, weights_->layers[0].input_norm, eps, a.normed.data(), hidden,
            stream_);
@@ -209,7 +230,6 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
   }
   gather_rms_norm(device_rows, a.hidden.data(), hidden, weights_->final_norm, eps, a.final_normed.data(), stream_);
   linear(*gemm_, a.final_normed.data(), num_vectors, weights_->lm_head, a.logits.data());
-  logits_outputs_.compute(rows, a.logits.data(), config_.vocab_size, stream_, output);
 }
 
 }  // namespace
@@ -228,9 +248,15 @@ int64_t cuda_available_memory_bytes() {
   return int64_t(free_bytes);
 }
 
-std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache, const std::string& weights) {
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache, const std::string& weights,
+                                           bool decode_graphs) {
   const WeightMode mode = parse_weight_mode(weights);
-  return std::make_unique<CudaBackend>(model, cache, mode);
+  return std::make_unique<CudaBackend>(model, cache, mode, decode_graphs);
+}
+
+int64_t cuda_graph_replays(const Backend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda_backend == nullptr ? 0 : cuda_backend->graph_replays();
 }
 
 int64_t cuda_weight_bytes(const Model& model, const std::string& weights) {

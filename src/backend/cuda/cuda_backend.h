@@ -14,9 +14,13 @@ namespace jambo {
 
 // Uploads the model's weights and allocates the state slots and KV blocks of `cache` on GPU 0 (zeroed).
 // Throws jambo::Error when no GPU can be used or memory runs out.
-// weights: "f32" or "bf16" (jambo::Error otherwise).
+// weights: "f32" or "bf16" (jambo::Error otherwise). decode_graphs: decode steps run as CUDA graphs
+// (step_graphs.h); off, every step runs launch by launch (the graphs' test oracle).
 std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache,
-                                           const std::string& weights = "f32");
+                                           const std::string& weights = "f32", bool decode_graphs = true);
+
+// How many steps of a CUDA backend ran as a CUDA graph's launch (0 for any other backend): for tests.
+int64_t cuda_graph_replays(const Backend& backend);
 
 // The bytes the CUDA backend's weights take on the GPU in that mode (the f32 mode holds 16-bit checkpoints
 // at twice their size), for memory plans; needs no GPU.

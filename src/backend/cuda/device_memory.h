@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/host_device.h"
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -11,6 +12,13 @@ namespace jambo::cuda {
 
 // Law 3 on the device: the twin of element_offset (core/tensor.h). Both factors are int64_t.
 JAMBO_HOST_DEVICE inline int64_t device_offset(int64_t index, int64_t stride) { return index * stride; }
+
+// How many DeviceBuffers have been cudaMalloc'd so far in this process. A captured CUDA graph holds raw device
+// pointers: a change of this count tells its owner that a buffer it captured may have moved (step_graphs.h).
+inline std::atomic<int64_t>& device_allocation_count() {
+  static std::atomic<int64_t> count{0};
+  return count;
+}
 
 // cudaMalloc'd storage of num_elements T; uninitialized unless zeroed.
 template <typename T>
@@ -47,8 +55,10 @@ class DeviceBuffer {
  private:
   void allocate(int64_t num_elements) {
     require(num_elements >= 0, "negative device allocation of " + std::to_string(num_elements) + " elements");
-    if (num_elements > 0)
+    if (num_elements > 0) {
       JAMBO_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), size_t(device_offset(num_elements, sizeof(T)))));
+      ++device_allocation_count();
+    }
     size_ = num_elements;
   }
   void release() {

@@ -11,6 +11,9 @@ Gemm::Gemm(cudaStream_t stream, bool pedantic) : stream_(stream) {
   JAMBO_CUBLAS_CHECK(cublasCreate(&handle_));
   JAMBO_CUBLAS_CHECK(cublasSetStream(handle_, stream));
   JAMBO_CUBLAS_CHECK(cublasSetMathMode(handle_, pedantic ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+  constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;  // what cuBLAS's documentation asks for on Hopper
+  workspace_ = DeviceBuffer<std::byte>(kWorkspaceBytes);
+  JAMBO_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.data(), size_t(kWorkspaceBytes)));
 }
 
 Gemm::~Gemm() {

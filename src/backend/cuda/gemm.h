@@ -12,6 +12,8 @@
 
 #include <cublas_v2.h>
 
+#include <cstddef>
+
 namespace jambo::cuda {
 
 // The cuBLAS handle bound to a stream, and the scratch that holds a GEMM's input rounded to 16 bits.
@@ -32,6 +34,7 @@ class Gemm {
   cublasHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer<uint16_t> narrow_input_;  // [rows, K] x in the weight's 16-bit type
+  DeviceBuffer<std::byte> workspace_;    // cuBLAS's own, set once: a captured GEMM must not allocate
 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k] for m < num_rows.

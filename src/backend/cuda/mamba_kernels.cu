@@ -124,13 +124,50 @@ __global__ void selective_scan_kernel(const ScanParams p, int group_size) {
   if (owns_entry) *saved_h = h;
 }
 
+constexpr int kMaxStateSize = kWarpSize;
+
+// dst[0..count) = src[0..count): as float4 loads where src allows, so that a thread's whole state is in flight
+// at once and each load instruction of a warp fills whole sectors by halves.
+__device__ inline void load_entries(const float* src, int count, float (&dst)[kMaxStateSize]) {
+  const bool vector = count % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+#pragma unroll
+  for (int q = 0; q < kMaxStateSize / 4; ++q) {
+    if (4 * q >= count) continue;
+    if (vector) {
+      const float4 v = reinterpret_cast<const float4*>(src)[q];
+      dst[4 * q] = v.x, dst[4 * q + 1] = v.y, dst[4 * q + 2] = v.z, dst[4 * q + 3] = v.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (4 * q + j < count) dst[4 * q + j] = src[4 * q + j];
+    }
+  }
+}
+
+__device__ inline void store_entries(const float (&src)[kMaxStateSize], int count, float* dst) {
+  const bool vector = count % 4 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+#pragma unroll
+  for (int q = 0; q < kMaxStateSize / 4; ++q) {
+    if (4 * q >= count) continue;
+    if (vector) {
+      reinterpret_cast<float4*>(dst)[q] = make_float4(src[4 * q], src[4 * q + 1], src[4 * q + 2], src[4 * q + 3]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (4 * q + j < count) dst[4 * q + j] = src[4 * q + j];
+    }
+  }
+}
+
 // The scan of the rows of one token (decode): one thread per (row, channel) updates the channel's state in
-// place in the slot, so a step of many rows has many threads each with its whole state at hand (the scan
-// kernel's lane per state entry leaves decode latency-bound). Longer rows are the scan kernel's.
+// place in the slot. The state, A, B and C are all loaded before any entry is computed (a loop of load, update,
+// store per entry waited on memory once per entry: 6 ms of a 13 ms step at batch 256). Longer rows are the
+// scan kernel's.
 __global__ void selective_state_update_kernel(const ScanParams p) {
   const DeviceRows& rows = p.rows;
   const MambaStateLayout& layout = p.layout;
-  const int64_t num_channels = layout.num_channels, state_size = layout.state_size;
+  const int64_t num_channels = layout.num_channels;
+  const int state_size = int(layout.state_size);
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= device_offset(rows.num_rows, num_channels)) return;
   const int64_t r = i / num_channels, c = i % num_channels;
@@ -138,17 +175,27 @@ __global__ void selective_state_update_kernel(const ScanParams p) {
   const int64_t t = rows.first_token[r];
   float* saved_h = p.state_pool + rows.state_offset[r] + layout.layer_offset +
                    device_offset(num_channels, layout.kernel_size - 1) + device_offset(c, state_size);
-  const bool reads_state = rows.reads_state[r] != 0;  // law 1: a row without state starts from zero
+  float h[kMaxStateSize], a[kMaxStateSize], b[kMaxStateSize], c_out[kMaxStateSize];
+  const float* bc = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
+  load_entries(p.a + device_offset(c, state_size), state_size, a);
+  load_entries(bc, state_size, b);
+  load_entries(bc + state_size, state_size, c_out);
+  if (rows.reads_state[r] != 0) {
+    load_entries(saved_h, state_size, h);
+  } else {  // law 1: a row without state starts from zero
+#pragma unroll
+    for (int n = 0; n < kMaxStateSize; ++n) h[n] = 0.0f;
+  }
   const float step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + p.dt_bias[c]);
   const float u = p.activated[device_offset(t, num_channels) + c];
-  const float* b = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // [N], then C [N]
-  const float* a_c = p.a + device_offset(c, state_size);
   float y = 0.0f;
-  for (int64_t n = 0; n < state_size; ++n) {
-    const float h = expf(step * a_c[n]) * (reads_state ? saved_h[n] : 0.0f) + step * b[n] * u;
-    y += h * b[state_size + n];
-    saved_h[n] = h;
+#pragma unroll
+  for (int n = 0; n < kMaxStateSize; ++n) {
+    if (n >= state_size) continue;
+    h[n] = expf(step * a[n]) * h[n] + step * b[n] * u;
+    y += h[n] * c_out[n];
   }
+  store_entries(h, state_size, saved_h);
   const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
   p.gated[device_offset(t, num_channels) + c] = (y + p.d[c] * u) * silu(z);
 }
@@ -172,7 +219,7 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
                     const float* delta_raw, const float* dt_bias, const float* selective, int64_t selective_stride,
                     int64_t b_column, const float* projected, const float* a, const float* d, float* state_pool,
                     float* gated, cudaStream_t stream) {
-  require(layout.state_size >= 1 && layout.state_size <= kWarpSize,
+  require(layout.state_size >= 1 && layout.state_size <= kMaxStateSize,
           "the CUDA selective scan supports mamba_d_state up to 32, got " + std::to_string(layout.state_size));
   const ScanParams params{rows,      layout,   activated, delta_raw, dt_bias, selective, selective_stride,
                           b_column,  projected, a,         d,         state_pool, gated};

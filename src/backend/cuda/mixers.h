@@ -34,6 +34,7 @@ struct AttentionScratch {
   DeviceBuffer<float> keys;     // [T, nkv*hd]
   DeviceBuffer<float> values;   // [T, nkv*hd]
   DeviceBuffer<float> context;  // [T, nh*hd]
+  DeviceBuffer<float> partial;  // [T, nh, splits, hd + 2] split attention's partial results
 };
 
 // Writes this step's keys and values into each row's blocks, then out = attention(x).
