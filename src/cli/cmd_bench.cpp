@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <string_view>
 
 namespace jambo::cli {
 namespace {
@@ -29,7 +30,7 @@ struct BenchOptions {
   int64_t num_decode_tokens = 32;
   int64_t num_repeats = 3;
   int64_t max_step_tokens = 8192;  // tokens of one prefill step (prompts are packed, long ones chunked)
-  bool profile_decode = false;     // the GPU profilers capture the decode steps alone
+  std::string profile = "none";    // the steps GPU profilers capture: none, prefill or decode
 };
 
 int64_t view_bytes(const TensorView& view) { return view.empty() ? 0 : view.numel() * dtype_size(view.dtype); }
@@ -113,6 +114,7 @@ class BatchBench {
       rows.clear();
       step_tokens = 0;
     };
+    profiler_capture("prefill", true);
     for (int64_t s = 0; s < batch; ++s) {
       for (int64_t start = 0; start < options_.num_prompt_tokens;) {
         const int64_t length = std::min(options_.num_prompt_tokens - start, options_.max_step_tokens - step_tokens);
@@ -123,7 +125,8 @@ class BatchBench {
       }
     }
     flush();
-    profiler_capture(true);
+    profiler_capture("prefill", false);
+    profiler_capture("decode", true);
     for (int64_t i = 0; i < options_.num_decode_tokens; ++i) {
       for (int64_t s = 0; s < batch; ++s)
         rows.push_back(row(s, std::span(tokens[s]).last(1), int64_t(tokens[s].size()) - 1));
@@ -134,15 +137,16 @@ class BatchBench {
       for (int64_t s = 0; s < batch; ++s) tokens[s].push_back(output_.rows[s].chosen[0].token);
       rows.clear();
     }
-    profiler_capture(false);
+    profiler_capture("decode", false);
     times.logits_hash = fnv1a_hash(output_.logits(batch - 1));
     return times;
   }
 
  private:
-  void profiler_capture([[maybe_unused]] bool on) const {
+  // Captures the prefill steps or the decode steps.
+  void profiler_capture([[maybe_unused]] std::string_view steps, [[maybe_unused]] bool on) const {
 #ifdef JAMBO_WITH_CUDA
-    if (options_.profile_decode) cuda_profiler_capture(on);
+    if (options_.profile == steps) cuda_profiler_capture(on);
 #endif
   }
 
@@ -244,8 +248,11 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--max-step-tokens", options->max_step_tokens, "tokens of one prefill step")
       ->capture_default_str();
   command->add_option("--repeats", options->num_repeats, "runs; the best is reported")->capture_default_str();
-  command->add_flag("--profile-decode", options->profile_decode,
-                    "let GPU profilers capture the decode steps alone (ncu --profile-from-start off)");
+  command
+      ->add_option("--profile", options->profile,
+                   "let GPU profilers (ncu --profile-from-start off) capture only the prefill or only the decode steps")
+      ->check(CLI::IsMember({"none", "prefill", "decode"}))
+      ->capture_default_str();
   command->callback([options] { run_bench(*options); });
 }
 

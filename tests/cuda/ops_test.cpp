@@ -1,7 +1,8 @@
 // Each kernel family of the CUDA backend against its CPU twin on the same inputs: RMSNorm, the GEMM, the Mamba
 // mixer (conv1d and selective scan, rows from zero state and continuing rows, one-token rows, outputs and the
 // states left in the slots), the attention mixer (paged KV over two steps, GQA, MQA and plain multi-head), the
-// dense MLP and the MoE (top-1 and top-2).
+// dense MLP and the MoE (top-1 and top-2; grouped expert GEMMs and per-expert cuBLAS GEMMs), and the GEMM of
+// 16-bit weights (our GEMV for few rows, cuBLAS beyond) against the product of rounded inputs.
 #include "../backend/random_tensors.h"
 #include "../backend/test_models.h"
 #include "backend/cpu/attention.h"
@@ -163,11 +164,15 @@ TEST_P(OpsTest, MambaMixerMatchesCpu) {
 
   // Rows from zero state (one of them a single token), continuing rows, one-token decodes; then two decode
   // steps (every row one token: the state-update kernel), the last with a one-token row from zero state
-  // in a slot that holds a state (law 1: it must not be read).
+  // in a slot that holds a state (law 1: it must not be read); then rows of several scan chunks (64 tokens
+  // each): 150 tokens continuing a state, exactly one chunk from zero state, one token past a chunk, and a decode.
+  static_assert(cuda::kScanChunkTokens == 64, "the long rows below straddle chunk boundaries of 64 tokens");
   const std::vector<StepSpec> steps = {{{5, 1, 9}, {0, 0, 0}, {0, 2, 1}, {0, 0, 0}},
                                        {{1, 3, 1, 2}, {5, 1, 9, 0}, {0, 2, 1, 3}, {1, 1, 1, 0}},
                                        {{1, 1, 1, 1}, {6, 4, 10, 2}, {0, 2, 1, 3}, {1, 1, 1, 1}},
-                                       {{1, 1}, {7, 0}, {0, 3}, {1, 0}}};
+                                       {{1, 1}, {7, 0}, {0, 3}, {1, 0}},
+                                       {{150, 1, 64, 65}, {8, 5, 0, 1}, {0, 2, 1, 3}, {1, 1, 0, 1}},
+                                       {{1, 130, 1}, {158, 6, 64}, {0, 2, 1}, {1, 0, 1}}};
   for (size_t s = 0; s < steps.size(); ++s) {
     const StepSpec& spec = steps[s];
     const int64_t total = std::accumulate(spec.num_tokens.begin(), spec.num_tokens.end(), int64_t(0));
@@ -241,29 +246,109 @@ TEST_P(OpsTest, AttentionMixerMatchesCpu) {
   }
 }
 
+// Steps of 1 and 29 tokens run the experts as grouped GEMMs (29 tokens: several passes over some experts' weights),
+// 300 tokens (past kMaxGroupedTokens) per expert.
 TEST_P(OpsTest, FeedForwardMatchesCpu) {
-  const int64_t num_tokens = 29;
-  const Matrix x = store_.matrix(num_tokens, config_.hidden_size, 1.0f);
-  DeviceBuffer<float> device_x = upload(x.data(), num_tokens * config_.hidden_size);
-  DeviceBuffer<float> out(num_tokens * config_.hidden_size);
-  cuda::FfnWorkspace workspace;
-  if (const int64_t layer = first_ffn(FfnKind::Dense); layer >= 0) {
-    Matrix expected;
-    cpu::dense_mlp(model_.weights.layers[layer].mlp, x, expected);
-    cuda::dense_mlp(*gemm_, weights_->layers[layer].mlp, device_x.data(), num_tokens, out.data(), workspace, stream_);
-    expect_close(download(out.data(), num_tokens * config_.hidden_size), expected.data(), "dense MLP", 1e-4);
+  for (const int64_t num_tokens : {int64_t(1), int64_t(29), cuda::kMaxGroupedTokens + 44}) {
+    const std::string tokens = ", " + std::to_string(num_tokens) + " tokens";
+    const Matrix x = store_.matrix(num_tokens, config_.hidden_size, 1.0f);
+    DeviceBuffer<float> device_x = upload(x.data(), num_tokens * config_.hidden_size);
+    DeviceBuffer<float> out(num_tokens * config_.hidden_size);
+    cuda::FfnWorkspace workspace;
+    if (const int64_t layer = first_ffn(FfnKind::Dense); layer >= 0) {
+      Matrix expected;
+      cpu::dense_mlp(model_.weights.layers[layer].mlp, x, expected);
+      cuda::dense_mlp(*gemm_, weights_->layers[layer].mlp, device_x.data(), num_tokens, out.data(), workspace,
+                      stream_);
+      expect_close(download(out.data(), num_tokens * config_.hidden_size), expected.data(), "dense MLP" + tokens,
+                   1e-4);
+    }
+    if (const int64_t layer = first_ffn(FfnKind::Moe); layer >= 0) {
+      Matrix expected;
+      cpu::sparse_moe(model_.weights.layers[layer].moe, config_.num_experts_per_tok, x, expected);
+      cuda::sparse_moe(*gemm_, weights_->layers[layer].moe, config_.num_experts_per_tok, device_x.data(), num_tokens,
+                       out.data(), workspace, stream_);
+      expect_close(download(out.data(), num_tokens * config_.hidden_size), expected.data(),
+                   "MoE top-" + std::to_string(config_.num_experts_per_tok) + tokens, 1e-4);
+    }
   }
-  if (const int64_t layer = first_ffn(FfnKind::Moe); layer >= 0) {
-    Matrix expected;
-    cpu::sparse_moe(model_.weights.layers[layer].moe, config_.num_experts_per_tok, x, expected);
-    cuda::sparse_moe(*gemm_, weights_->layers[layer].moe, config_.num_experts_per_tok, device_x.data(), num_tokens,
-                     out.data(), workspace, stream_);
-    expect_close(download(out.data(), num_tokens * config_.hidden_size), expected.data(),
-                 "MoE top-" + std::to_string(config_.num_experts_per_tok), 1e-4);
+}
+
+// In the bf16 mode both ways round the expert inputs to the weights' 16-bit type and accumulate in fp32: the
+// grouped GEMMs equal the per-expert cuBLAS GEMMs to accumulation order.
+TEST_P(OpsTest, GroupedExpertGemmsEqualPerExpertGemmsInBf16Mode) {
+  const int64_t layer = first_ffn(FfnKind::Moe);
+  if (layer < 0) GTEST_SKIP() << "no MoE layer";
+  const cuda::DeviceWeights narrow_weights(model_, cuda::WeightMode::Bf16, stream_);
+  cuda::Gemm narrow_gemm(stream_, /*pedantic=*/false);
+  ASSERT_TRUE(cuda::experts_run_grouped(narrow_weights.layers[layer].moe, 1, cuda::ExpertGemms::Grouped));
+  for (const int64_t num_tokens : {int64_t(1), int64_t(7), int64_t(200)}) {
+    const Matrix x = store_.matrix(num_tokens, config_.hidden_size, 1.0f);
+    DeviceBuffer<float> device_x = upload(x.data(), num_tokens * config_.hidden_size);
+    std::vector<std::vector<float>> outputs;
+    for (const cuda::ExpertGemms gemms : {cuda::ExpertGemms::PerExpert, cuda::ExpertGemms::Grouped}) {
+      DeviceBuffer<float> out(num_tokens * config_.hidden_size);
+      cuda::FfnWorkspace workspace;
+      cuda::sparse_moe(narrow_gemm, narrow_weights.layers[layer].moe, config_.num_experts_per_tok, device_x.data(),
+                       num_tokens, out.data(), workspace, stream_, gemms);
+      outputs.push_back(download(out.data(), num_tokens * config_.hidden_size));
+    }
+    expect_close(outputs[1], outputs[0].data(), "grouped against per-expert, " + std::to_string(num_tokens) + " tokens",
+                 1e-5);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(TestModels, OpsTest, ::testing::ValuesIn(test_model_specs()), spec_name);
+
+}  // namespace
+}  // namespace jambo::testing
+
+namespace jambo::testing {
+namespace {
+
+class GemmTest : public GpuTest {};
+
+// 16-bit weights: linear() (skinny_gemm up to kMaxSkinnyGemmRows rows, cuBLAS beyond and for K not a multiple of 8) equals
+// the product of x rounded to the weight's type with the weights, summed in double, to fp32 accumulation order.
+TEST_F(GemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  {
+    cuda::Gemm gemm(stream, /*pedantic=*/false);
+    TensorStore store(31);
+    for (const DType dtype : {DType::BF16, DType::F16})
+      for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 64}, {1000, 2560}, {5, 8}, {24, 20}}) {
+        const TensorView w = store.make({n, k}, dtype, 1.0f);
+        DeviceBuffer<uint16_t> device_w(n * k);
+        ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(n * k) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        const cuda::DeviceMatrix matrix{device_w.data(), dtype, n, k};
+        for (const int64_t rows : {int64_t(1), cuda::kMaxSkinnyGemmRows, cuda::kMaxSkinnyGemmRows + 1, int64_t(9)}) {
+          const int64_t stride = k + 4;  // a column slice, as dt_proj reads
+          const Matrix x = store.matrix(rows, stride, 1.0f);
+          DeviceBuffer<float> device_x = upload(x.data(), rows * stride);
+          DeviceBuffer<float> y(rows * n);
+          cuda::linear_strided(gemm, device_x.data(), stride, rows, matrix, y.data());
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          std::vector<float> expected(size_t(rows * n));
+          for (int64_t m = 0; m < rows; ++m)
+            for (int64_t o = 0; o < n; ++o) {
+              double sum = 0.0;
+              for (int64_t i = 0; i < k; ++i) {
+                const float value = x.data()[m * stride + i];
+                const double rounded = dtype == DType::BF16 ? to_float(to_bf16(value)) : to_float(to_f16(value));
+                sum += rounded * double(w.at(o * k + i));
+              }
+              expected[size_t(m * n + o)] = float(sum);
+            }
+          expect_close(download(y.data(), rows * n), expected.data(),
+                       std::string(dtype_name(dtype)) + " weights [" + std::to_string(n) + ", " + std::to_string(k) +
+                           "], " + std::to_string(rows) + " rows",
+                       1e-5);
+        }
+      }
+  }
+  cudaStreamDestroy(stream);
+}
 
 }  // namespace
 }  // namespace jambo::testing

@@ -198,10 +198,13 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
 }
 
 // Decode steps (every row one token): for a given number of rows they launch the same kernels on the same
-// buffers, the uploaded row data aside. Not with MoE layers: they read their expert counts back to the host.
+// buffers, the uploaded row data aside, unless a MoE layer reads its expert counts back to the host.
 bool CudaBackend::runs_as_graph(const DeviceRows& rows) const {
   if (graphs_ == nullptr || rows.num_tokens != rows.num_rows) return false;
-  return std::ranges::find(config_.ffn_kinds, FfnKind::Moe) == config_.ffn_kinds.end();
+  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer)
+    if (config_.ffn_kinds[layer] == FfnKind::Moe && !experts_run_grouped(weights_->layers[layer].moe, rows.num_tokens))
+      return false;
+  return true;
 }
 
 void CudaBackend::enqueue_layers(const DeviceRows& device_rows) {

@@ -9,6 +9,9 @@
 
 namespace jambo::cuda {
 
+// Rows of several tokens are scanned in chunks of this many tokens, in parallel (mamba_kernels.h).
+constexpr int64_t kScanChunkTokens = 64;
+
 // Device pointers into one upload; valid until the next upload.
 struct DeviceRows {
   int64_t num_rows = 0;
@@ -24,6 +27,11 @@ struct DeviceRows {
   const int32_t* tokens = nullptr;              // [T] token ids
   const int32_t* block_tables = nullptr;        // [sum of the rows' table lengths] physical KV blocks
   const int64_t* selected = nullptr;            // [num_vectors] step token index of each logits vector
+  // The rows of several tokens cut into chunks of kScanChunkTokens (the last of a row may be shorter), in row order.
+  int64_t num_chunks = 0;
+  const int64_t* chunk_first_token = nullptr;  // [num_chunks] step token index of the chunk's first token
+  const int32_t* chunk_row = nullptr;          // [num_chunks] the chunk's row
+  const int64_t* row_first_chunk = nullptr;    // [num_rows] the row's first chunk (rows of one token have none)
 };
 
 }  // namespace jambo::cuda

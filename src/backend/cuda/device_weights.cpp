@@ -65,6 +65,7 @@ void DeviceWeights::load(const Model& model) {
     if (config.ffn_kinds[layer] == FfnKind::Moe) {
       out.moe.router = upload_matrix(in.moe.router);
       for (const MlpWeights& expert : in.moe.experts) out.moe.experts.push_back(upload_mlp(expert));
+      out.moe.expert_matrices = upload_expert_table(out.moe.experts);
     } else {
       out.mlp = upload_mlp(in.mlp);
     }
@@ -103,6 +104,19 @@ DeviceMatrix DeviceWeights::upload_matrix(const TensorView& view) {
   if (mode_ == WeightMode::F32 || view.dtype == DType::F32)
     return {upload_as_f32(view), DType::F32, view.rows(), view.cols()};
   return {upload_as_stored(view), view.dtype, view.rows(), view.cols()};
+}
+
+// A few pointers per layer, not counted among the weights' bytes.
+const void* const* DeviceWeights::upload_expert_table(const std::vector<DeviceMlp>& experts) {
+  if (count_only_) return nullptr;
+  std::vector<const void*> table;
+  for (auto member : {&DeviceMlp::gate_proj, &DeviceMlp::up_proj, &DeviceMlp::down_proj})
+    for (const DeviceMlp& expert : experts) table.push_back((expert.*member).data);
+  DeviceBuffer<const void*>& buffer = expert_tables_.emplace_back(int64_t(table.size()));
+  JAMBO_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), table.data(), table.size() * sizeof(const void*),
+                                   cudaMemcpyHostToDevice, stream_));
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before `table` goes
+  return buffer.data();
 }
 
 const void* DeviceWeights::upload_as_stored(const TensorView& view) {

@@ -66,6 +66,8 @@ struct DeviceMlp {
 struct DeviceMoe {
   DeviceMatrix router;             // [E, H]
   std::vector<DeviceMlp> experts;  // [E]
+  // On the GPU, for the grouped GEMMs: the experts' gate_proj data pointers [E], then up_proj's, then down_proj's.
+  const void* const* expert_matrices = nullptr;  // [3, E]
 };
 
 struct DeviceLayer {
@@ -104,6 +106,7 @@ class DeviceWeights {
   void load(const Model& model);
   const float* upload_vector(const TensorView& view);    // fp32 copy; null for an empty view
   DeviceMatrix upload_matrix(const TensorView& view);    // in the mode's dtype
+  const void* const* upload_expert_table(const std::vector<DeviceMlp>& experts);
   const float* upload_as_f32(const TensorView& view);    // one upload per host pointer and shape
   const void* upload_as_stored(const TensorView& view);  // likewise, in the view's own dtype
   const float* negative_exp(const TensorView& a_log);    // -exp(A_log), fp32
@@ -115,6 +118,7 @@ class DeviceWeights {
   bool count_only_ = false;  // bytes_on_device only: nothing allocated or copied, pointers stay null
   std::vector<DeviceBuffer<float>> owned_;
   std::vector<DeviceBuffer<uint16_t>> owned_16_;                        // 16-bit matrices of the bf16 mode
+  std::vector<DeviceBuffer<const void*>> expert_tables_;                // DeviceMoe::expert_matrices
   DeviceBuffer<uint16_t> staging_;                                      // a 16-bit tensor on its way to fp32
   std::map<std::pair<const void*, int64_t>, const float*> uploaded_;    // (host data, numel) -> fp32 copy
   std::map<std::pair<const void*, int64_t>, const void*> uploaded_16_;  // (host data, numel) -> 16-bit copy

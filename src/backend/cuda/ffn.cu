@@ -2,6 +2,7 @@
 #include "backend/cuda/embedding_norm.h"
 #include "backend/cuda/ffn.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/skinny_gemm.h"
 
 namespace jambo::cuda {
 namespace {
@@ -101,17 +102,67 @@ __global__ void combine_kernel(const float* expert_output,  // [T*k, H]
   out[i] = sum;
 }
 
-void run_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out, float* gate, float* up,
-             cudaStream_t stream) {
-  const int64_t count = device_offset(num_rows, mlp.gate_proj.rows);
-  linear(gemm, x, num_rows, mlp.gate_proj, gate);
-  linear(gemm, x, num_rows, mlp.up_proj, up);
+void swiglu(float* gate, const float* up, int64_t count, cudaStream_t stream) {
   swiglu_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count);
   JAMBO_CUDA_CHECK_LAUNCH(swiglu_kernel);
+}
+
+void run_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out, float* gate, float* up,
+             cudaStream_t stream) {
+  linear(gemm, x, num_rows, mlp.gate_proj, gate);
+  linear(gemm, x, num_rows, mlp.up_proj, up);
+  swiglu(gate, up, device_offset(num_rows, mlp.gate_proj.rows), stream);
   linear(gemm, gate, num_rows, mlp.down_proj, out);
 }
 
+// Every expert's MLP over its grouped rows, the counts read on the GPU.
+void run_experts_grouped(const DeviceMoe& moe, const int64_t* expert_rows, const float* expert_input,
+                         int64_t num_routed, float* gate, float* up, float* expert_output, cudaStream_t stream) {
+  const DeviceMatrix& shape = moe.experts.front().gate_proj;  // [I, H]; every expert's matrices alike
+  const int64_t num_experts = int64_t(moe.experts.size()), intermediate = shape.rows, hidden_size = shape.cols;
+  const auto gemm = [&](int64_t matrix, const float* x, int64_t n, int64_t k, float* y) {
+    SkinnyGemm grouped;
+    grouped.x = x, grouped.x_stride = k, grouped.group_rows = expert_rows;
+    grouped.weights = moe.expert_matrices + device_offset(matrix, num_experts), grouped.dtype = shape.dtype;
+    grouped.num_groups = num_experts, grouped.n = n, grouped.k = k, grouped.y = y;
+    skinny_gemm(grouped, stream);
+  };
+  gemm(0, expert_input, intermediate, hidden_size, gate);
+  gemm(1, expert_input, intermediate, hidden_size, up);
+  swiglu(gate, up, device_offset(num_routed, intermediate), stream);
+  gemm(2, gate, hidden_size, intermediate, expert_output);
+}
+
+// Each expert's MLP as cuBLAS GEMMs over its rows, sized by the counts read back to the host.
+void run_experts_per_expert(Gemm& gemm, const DeviceMoe& moe, const int64_t* expert_rows, const float* expert_input,
+                            float* gate, float* up, float* expert_output, FfnWorkspace& workspace,
+                            cudaStream_t stream) {
+  const int64_t num_experts = int64_t(moe.experts.size());
+  const int64_t intermediate = moe.experts.front().gate_proj.rows, hidden_size = moe.experts.front().gate_proj.cols;
+  workspace.host_expert_rows.resize(size_t(num_experts + 1));
+  JAMBO_CUDA_CHECK(cudaMemcpyAsync(workspace.host_expert_rows.data(), expert_rows,
+                                   size_t(device_offset(num_experts + 1, sizeof(int64_t))), cudaMemcpyDeviceToHost,
+                                   stream));
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t first = workspace.host_expert_rows[e];
+    const int64_t count = workspace.host_expert_rows[e + 1] - first;
+    if (count == 0) continue;
+    run_mlp(gemm, moe.experts[e], expert_input + device_offset(first, hidden_size), count,
+            expert_output + device_offset(first, hidden_size), gate + device_offset(first, intermediate),
+            up + device_offset(first, intermediate), stream);
+  }
+}
+
 }  // namespace
+
+bool experts_run_grouped(const DeviceMoe& moe, int64_t num_tokens, ExpertGemms gemms) {
+  const DeviceMatrix& gate = moe.experts.front().gate_proj;  // [I, H]; every expert's matrices alike
+  const int64_t per_load = gate.dtype == DType::F32 ? 4 : 8;
+  const bool shapes_fit = gate.cols % per_load == 0 && gate.rows % per_load == 0;
+  const bool wanted = gemms == ExpertGemms::Grouped || (gemms == ExpertGemms::ByTokenCount && num_tokens <= kMaxGroupedTokens);
+  return shapes_fit && wanted;
+}
 
 void dense_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out, FfnWorkspace& workspace,
                cudaStream_t stream) {
@@ -123,7 +174,7 @@ void dense_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, int64_t num_row
 }
 
 void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, const float* x, int64_t num_tokens,
-                float* out, FfnWorkspace& workspace, cudaStream_t stream) {
+                float* out, FfnWorkspace& workspace, cudaStream_t stream, ExpertGemms gemms) {
   if (num_tokens == 0) return;
   const int64_t num_experts = moe.router.rows, hidden_size = moe.router.cols, k = num_experts_per_tok;
   require(k >= 1 && k <= kMaxExpertsPerToken && k <= num_experts,
@@ -154,19 +205,10 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
   JAMBO_CUDA_CHECK_LAUNCH(group_kernel);
   gather_rows(x, routed_token, num_routed, hidden_size, expert_input, stream);
 
-  workspace.host_expert_rows.resize(size_t(num_experts + 1));
-  JAMBO_CUDA_CHECK(cudaMemcpyAsync(workspace.host_expert_rows.data(), expert_rows,
-                                   size_t(device_offset(num_experts + 1, sizeof(int64_t))), cudaMemcpyDeviceToHost,
-                                   stream));
-  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream));
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const int64_t first = workspace.host_expert_rows[e];
-    const int64_t count = workspace.host_expert_rows[e + 1] - first;
-    if (count == 0) continue;
-    run_mlp(gemm, moe.experts[e], expert_input + device_offset(first, hidden_size), count,
-            expert_output + device_offset(first, hidden_size), gate + device_offset(first, intermediate),
-            up + device_offset(first, intermediate), stream);
-  }
+  if (experts_run_grouped(moe, num_tokens, gemms))
+    run_experts_grouped(moe, expert_rows, expert_input, num_routed, gate, up, expert_output, stream);
+  else
+    run_experts_per_expert(gemm, moe, expert_rows, expert_input, gate, up, expert_output, workspace, stream);
   combine_kernel<<<num_blocks_for(device_offset(num_tokens, hidden_size), kThreads), kThreads, 0, stream>>>(
       expert_output, position_of, weight_of, num_tokens, k, hidden_size, out);
   JAMBO_CUDA_CHECK_LAUNCH(combine_kernel);

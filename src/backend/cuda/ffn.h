@@ -1,7 +1,9 @@
 // The feed-forward blocks (spec §3.7, §3.8): the dense SwiGLU MLP and the sparse MoE. MoE routing (softmax
 // over the experts, top-k, ties to the lowest index, no renormalization) and the grouping of tokens per expert
-// run on the GPU; each expert then runs as cuBLAS GEMMs over its tokens. This slice reads the per-expert token
-// counts back to the host (one transfer per MoE layer) to size those GEMMs; grouped GEMMs will remove it.
+// run on the GPU. The experts' GEMMs then run grouped (skinny_gemm.h: one launch for all experts, counts left
+// on the GPU) for steps of up to kMaxGroupedTokens tokens, decode steps of up to that batch among them, so that
+// those stay one CUDA graph; larger steps read the counts back (one transfer per MoE layer) and run each expert
+// as cuBLAS GEMMs, whose tensor-core tiles win once the experts have more rows than a pass or two of skinny_gemm.
 #pragma once
 
 #include "backend/cuda/device_weights.h"
@@ -31,12 +33,22 @@ void dense_mlp(Gemm& gemm, const DeviceMlp& mlp,
                float* out,  // [num_rows, H]
                FfnWorkspace& workspace, cudaStream_t stream);
 
+constexpr int64_t kMaxGroupedTokens = 32;
+
+// How the experts' GEMMs run: by the step's token count as above, or (for tests) one way regardless.
+enum class ExpertGemms { ByTokenCount, Grouped, PerExpert };
+
+// Whether sparse_moe runs these experts grouped for a step of num_tokens tokens (else it reads the expert counts
+// back to the host): by the token count, or as asked, where skinny_gemm takes the experts' shapes (K a multiple
+// of one 16-byte load).
+bool experts_run_grouped(const DeviceMoe& moe, int64_t num_tokens, ExpertGemms gemms = ExpertGemms::ByTokenCount);
+
 // out[t] = sum over the top-k experts e of softmax(router(x[t]))[e] * expert_e(x[t]), added in increasing
 // expert index into zeros (as the CPU backend).
 void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok,
                 const float* x,  // [num_tokens, H]
                 int64_t num_tokens,
                 float* out,  // [num_tokens, H]
-                FfnWorkspace& workspace, cudaStream_t stream);
+                FfnWorkspace& workspace, cudaStream_t stream, ExpertGemms gemms = ExpertGemms::ByTokenCount);
 
 }  // namespace jambo::cuda

@@ -1,6 +1,7 @@
 #include "backend/cuda/gemm.h"
 
 #include "backend/cuda/convert.h"
+#include "backend/cuda/skinny_gemm.h"
 #include "core/error.h"
 
 #include <limits>
@@ -36,6 +37,15 @@ void linear_strided(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_ro
     JAMBO_CUBLAS_CHECK(cublasSgemm(gemm.handle(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one,
                                    static_cast<const float*>(w.data), k, x, int(x_stride), &zero, y, m));
     return;
+  }
+  if (num_rows <= kMaxSkinnyGemmRows) {
+    SkinnyGemm skinny;
+    skinny.x = x, skinny.x_stride = x_stride, skinny.num_rows = num_rows;
+    skinny.weight = w.data, skinny.dtype = w.dtype, skinny.n = w.rows, skinny.k = w.cols, skinny.y = y;
+    if (skinny_gemm_applies(skinny)) {
+      skinny_gemm(skinny, gemm.stream());
+      return;
+    }
   }
   const bool is_bf16 = w.dtype == DType::BF16;
   uint16_t* narrow = gemm.narrow_input(element_offset(num_rows, w.cols));

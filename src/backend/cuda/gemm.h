@@ -1,6 +1,7 @@
-// Dense GEMMs through cuBLAS: y = x · wᵀ with w in nn.Linear layout, all row-major. fp32 weights run as fp32
-// GEMMs; 16-bit weights (bf16 mode) run as cublasGemmEx with the activations rounded to the weight's 16-bit
-// type at the GEMM input, fp32 accumulation and fp32 output. Why round the input rather than keep it fp32:
+// Dense GEMMs: y = x · wᵀ with w in nn.Linear layout, all row-major. fp32 weights run as fp32 cuBLAS GEMMs;
+// 16-bit weights (bf16 mode) run with the activations rounded to the weight's 16-bit type at the GEMM input,
+// fp32 accumulation and fp32 output: as cublasGemmEx on a narrowed copy of x, or, for a row or two (decode), as
+// skinny_gemm, which rounds x as it reads it. Why round the input rather than keep it fp32:
 // cuBLAS and the tensor cores take both operands in one type, so an fp32 input would need the weights upcast
 // (the f32 mode: twice the bytes, and decode is bandwidth-bound) or a custom mixed-type kernel; the rounding
 // reads T*K fp32 and writes T*K bf16, nothing beside the N*K weights (N >= 1000 here), and everything outside
@@ -36,6 +37,9 @@ class Gemm {
   DeviceBuffer<uint16_t> narrow_input_;  // [rows, K] x in the weight's 16-bit type
   DeviceBuffer<std::byte> workspace_;    // cuBLAS's own, set once: a captured GEMM must not allocate
 };
+
+// 16-bit weights with at most this many rows of x run as skinny_gemm (skinny_gemm.h) rather than cuBLAS.
+constexpr int64_t kMaxSkinnyGemmRows = 2;
 
 // y[m, n] = sum_k x[m, k] * w[n, k] for m < num_rows.
 void linear(Gemm& gemm,

@@ -59,7 +59,7 @@ __global__ void conv_tail_kernel(DeviceRows rows, MambaStateLayout layout,
     tail[j] = window_at(num_tokens + j, tail_size, reads_state, tail, u_first, u_stride);
 }
 
-// The selective scan's operands, one struct for its two kernels (the multi-token scan and the one-token update).
+// The selective scan's operands, one struct for its kernels (the chunked scan's three and the one-token update).
 struct ScanParams {
   DeviceRows rows;
   MambaStateLayout layout;
@@ -73,131 +73,182 @@ struct ScanParams {
   const float* d;          // [Di]
   float* state_pool;       // [num_slots, elements_per_slot]
   float* gated;            // [T, Di]
+  float* chunk_end;        // [num_chunks, Di, N] a chunk's last h, from zero state
+  float* chunk_start;      // [num_chunks, Di, N] a chunk's h before its first token
+  float* delta_sum;        // [num_chunks, Di] the sum of a chunk's deltas
 };
 
-// Lanes of a group of `group_size` (a power of two dividing 32) hold one state entry each. Rows of one token
-// are left to selective_state_update_kernel.
-__global__ void selective_scan_kernel(const ScanParams p, int group_size) {
-  const DeviceRows& rows = p.rows;
-  const MambaStateLayout& layout = p.layout;
-  const int64_t num_channels = layout.num_channels, state_size = layout.state_size;
-  const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t group = thread / group_size;
-  const int lane = int(thread % group_size);
-  // Whole warps stay in the loop below (the shuffles need them); groups past the end compute nothing.
-  const bool in_range = group < device_offset(rows.num_rows, num_channels);
-  const int64_t r = in_range ? group / num_channels : 0, c = in_range ? group % num_channels : 0;
-  const bool active = in_range && rows.row_tokens[r] > 1;
-  const bool owns_entry = active && lane < state_size;
-  float* saved_h = p.state_pool + rows.state_offset[r] + layout.layer_offset +
-                   device_offset(num_channels, layout.kernel_size - 1) + device_offset(c, state_size) + lane;
-  const float a_n = owns_entry ? p.a[device_offset(c, state_size) + lane] : 0.0f;
-  float h = owns_entry && rows.reads_state[r] != 0 ? *saved_h : 0.0f;
-  const float skip = p.d[c], bias = p.dt_bias[c];
-  const int64_t first = rows.first_token[r];
-  const int64_t num_tokens = active ? rows.row_tokens[r] : 0;
-  // Every group of a warp must run the same number of shuffles: loop to the warp's longest row.
-  int64_t warp_tokens = num_tokens;
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
-    warp_tokens = max(warp_tokens, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)warp_tokens, offset));
-  for (int64_t i = 0; i < warp_tokens; ++i) {
-    const bool live = i < num_tokens;
-    const int64_t t = first + (live ? i : 0);
-    float contribution = 0.0f;
-    float u = 0.0f;
-    if (live) {
-      const float step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + bias);
-      u = p.activated[device_offset(t, num_channels) + c];
-      if (owns_entry) {
-        const float* b = p.selective + device_offset(t, p.selective_stride) + p.b_column;
-        h = expf(step * a_n) * h + step * b[lane] * u;
-        contribution = h * b[state_size + lane];
-      }
-    }
-    for (int offset = group_size / 2; offset > 0; offset /= 2)
-      contribution += __shfl_xor_sync(0xffffffffu, contribution, offset, group_size);
-    if (live && lane == 0) {
-      const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
-      p.gated[device_offset(t, num_channels) + c] = (contribution + skip * u) * silu(z);
-    }
-  }
-  if (owns_entry) *saved_h = h;
-}
-
 constexpr int kMaxStateSize = kWarpSize;
+constexpr int kScanThreads = 128;  // channels of one chunk per block of the chunk kernels
 
-// dst[0..count) = src[0..count): as float4 loads where src allows, so that a thread's whole state is in flight
-// at once and each load instruction of a warp fills whole sectors by halves.
-__device__ inline void load_entries(const float* src, int count, float (&dst)[kMaxStateSize]) {
-  const bool vector = count % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+// One chunk of a row, as a thread of the chunk kernels sees it: its tokens [first, end) and its place in the row.
+struct ChunkView {
+  int64_t row, first, end;
+  bool is_last;
+};
+
+__device__ inline ChunkView chunk_view(const DeviceRows& rows, int64_t chunk) {
+  ChunkView view;
+  view.row = rows.chunk_row[chunk];
+  view.first = rows.chunk_first_token[chunk];
+  const int64_t row_end = rows.first_token[view.row] + rows.row_tokens[view.row];
+  view.end = min(row_end, view.first + kScanChunkTokens);
+  view.is_last = view.end == row_end;
+  return view;
+}
+
+__device__ inline float* slot_h(const ScanParams& p, int64_t row, int64_t c) {
+  return p.state_pool + p.rows.state_offset[row] + p.layout.layer_offset +
+         device_offset(p.layout.num_channels, p.layout.kernel_size - 1) + device_offset(c, p.layout.state_size);
+}
+
+// h <- the scan of tokens [first, end) of channel c from h; returns the sum of their deltas. With outputs, each
+// token's gated output is written too.
+template <int kStateSize, bool kOutputs>
+__device__ float scan_tokens(const ScanParams& p, int64_t c, int64_t first, int64_t end, float (&h)[kMaxStateSize]) {
+  const int64_t num_channels = p.layout.num_channels;
+  const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
+  float a[kMaxStateSize];
 #pragma unroll
-  for (int q = 0; q < kMaxStateSize / 4; ++q) {
-    if (4 * q >= count) continue;
-    if (vector) {
-      const float4 v = reinterpret_cast<const float4*>(src)[q];
-      dst[4 * q] = v.x, dst[4 * q + 1] = v.y, dst[4 * q + 2] = v.z, dst[4 * q + 3] = v.w;
-    } else {
+  for (int n = 0; n < kMaxStateSize; ++n)
+    if (n < state_size) a[n] = p.a[device_offset(c, state_size) + n];
+  const float bias = p.dt_bias[c], skip = p.d[c];
+  float delta_sum = 0.0f;
+  for (int64_t t = first; t < end; ++t) {
+    const float step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + bias);
+    const float u = p.activated[device_offset(t, num_channels) + c];
+    const float* b = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
+    delta_sum += step;
+    float y = 0.0f;
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (4 * q + j < count) dst[4 * q + j] = src[4 * q + j];
+    for (int n = 0; n < kMaxStateSize; ++n) {
+      if (n >= state_size) continue;
+      h[n] = expf(step * a[n]) * h[n] + step * __ldg(b + n) * u;
+      if (kOutputs) y += h[n] * __ldg(b + state_size + n);
     }
+    if (kOutputs) {
+      const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
+      p.gated[device_offset(t, num_channels) + c] = (y + skip * u) * silu(z);
+    }
+  }
+  return delta_sum;
+}
+
+// Pass 1 of the chunked scan, a thread per (chunk, channel): every chunk but its row's last scans its tokens from
+// zero state and keeps its last h and the sum of its deltas (then h_end = exp(A * delta_sum) * h_start + that h).
+template <int kStateSize>
+__global__ void __launch_bounds__(kScanThreads) chunk_end_kernel(const ScanParams p) {
+  const int64_t chunk = blockIdx.y, c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= p.layout.num_channels) return;
+  const ChunkView view = chunk_view(p.rows, chunk);
+  if (view.is_last) return;
+  const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
+  float h[kMaxStateSize] = {};
+  const float delta_sum = scan_tokens<kStateSize, false>(p, c, view.first, view.end, h);
+  float* end_h = p.chunk_end + device_offset(device_offset(chunk, p.layout.num_channels) + c, state_size);
+#pragma unroll
+  for (int n = 0; n < kMaxStateSize; ++n)
+    if (n < state_size) end_h[n] = h[n];
+  p.delta_sum[device_offset(chunk, p.layout.num_channels) + c] = delta_sum;
+}
+
+// Pass 2, a thread per (row of several tokens, channel, state entry): walks the row's chunks in order from the
+// slot's h (reads_state) or zero, writing each chunk's starting h. Reads the slot before pass 3 overwrites it.
+__global__ void chunk_start_kernel(const ScanParams p) {
+  const DeviceRows& rows = p.rows;
+  const int64_t r = blockIdx.y, state_size = p.layout.state_size, num_channels = p.layout.num_channels;
+  const int64_t entry = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // c * N + n
+  if (entry >= device_offset(num_channels, state_size) || rows.row_tokens[r] <= 1) return;
+  const int64_t c = entry / state_size, n = entry % state_size;
+  const int64_t first_chunk = rows.row_first_chunk[r];
+  const int64_t num_chunks = (rows.row_tokens[r] + kScanChunkTokens - 1) / kScanChunkTokens;
+  const float a = p.a[entry];
+  float h = rows.reads_state[r] != 0 ? slot_h(p, r, c)[n] : 0.0f;  // law 1: a row without state starts from zero
+  for (int64_t j = 0; j < num_chunks; ++j) {
+    const int64_t chunk = first_chunk + j;
+    p.chunk_start[device_offset(chunk, device_offset(num_channels, state_size)) + entry] = h;
+    if (j + 1 < num_chunks)
+      h = expf(a * p.delta_sum[device_offset(chunk, num_channels) + c]) * h +
+          p.chunk_end[device_offset(chunk, device_offset(num_channels, state_size)) + entry];
   }
 }
 
-__device__ inline void store_entries(const float (&src)[kMaxStateSize], int count, float* dst) {
-  const bool vector = count % 4 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+// Pass 3, a thread per (chunk, channel): scans its tokens from the chunk's starting h, writing every output; the
+// row's last chunk leaves its h in the slot.
+template <int kStateSize>
+__global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const ScanParams p) {
+  const int64_t chunk = blockIdx.y, c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= p.layout.num_channels) return;
+  const ChunkView view = chunk_view(p.rows, chunk);
+  const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
+  const float* start_h = p.chunk_start + device_offset(device_offset(chunk, p.layout.num_channels) + c, state_size);
+  float h[kMaxStateSize];
 #pragma unroll
-  for (int q = 0; q < kMaxStateSize / 4; ++q) {
-    if (4 * q >= count) continue;
-    if (vector) {
-      reinterpret_cast<float4*>(dst)[q] = make_float4(src[4 * q], src[4 * q + 1], src[4 * q + 2], src[4 * q + 3]);
-    } else {
+  for (int n = 0; n < kMaxStateSize; ++n)
+    if (n < state_size) h[n] = start_h[n];
+  scan_tokens<kStateSize, true>(p, c, view.first, view.end, h);
+  if (!view.is_last) return;
+  float* saved = slot_h(p, view.row, c);
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (4 * q + j < count) dst[4 * q + j] = src[4 * q + j];
-    }
-  }
+  for (int n = 0; n < kMaxStateSize; ++n)
+    if (n < state_size) saved[n] = h[n];
 }
 
-// The scan of the rows of one token (decode): one thread per (row, channel) updates the channel's state in
-// place in the slot. The state, A, B and C are all loaded before any entry is computed (a loop of load, update,
-// store per entry waited on memory once per entry: 6 ms of a 13 ms step at batch 256). Longer rows are the
-// scan kernel's.
-__global__ void selective_state_update_kernel(const ScanParams p) {
+constexpr int kUpdateChannels = 128;  // channels of one row per block of the one-token state update
+
+// Shared memory of the state update, in floats: the block's states and A rows [kUpdateChannels, N + 1] each
+// (padded: a thread walking its own channel's entries hits its own bank), then the row's B and C [2N].
+JAMBO_HOST_DEVICE inline int64_t update_shared_floats(int64_t state_size) {
+  return 2 * kUpdateChannels * (state_size + 1) + 2 * state_size;
+}
+
+// The scan of the rows of one token (decode), in place in the slot: one block per (row, kUpdateChannels channels),
+// a thread per channel. A block's states are one contiguous run of the slot, as are its rows of A: they move
+// between memory and shared memory in whole lines (a thread reading its own channel's 16 entries straight from
+// memory made every warp load touch 32 lines: L1-bound at a third of the bandwidth). kStateSize is N when known
+// at compile time (Jamba's 16), else 0 and N is read from the layout. Longer rows are the scan kernel's.
+template <int kStateSize>
+__global__ void __launch_bounds__(kUpdateChannels) selective_state_update_kernel(const ScanParams p) {
+  extern __shared__ float shared[];
   const DeviceRows& rows = p.rows;
   const MambaStateLayout& layout = p.layout;
-  const int64_t num_channels = layout.num_channels;
-  const int state_size = int(layout.state_size);
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= device_offset(rows.num_rows, num_channels)) return;
-  const int64_t r = i / num_channels, c = i % num_channels;
+  const int64_t r = blockIdx.y;
   if (rows.row_tokens[r] != 1) return;
+  const int state_size = kStateSize > 0 ? kStateSize : int(layout.state_size), stride = state_size + 1;
+  const int64_t num_channels = layout.num_channels, c0 = int64_t(blockIdx.x) * kUpdateChannels;
+  const int count = int(min(int64_t(kUpdateChannels), num_channels - c0)), num_entries = count * state_size;
+  float* h = shared;                             // [kUpdateChannels, N + 1]
+  float* a = h + kUpdateChannels * stride;       // [kUpdateChannels, N + 1]
+  float* bc = a + kUpdateChannels * stride;      // [2N]: B, then C
   const int64_t t = rows.first_token[r];
-  float* saved_h = p.state_pool + rows.state_offset[r] + layout.layer_offset +
-                   device_offset(num_channels, layout.kernel_size - 1) + device_offset(c, state_size);
-  float h[kMaxStateSize], a[kMaxStateSize], b[kMaxStateSize], c_out[kMaxStateSize];
-  const float* bc = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
-  load_entries(p.a + device_offset(c, state_size), state_size, a);
-  load_entries(bc, state_size, b);
-  load_entries(bc + state_size, state_size, c_out);
-  if (rows.reads_state[r] != 0) {
-    load_entries(saved_h, state_size, h);
-  } else {  // law 1: a row without state starts from zero
-#pragma unroll
-    for (int n = 0; n < kMaxStateSize; ++n) h[n] = 0.0f;
+  float* saved = p.state_pool + rows.state_offset[r] + layout.layer_offset +
+                 device_offset(num_channels, layout.kernel_size - 1) + device_offset(c0, state_size);  // [count, N]
+  const float* a_rows = p.a + device_offset(c0, state_size);                                           // [count, N]
+  const bool reads_state = rows.reads_state[r] != 0;  // law 1: a row without state starts from zero
+  for (int i = threadIdx.x; i < num_entries; i += blockDim.x) {
+    const int at = (i / state_size) * stride + i % state_size;
+    h[at] = reads_state ? saved[i] : 0.0f;
+    a[at] = a_rows[i];
   }
-  const float step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + p.dt_bias[c]);
-  const float u = p.activated[device_offset(t, num_channels) + c];
-  float y = 0.0f;
-#pragma unroll
-  for (int n = 0; n < kMaxStateSize; ++n) {
-    if (n >= state_size) continue;
-    h[n] = expf(step * a[n]) * h[n] + step * b[n] * u;
-    y += h[n] * c_out[n];
+  const float* b_row = p.selective + device_offset(t, p.selective_stride) + p.b_column;
+  for (int i = threadIdx.x; i < 2 * state_size; i += blockDim.x) bc[i] = b_row[i];
+  __syncthreads();
+  const int channel = threadIdx.x;
+  if (channel < count) {
+    const int64_t c = c0 + channel;
+    const float step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + p.dt_bias[c]);
+    const float u = p.activated[device_offset(t, num_channels) + c];
+    float y = 0.0f;
+    for (int n = 0; n < state_size; ++n) {
+      const int at = channel * stride + n;
+      h[at] = expf(step * a[at]) * h[at] + step * bc[n] * u;
+      y += h[at] * bc[state_size + n];
+    }
+    const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
+    p.gated[device_offset(t, num_channels) + c] = (y + p.d[c] * u) * silu(z);
   }
-  store_entries(h, state_size, saved_h);
-  const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
-  p.gated[device_offset(t, num_channels) + c] = (y + p.d[c] * u) * silu(z);
+  __syncthreads();
+  for (int i = threadIdx.x; i < num_entries; i += blockDim.x) saved[i] = h[(i / state_size) * stride + i % state_size];
 }
 
 }  // namespace
@@ -218,21 +269,48 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const
 void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, const float* activated,
                     const float* delta_raw, const float* dt_bias, const float* selective, int64_t selective_stride,
                     int64_t b_column, const float* projected, const float* a, const float* d, float* state_pool,
-                    float* gated, cudaStream_t stream) {
+                    float* gated, ScanScratch& scratch, cudaStream_t stream) {
   require(layout.state_size >= 1 && layout.state_size <= kMaxStateSize,
           "the CUDA selective scan supports mamba_d_state up to 32, got " + std::to_string(layout.state_size));
-  const ScanParams params{rows,      layout,   activated, delta_raw, dt_bias, selective, selective_stride,
-                          b_column,  projected, a,         d,         state_pool, gated};
-  const int64_t num_decode_threads = device_offset(rows.num_rows, layout.num_channels);
-  if (num_decode_threads == 0) return;
-  selective_state_update_kernel<<<num_blocks_for(num_decode_threads, kThreads), kThreads, 0, stream>>>(params);
+  require(rows.num_rows < 65536 && rows.num_chunks < 65536,
+          "a CUDA scan takes fewer than 65536 rows and 65536 chunks of " + std::to_string(kScanChunkTokens) +
+              " tokens per step, got " + std::to_string(rows.num_rows) + " rows and " +
+              std::to_string(rows.num_chunks) + " chunks");
+  if (rows.num_rows == 0) return;
+  const int64_t chunk_states = device_offset(rows.num_chunks, device_offset(layout.num_channels, layout.state_size));
+  // Sized before the first launch: growing a buffer frees it.
+  float* chunk_end = scratch.chunk_end.reserve(chunk_states);
+  float* chunk_start = scratch.chunk_start.reserve(chunk_states);
+  float* delta_sum = scratch.delta_sum.reserve(device_offset(rows.num_chunks, layout.num_channels));
+  const ScanParams params{rows,     layout,     activated, delta_raw, dt_bias, selective,   selective_stride,
+                          b_column, projected,  a,         d,         state_pool, gated,    chunk_end,
+                          chunk_start, delta_sum};
+  const bool jamba_state = layout.state_size == 16;  // every released Jamba: its own compiled loops
+
+  const dim3 update_grid(num_blocks_for(layout.num_channels, kUpdateChannels), unsigned(rows.num_rows));
+  const size_t update_shared = size_t(update_shared_floats(layout.state_size)) * sizeof(float);
+  if (jamba_state)
+    selective_state_update_kernel<16><<<update_grid, kUpdateChannels, update_shared, stream>>>(params);
+  else
+    selective_state_update_kernel<0><<<update_grid, kUpdateChannels, update_shared, stream>>>(params);
   JAMBO_CUDA_CHECK_LAUNCH(selective_state_update_kernel);
-  if (rows.num_tokens == rows.num_rows) return;  // every row one token: a decode step
-  int group_size = 1;
-  while (group_size < layout.state_size) group_size *= 2;
-  const int64_t num_threads = device_offset(num_decode_threads, group_size);
-  selective_scan_kernel<<<num_blocks_for(num_threads, kThreads), kThreads, 0, stream>>>(params, group_size);
-  JAMBO_CUDA_CHECK_LAUNCH(selective_scan_kernel);
+  if (rows.num_chunks == 0) return;  // every row one token: a decode step
+
+  const dim3 chunk_grid(num_blocks_for(layout.num_channels, kScanThreads), unsigned(rows.num_chunks));
+  if (jamba_state)
+    chunk_end_kernel<16><<<chunk_grid, kScanThreads, 0, stream>>>(params);
+  else
+    chunk_end_kernel<0><<<chunk_grid, kScanThreads, 0, stream>>>(params);
+  JAMBO_CUDA_CHECK_LAUNCH(chunk_end_kernel);
+  const dim3 start_grid(num_blocks_for(device_offset(layout.num_channels, layout.state_size), kThreads),
+                        unsigned(rows.num_rows));
+  chunk_start_kernel<<<start_grid, kThreads, 0, stream>>>(params);
+  JAMBO_CUDA_CHECK_LAUNCH(chunk_start_kernel);
+  if (jamba_state)
+    chunk_scan_kernel<16><<<chunk_grid, kScanThreads, 0, stream>>>(params);
+  else
+    chunk_scan_kernel<0><<<chunk_grid, kScanThreads, 0, stream>>>(params);
+  JAMBO_CUDA_CHECK_LAUNCH(chunk_scan_kernel);
 }
 
 }  // namespace jambo::cuda

@@ -29,12 +29,22 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout,
                    float* activated,          // [T, Di]
                    cudaStream_t stream);
 
+// Scratch of the chunked scan, grown on demand.
+struct ScanScratch {
+  DeviceBuffer<float> chunk_end;    // [num_chunks, Di, N]
+  DeviceBuffer<float> chunk_start;  // [num_chunks, Di, N]
+  DeviceBuffer<float> delta_sum;    // [num_chunks, Di]
+};
+
 // The selective scan in fp32, with the dt bias and softplus, the D skip and the SiLU gate fused:
 //   delta = softplus(delta_raw + dt_bias); h = exp(delta * A) * h + delta * B * u;
 //   gated = (h · C + D * u) * silu(z).
-// One group of lanes (the next power of two >= N, at most 32) per (row, channel), one lane per state entry;
-// rows of one token (decode) take one thread per (row, channel) instead. h starts from the slot
-// (reads_state) or zero and the final h is written back into the slot.
+// h starts from the slot (reads_state) or zero and the final h is written back into the slot. Rows of one token
+// (decode) take a thread per (row, channel). Rows of several tokens are cut into chunks of kScanChunkTokens that
+// run in parallel, a thread per (chunk, channel) with the channel's N entries of h in registers: each chunk but
+// a row's last first scans from zero state (its end state, and the sum S of its deltas); then, per row, the
+// chunks' starting states follow in order, h_start(j+1) = exp(A * S_j) * h_start(j) + h_end(j) (the recurrence
+// is linear in h); then each chunk scans again from its starting state, writing its outputs.
 void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
                     const float* activated,  // [T, Di] u after the conv and SiLU
                     const float* delta_raw,  // [T, Di] dt_proj output before its bias
@@ -46,6 +56,6 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
                     const float* d,          // [Di]
                     float* state_pool,       // [num_slots, elements_per_slot]
                     float* gated,            // [T, Di]
-                    cudaStream_t stream);
+                    ScanScratch& scratch, cudaStream_t stream);
 
 }  // namespace jambo::cuda

@@ -32,7 +32,7 @@ void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const JambaConfig& config, co
   // dt_proj reads the normalized dt columns in place: a strided GEMM input, no copy.
   linear_strided(gemm, selective, selective_width, num_tokens, w.dt_proj, delta);
   selective_scan(rows, layout, activated, delta, w.dt_proj_bias, selective, selective_width, dt_rank, projected, w.a,
-                 w.d, state_pool, gated, stream);
+                 w.d, state_pool, gated, scratch.scan, stream);
   linear(gemm, gated, num_tokens, w.out_proj, out);
   add_bias(out, num_tokens, config.hidden_size, w.out_proj_bias, stream);
 }

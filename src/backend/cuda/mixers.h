@@ -18,6 +18,7 @@ struct MambaScratch {
   DeviceBuffer<float> selective;  // [T, R + 2N] x_proj output (dt, B, C), normalized in place
   DeviceBuffer<float> delta;      // [T, Di] dt_proj output, before its bias
   DeviceBuffer<float> gated;      // [T, Di] the scan's output
+  ScanScratch scan;
 };
 
 // out = Mamba(x); each row's conv tail and SSM state in its slot of state_pool are carried forward.

@@ -1,0 +1,131 @@
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/skinny_gemm.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace jambo::cuda {
+namespace {
+
+constexpr int kSkinnyWarps = 4;  // output rows of w per block
+constexpr int kLoadsInFlight = 4;
+
+// What one 16-byte load of weights holds, widened, and x rounded to the weights' type.
+template <typename Weight>
+struct WeightLoad;
+
+template <>
+struct WeightLoad<float> {
+  static constexpr int kCount = 4;
+  __device__ static void widen(const uint4& bits, float* out) {
+    const float4 v = *reinterpret_cast<const float4*>(&bits);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  }
+  __device__ static float round(float value) { return value; }
+};
+
+template <>
+struct WeightLoad<__nv_bfloat16> {
+  static constexpr int kCount = 8;
+  __device__ static void widen(const uint4& bits, float* out) {
+    const auto* halves = reinterpret_cast<const __nv_bfloat16*>(&bits);
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) out[j] = __bfloat162float(halves[j]);
+  }
+  __device__ static float round(float value) { return __bfloat162float(__float2bfloat16_rn(value)); }
+};
+
+template <>
+struct WeightLoad<__half> {
+  static constexpr int kCount = 8;
+  __device__ static void widen(const uint4& bits, float* out) {
+    const auto* halves = reinterpret_cast<const __half*>(&bits);
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) out[j] = __half2float(halves[j]);
+  }
+  __device__ static float round(float value) { return __half2float(__float2half_rn(value)); }
+};
+
+// Adds x[m, k .. k + kCount) · widened to sums[m] for the pass's rows m.
+template <typename Weight>
+__device__ inline void accumulate(const float* x, int64_t x_stride, int num_rows, int64_t k, const uint4& packed,
+                                  float (&sums)[kSkinnyRows]) {
+  using Load = WeightLoad<Weight>;
+  float weights[Load::kCount];
+  Load::widen(packed, weights);
+#pragma unroll
+  for (int m = 0; m < kSkinnyRows; ++m) {
+    if (m >= num_rows) continue;
+    const float4* chunk = reinterpret_cast<const float4*>(x + device_offset(m, x_stride) + k);
+#pragma unroll
+    for (int q = 0; q < Load::kCount / 4; ++q) {
+      const float4 v = __ldg(chunk + q);
+      sums[m] += Load::round(v.x) * weights[4 * q] + Load::round(v.y) * weights[4 * q + 1] +
+                 Load::round(v.z) * weights[4 * q + 2] + Load::round(v.w) * weights[4 * q + 3];
+    }
+  }
+}
+
+// One warp per (output n, group); the block's warps take consecutive outputs.
+template <typename Weight>
+__global__ void __launch_bounds__(kSkinnyWarps * kWarpSize) skinny_gemm_kernel(const SkinnyGemm p) {
+  using Load = WeightLoad<Weight>;
+  const int group = int(blockIdx.y);
+  const int64_t first = p.group_rows == nullptr ? 0 : p.group_rows[group];
+  const int64_t count = p.group_rows == nullptr ? p.num_rows : p.group_rows[group + 1] - first;
+  const int64_t n = int64_t(blockIdx.x) * kSkinnyWarps + threadIdx.x / kWarpSize;
+  if (count == 0 || n >= p.n) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const void* weight = p.weights == nullptr ? p.weight : p.weights[group];
+  const uint4* w_row = reinterpret_cast<const uint4*>(static_cast<const Weight*>(weight) + device_offset(n, p.k));
+  const int64_t num_loads = p.k / Load::kCount;  // 16-byte loads along the row
+  for (int64_t row0 = 0; row0 < count; row0 += kSkinnyRows) {
+    const int num_rows = int(min(int64_t(kSkinnyRows), count - row0));
+    const float* x = p.x + device_offset(first + row0, p.x_stride);
+    float sums[kSkinnyRows] = {};
+    int64_t load = lane;
+    for (; load + (kLoadsInFlight - 1) * kWarpSize < num_loads; load += kLoadsInFlight * kWarpSize) {
+      uint4 packed[kLoadsInFlight];
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) packed[u] = __ldcs(w_row + load + u * kWarpSize);  // streamed once
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u)
+        accumulate<Weight>(x, p.x_stride, num_rows, (load + u * kWarpSize) * Load::kCount, packed[u], sums);
+    }
+    for (; load < num_loads; load += kWarpSize)
+      accumulate<Weight>(x, p.x_stride, num_rows, load * Load::kCount, __ldcs(w_row + load), sums);
+#pragma unroll
+    for (int m = 0; m < kSkinnyRows; ++m) {
+      if (m >= num_rows) continue;
+      const float total = warp_sum(sums[m]);
+      if (lane == 0) p.y[device_offset(first + row0 + m, p.n) + n] = total;
+    }
+  }
+}
+
+}  // namespace
+
+bool skinny_gemm_applies(const SkinnyGemm& p) {
+  const int64_t per_load = p.dtype == DType::F32 ? 4 : 8;
+  const bool weight_aligned = p.weights != nullptr || reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
+  return p.k % per_load == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && weight_aligned;
+}
+
+// Group weights (the experts' slices of their checkpoint tensors) are 16-byte aligned when K is a multiple of a
+// load: each starts a whole number of [N, K] matrices into a cudaMalloc'd buffer.
+void skinny_gemm(const SkinnyGemm& p, cudaStream_t stream) {
+  require(skinny_gemm_applies(p), "skinny_gemm called on operands it does not take (please report this)");
+  require(p.num_groups > 0 && p.num_groups < 65536,
+          "a skinny GEMM takes 1 to 65535 groups, got " + std::to_string(p.num_groups));
+  const dim3 grid(num_blocks_for(p.n, kSkinnyWarps), unsigned(p.num_groups));
+  const int threads = kSkinnyWarps * kWarpSize;
+  if (p.dtype == DType::F32)
+    skinny_gemm_kernel<float><<<grid, threads, 0, stream>>>(p);
+  else if (p.dtype == DType::BF16)
+    skinny_gemm_kernel<__nv_bfloat16><<<grid, threads, 0, stream>>>(p);
+  else
+    skinny_gemm_kernel<__half><<<grid, threads, 0, stream>>>(p);
+  JAMBO_CUDA_CHECK_LAUNCH(skinny_gemm_kernel);
+}
+
+}  // namespace jambo::cuda

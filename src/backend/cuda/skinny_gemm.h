@@ -1,0 +1,37 @@
+// GEMMs of few rows (decode): y = x · wᵀ streamed at the weights' bandwidth, one warp per output row of w with
+// 16-byte weight loads, four per lane in flight, and up to kSkinnyRows rows of x per pass over the weights.
+// Rows come in groups, each with its own weight: the MoE experts, whose row counts stay on the GPU (one launch
+// for all experts, no transfer to the host, so that a MoE decode step stays one CUDA graph; a group without rows
+// costs blocks that return at once), or one group of num_rows rows (a dense GEMM). 16-bit weights multiply x
+// rounded to their type as it is read (what the cuBLAS path's narrowing gives, without its launch), fp32
+// weights multiply x as it is; fp32 accumulation.
+#pragma once
+
+#include "backend/cuda/device_memory.h"
+#include "core/dtype.h"
+
+#include <cstdint>
+
+namespace jambo::cuda {
+
+constexpr int64_t kSkinnyRows = 8;
+
+struct SkinnyGemm {
+  const float* x = nullptr;              // [R, x_stride] groups of rows, the first k columns read
+  int64_t x_stride = 0;
+  const int64_t* group_rows = nullptr;   // [G + 1] on the GPU: group g's rows are [group_rows[g], group_rows[g + 1]);
+  int64_t num_rows = 0;                  //   or, when null, one group of num_rows rows
+  const void* const* weights = nullptr;  // [G] on the GPU: group g's weight [N, K], nn.Linear layout; or, when null,
+  const void* weight = nullptr;          //   this one weight for the one group
+  DType dtype = DType::F32;              // of every weight
+  int64_t num_groups = 1, n = 0, k = 0;  // G, N, K
+  float* y = nullptr;                    // [R, N]
+};
+
+// Whether the kernel takes these operands: 16-byte aligned weights and x rows, K a multiple of one load.
+bool skinny_gemm_applies(const SkinnyGemm& params);
+
+// y[i] = x[i] · w_gᵀ for every row i of every group g.
+void skinny_gemm(const SkinnyGemm& params, cudaStream_t stream);
+
+}  // namespace jambo::cuda
