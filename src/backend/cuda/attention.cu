@@ -1,6 +1,9 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_math.cuh"
 
+#include <cuda_bf16.h>
+#include <mma.h>
+
 #include <algorithm>
 
 namespace jambo::cuda {
@@ -69,6 +72,7 @@ __device__ void load_tile(const DeviceRows& rows, const KvLayout& layout, int64_
 // With one split the block writes the context; with more, its (m, l, outputs) go to `partial` and
 // combine_splits_kernel merges them.
 __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_heads, int num_splits,
+                                 bool skip_chunked_rows,  // rows of several tokens are attention_mma_kernel's
                                  const float* queries,  // [T, nh*hd]
                                  const float* kv_pool,  // [num_blocks, block_stride]
                                  float* context,        // [T, nh*hd] (one split)
@@ -84,6 +88,7 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
   const int64_t t = blockIdx.x / layout.num_kv_heads, kv_head = blockIdx.x % layout.num_kv_heads;
   const int split = int(blockIdx.y);
   const int64_t r = rows.token_row[t];
+  if (skip_chunked_rows && rows.row_tokens[r] > 1) return;
   const int64_t num_keys = rows.start_position[r] + t - rows.first_token[r] + 1;
   const int64_t keys_per_split = (num_keys + num_splits - 1) / num_splits;
   const int64_t first_key = min(num_keys, split * keys_per_split);
@@ -151,10 +156,12 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
 
 // One block per (token, query head): context = sum_s exp(m_s - M) outputs_s / sum_s exp(m_s - M) l_s over the
 // splits s, M the largest m_s (an empty split has m_s = -inf and weighs nothing).
-__global__ void combine_splits_kernel(int64_t num_heads, int64_t head_dim, int num_splits,
+__global__ void combine_splits_kernel(DeviceRows rows, int64_t num_heads, int64_t head_dim, int num_splits,
+                                      bool skip_chunked_rows,
                                       const float* partial,  // [T, nh, num_splits, hd + 2]
                                       float* context) {      // [T, nh*hd]
   const int64_t pair = blockIdx.x;  // t * nh + head
+  if (skip_chunked_rows && rows.row_tokens[rows.token_row[pair / num_heads]] > 1) return;
   const float* entries = partial + device_offset(pair, device_offset(num_splits, head_dim + 2));
   float top = -INFINITY;
   for (int s = 0; s < num_splits; ++s) top = fmaxf(top, entries[device_offset(s, head_dim + 2) + head_dim]);
@@ -173,14 +180,147 @@ __global__ void combine_splits_kernel(int64_t num_heads, int64_t head_dim, int n
   }
 }
 
-}  // namespace
+// Tensor-core attention for the rows of several tokens (prefill) in the 16-bit mode: queries, keys and values
+// rounded to bf16 (as every GEMM input of that mode), scores and outputs accumulated in fp32, the softmax in
+// fp32. One block per (scan chunk of a row: up to 64 query tokens, query head); each of its four warps takes 16
+// of the chunk's tokens. The block stages the keys and values of kMmaKeys positions at a time in shared memory
+// (read once for its four warps), and each warp runs S = Q Kᵀ, the online softmax of its rows with the causal
+// mask, and O = O * rescale + P V on the tensor cores (WMMA 16x16x16).
+constexpr int kMmaTile = 16;
+constexpr int kMmaWarps = 4;
+constexpr int kMmaKeys = 64;
+constexpr int kMmaMaxHeadDim = 128;
+static_assert(kMmaWarps * kMmaTile == kScanChunkTokens, "a block's warps cover one scan chunk");
 
-void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout, const float* keys, const float* values,
-                           float* kv_pool, cudaStream_t stream) {
-  const int64_t count = device_offset(rows.num_tokens, layout.token_stride());
-  if (count == 0) return;
-  store_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(rows, layout, keys, values, kv_pool);
-  JAMBO_CUDA_CHECK_LAUNCH(store_kernel);
+// Shared memory of attention_mma_kernel, in bytes from its start; every region a multiple of 32 bytes (WMMA).
+struct MmaShared {
+  int64_t head_dim;
+  JAMBO_HOST_DEVICE int64_t keys() const { return 0; }                                      // bf16 [kMmaKeys, hd]
+  JAMBO_HOST_DEVICE int64_t values() const { return keys() + kMmaKeys * head_dim * 2; }     // bf16 [kMmaKeys, hd]
+  JAMBO_HOST_DEVICE int64_t queries() const { return values() + kMmaKeys * head_dim * 2; }  // bf16 [warps, 16, hd]
+  JAMBO_HOST_DEVICE int64_t outputs() const { return queries() + kMmaWarps * kMmaTile * head_dim * 2; }  // f32 [warps, 16, hd]
+  JAMBO_HOST_DEVICE int64_t scores() const { return outputs() + kMmaWarps * kMmaTile * head_dim * 4; }  // f32 [warps, 16, keys]
+  JAMBO_HOST_DEVICE int64_t weights() const { return scores() + kMmaWarps * kMmaTile * kMmaKeys * 4; }  // bf16 [warps, 16, keys]
+  JAMBO_HOST_DEVICE int64_t stats() const { return weights() + kMmaWarps * kMmaTile * kMmaKeys * 2; }   // f32 [warps, 3, 16]
+  JAMBO_HOST_DEVICE int64_t num_bytes() const { return stats() + kMmaWarps * 3 * kMmaTile * 4; }
+};
+
+__global__ void __launch_bounds__(kMmaWarps * kWarpSize)
+    attention_mma_kernel(DeviceRows rows, KvLayout layout, int64_t num_heads,
+                         const float* queries,  // [T, nh*hd]
+                         const float* kv_pool,  // [num_blocks, block_stride]
+                         float* context) {      // [T, nh*hd]
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char shared_bytes[];
+  const int head_dim = int(layout.head_dim);
+  const MmaShared at{head_dim};
+  __nv_bfloat16* keys = reinterpret_cast<__nv_bfloat16*>(shared_bytes + at.keys());
+  __nv_bfloat16* values = reinterpret_cast<__nv_bfloat16*>(shared_bytes + at.values());
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  __nv_bfloat16* query = reinterpret_cast<__nv_bfloat16*>(shared_bytes + at.queries()) + warp * kMmaTile * head_dim;
+  float* out = reinterpret_cast<float*>(shared_bytes + at.outputs()) + warp * kMmaTile * head_dim;
+  float* scores = reinterpret_cast<float*>(shared_bytes + at.scores()) + warp * kMmaTile * kMmaKeys;
+  __nv_bfloat16* weights = reinterpret_cast<__nv_bfloat16*>(shared_bytes + at.weights()) + warp * kMmaTile * kMmaKeys;
+  float* running_max = reinterpret_cast<float*>(shared_bytes + at.stats()) + warp * 3 * kMmaTile;
+  float* running_sum = running_max + kMmaTile;
+  float* rescale = running_sum + kMmaTile;
+
+  const int64_t chunk = blockIdx.x, head = blockIdx.y;
+  const int64_t kv_head = head / (num_heads / layout.num_kv_heads);
+  const int64_t r = rows.chunk_row[chunk];
+  const int64_t row_end = rows.first_token[r] + rows.row_tokens[r];
+  const int64_t chunk_first = rows.chunk_first_token[chunk];
+  const int64_t chunk_end = min(row_end, chunk_first + kScanChunkTokens);
+  const int64_t position_of_first = rows.start_position[r] - rows.first_token[r];  // + t: position of token t
+  const int64_t warp_first = chunk_first + warp * kMmaTile;
+  const int num_queries = int(max(int64_t(0), min(int64_t(kMmaTile), chunk_end - warp_first)));
+  const int64_t last_position = position_of_first + warp_first + num_queries - 1;  // of the warp's last query
+  const int64_t num_keys = position_of_first + chunk_end;  // of the block: up to its last query's position
+
+  for (int i = lane; i < kMmaTile * head_dim; i += kWarpSize) {
+    const int q = i / head_dim, e = i % head_dim;
+    const float value =
+        q < num_queries ? queries[device_offset(warp_first + q, num_heads * head_dim) + device_offset(head, head_dim) + e]
+                        : 0.0f;
+    query[i] = __float2bfloat16_rn(value);
+    out[i] = 0.0f;
+  }
+  if (lane < kMmaTile) running_max[lane] = -INFINITY, running_sum[lane] = 0.0f;
+  const float scale = 1.0f / sqrtf(float(head_dim));
+
+  for (int64_t first_key = 0; first_key < num_keys; first_key += kMmaKeys) {
+    __syncthreads();  // the last tile's keys and values are no longer read
+    for (int i = threadIdx.x; i < kMmaKeys * head_dim; i += blockDim.x) {
+      const int k = i / head_dim, e = i % head_dim;
+      const int64_t position = first_key + k;
+      float key = 0.0f, value = 0.0f;
+      if (position < num_keys) {
+        const int64_t offset = device_offset(kv_head, head_dim) + e;
+        key = kv_pool[kv_entry(rows, layout, r, position, 0) + offset];
+        value = kv_pool[kv_entry(rows, layout, r, position, 1) + offset];
+      }
+      keys[i] = __float2bfloat16_rn(key);
+      values[i] = __float2bfloat16_rn(value);
+    }
+    __syncthreads();
+    if (num_queries == 0 || first_key > last_position) continue;  // every key of the tile is after the warp's queries
+
+    for (int n = 0; n < kMmaKeys / kMmaTile; ++n) {  // S = Q Kᵀ, 16 keys at a time
+      wmma::fragment<wmma::accumulator, kMmaTile, kMmaTile, kMmaTile, float> s;
+      wmma::fill_fragment(s, 0.0f);
+      for (int d = 0; d < head_dim; d += kMmaTile) {
+        wmma::fragment<wmma::matrix_a, kMmaTile, kMmaTile, kMmaTile, __nv_bfloat16, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, kMmaTile, kMmaTile, kMmaTile, __nv_bfloat16, wmma::col_major> b;
+        wmma::load_matrix_sync(a, query + d, head_dim);
+        wmma::load_matrix_sync(b, keys + n * kMmaTile * head_dim + d, head_dim);
+        wmma::mma_sync(s, a, b, s);
+      }
+      wmma::store_matrix_sync(scores + n * kMmaTile, s, kMmaKeys, wmma::mem_row_major);
+    }
+    __syncwarp();
+    for (int q = 0; q < kMmaTile; ++q) {  // the online softmax, a row at a time: two keys per lane
+      const int64_t query_position = position_of_first + warp_first + q;
+      float score[2], weight[2];
+      for (int j = 0; j < 2; ++j) {
+        const int k = lane + j * kWarpSize;
+        const bool visible = q < num_queries && first_key + k <= query_position;
+        score[j] = visible ? scores[q * kMmaKeys + k] * scale : -INFINITY;
+      }
+      const float new_max = fmaxf(running_max[q], warp_max(fmaxf(score[0], score[1])));
+      const bool none_yet = new_max == -INFINITY;  // a padding row, or no visible key so far
+      for (int j = 0; j < 2; ++j) weight[j] = none_yet ? 0.0f : expf(score[j] - new_max);
+      const float tile_sum = warp_sum(weight[0] + weight[1]);
+      for (int j = 0; j < 2; ++j) weights[q * kMmaKeys + lane + j * kWarpSize] = __float2bfloat16_rn(weight[j]);
+      __syncwarp();
+      if (lane == 0) {
+        const float factor = none_yet ? 1.0f : expf(running_max[q] - new_max);
+        rescale[q] = factor;
+        running_sum[q] = running_sum[q] * factor + tile_sum;
+        running_max[q] = new_max;
+      }
+      __syncwarp();
+    }
+    for (int i = lane; i < kMmaTile * head_dim; i += kWarpSize) out[i] *= rescale[i / head_dim];
+    __syncwarp();
+    for (int j = 0; j < head_dim; j += kMmaTile) {  // O += P V, 16 output columns at a time
+      wmma::fragment<wmma::accumulator, kMmaTile, kMmaTile, kMmaTile, float> o;
+      wmma::load_matrix_sync(o, out + j, head_dim, wmma::mem_row_major);
+      for (int k = 0; k < kMmaKeys; k += kMmaTile) {
+        wmma::fragment<wmma::matrix_a, kMmaTile, kMmaTile, kMmaTile, __nv_bfloat16, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, kMmaTile, kMmaTile, kMmaTile, __nv_bfloat16, wmma::row_major> b;
+        wmma::load_matrix_sync(a, weights + k, kMmaKeys);
+        wmma::load_matrix_sync(b, values + k * head_dim + j, head_dim);
+        wmma::mma_sync(o, a, b, o);
+      }
+      wmma::store_matrix_sync(out + j, o, head_dim, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  for (int i = lane; i < num_queries * head_dim; i += kWarpSize) {
+    const int q = i / head_dim, e = i % head_dim;
+    context[device_offset(warp_first + q, num_heads * head_dim) + device_offset(head, head_dim) + e] =
+        out[i] / running_sum[q];
+  }
 }
 
 int attention_splits(int64_t num_tokens, int64_t num_kv_heads) {
@@ -195,10 +335,40 @@ int attention_splits(int64_t num_tokens, int64_t num_kv_heads) {
   return int(std::clamp<int64_t>(wanted, 1, kMaxSplits));
 }
 
+}  // namespace
+
+void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout, const float* keys, const float* values,
+                           float* kv_pool, cudaStream_t stream) {
+  const int64_t count = device_offset(rows.num_tokens, layout.token_stride());
+  if (count == 0) return;
+  store_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(rows, layout, keys, values, kv_pool);
+  JAMBO_CUDA_CHECK_LAUNCH(store_kernel);
+}
+
+
+bool attention_runs_on_tensor_cores(const DeviceRows& rows, const KvLayout& layout, bool sixteen_bit) {
+  return sixteen_bit && rows.num_chunks > 0 && layout.head_dim % kMmaTile == 0 && layout.head_dim <= kMmaMaxHeadDim;
+}
+
 void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads, const float* queries,
-                     const float* kv_pool, float* context, DeviceBuffer<float>& partial, cudaStream_t stream) {
+                     const float* kv_pool, float* context, DeviceBuffer<float>& partial, bool sixteen_bit,
+                     cudaStream_t stream) {
   const int64_t num_pairs = device_offset(rows.num_tokens, layout.num_kv_heads);
   if (num_pairs == 0) return;
+  const bool tensor_cores = attention_runs_on_tensor_cores(rows, layout, sixteen_bit);
+  if (tensor_cores) {
+    const size_t mma_bytes = size_t(MmaShared{layout.head_dim}.num_bytes());
+    static const bool mma_attribute_set = [] {
+      JAMBO_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(MmaShared{kMmaMaxHeadDim}.num_bytes())));
+      return true;
+    }();
+    (void)mma_attribute_set;
+    require(rows.num_chunks < 65536 && num_heads < 65536, "too many chunks or heads for one attention launch");
+    attention_mma_kernel<<<dim3(unsigned(rows.num_chunks), unsigned(num_heads)), kMmaWarps * kWarpSize, mma_bytes,
+                           stream>>>(rows, layout, num_heads, queries, kv_pool, context);
+    JAMBO_CUDA_CHECK_LAUNCH(attention_mma_kernel);
+  }
   require(num_pairs < (int64_t(1) << 31),
           "attention over " + std::to_string(num_pairs) + " (token, KV head) pairs is too many for one launch");
   const AttentionShared at{num_heads / layout.num_kv_heads, layout.head_dim};
@@ -221,11 +391,11 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
                       : partial.reserve(device_offset(device_offset(rows.num_tokens, num_heads),
                                                       device_offset(num_splits, layout.head_dim + 2)));
   attention_kernel<<<dim3(unsigned(num_pairs), unsigned(num_splits)), kThreads, shared_bytes, stream>>>(
-      rows, layout, num_heads, num_splits, queries, kv_pool, context, partial_data);
+      rows, layout, num_heads, num_splits, tensor_cores, queries, kv_pool, context, partial_data);
   JAMBO_CUDA_CHECK_LAUNCH(attention_kernel);
   if (num_splits == 1) return;
   combine_splits_kernel<<<unsigned(device_offset(rows.num_tokens, num_heads)), kCombineThreads, 0, stream>>>(
-      num_heads, layout.head_dim, num_splits, partial_data, context);
+      rows, num_heads, layout.head_dim, num_splits, tensor_cores, partial_data, context);
   JAMBO_CUDA_CHECK_LAUNCH(combine_splits_kernel);
 }
 

@@ -51,7 +51,10 @@ void attention_mixer(Gemm& gemm, const DeviceAttention& w, const JambaConfig& co
   linear(gemm, x, num_tokens, w.k_proj, keys);
   linear(gemm, x, num_tokens, w.v_proj, values);
   store_keys_and_values(rows, layout, keys, values, kv_pool, stream);
-  paged_attention(rows, layout, config.num_attention_heads, queries, kv_pool, context, scratch.partial, stream);
+  // The 16-bit mode (its weights are 16-bit) rounds attention's inputs as it rounds every GEMM's.
+  const bool sixteen_bit = w.q_proj.dtype != DType::F32;
+  paged_attention(rows, layout, config.num_attention_heads, queries, kv_pool, context, scratch.partial, sixteen_bit,
+                  stream);
   linear(gemm, context, num_tokens, w.o_proj, out);
 }
 

@@ -8,7 +8,6 @@ namespace jambo::cuda {
 namespace {
 
 constexpr int kSkinnyWarps = 4;  // output rows of w per block
-constexpr int kLoadsInFlight = 4;
 
 // What one 16-byte load of weights holds, widened, and x rounded to the weights' type.
 template <typename Weight>
@@ -47,14 +46,14 @@ struct WeightLoad<__half> {
 };
 
 // Adds x[m, k .. k + kCount) · widened to sums[m] for the pass's rows m.
-template <typename Weight>
+template <typename Weight, int kRows>
 __device__ inline void accumulate(const float* x, int64_t x_stride, int num_rows, int64_t k, const uint4& packed,
-                                  float (&sums)[kSkinnyRows]) {
+                                  float (&sums)[kRows]) {
   using Load = WeightLoad<Weight>;
   float weights[Load::kCount];
   Load::widen(packed, weights);
 #pragma unroll
-  for (int m = 0; m < kSkinnyRows; ++m) {
+  for (int m = 0; m < kRows; ++m) {
     if (m >= num_rows) continue;
     const float4* chunk = reinterpret_cast<const float4*>(x + device_offset(m, x_stride) + k);
 #pragma unroll
@@ -66,8 +65,9 @@ __device__ inline void accumulate(const float* x, int64_t x_stride, int num_rows
   }
 }
 
-// One warp per (output n, group); the block's warps take consecutive outputs.
-template <typename Weight>
+// One warp per (output n, group); the block's warps take consecutive outputs. Passes of kRows rows of x;
+// kLoadsInFlight 16-byte loads per lane in flight (fewer rows leave registers for more loads).
+template <typename Weight, int kRows, int kLoadsInFlight>
 __global__ void __launch_bounds__(kSkinnyWarps * kWarpSize) skinny_gemm_kernel(const SkinnyGemm p) {
   using Load = WeightLoad<Weight>;
   const int group = int(blockIdx.y);
@@ -79,10 +79,10 @@ __global__ void __launch_bounds__(kSkinnyWarps * kWarpSize) skinny_gemm_kernel(c
   const void* weight = p.weights == nullptr ? p.weight : p.weights[group];
   const uint4* w_row = reinterpret_cast<const uint4*>(static_cast<const Weight*>(weight) + device_offset(n, p.k));
   const int64_t num_loads = p.k / Load::kCount;  // 16-byte loads along the row
-  for (int64_t row0 = 0; row0 < count; row0 += kSkinnyRows) {
-    const int num_rows = int(min(int64_t(kSkinnyRows), count - row0));
+  for (int64_t row0 = 0; row0 < count; row0 += kRows) {
+    const int num_rows = int(min(int64_t(kRows), count - row0));
     const float* x = p.x + device_offset(first + row0, p.x_stride);
-    float sums[kSkinnyRows] = {};
+    float sums[kRows] = {};
     int64_t load = lane;
     for (; load + (kLoadsInFlight - 1) * kWarpSize < num_loads; load += kLoadsInFlight * kWarpSize) {
       uint4 packed[kLoadsInFlight];
@@ -90,17 +90,26 @@ __global__ void __launch_bounds__(kSkinnyWarps * kWarpSize) skinny_gemm_kernel(c
       for (int u = 0; u < kLoadsInFlight; ++u) packed[u] = __ldcs(w_row + load + u * kWarpSize);  // streamed once
 #pragma unroll
       for (int u = 0; u < kLoadsInFlight; ++u)
-        accumulate<Weight>(x, p.x_stride, num_rows, (load + u * kWarpSize) * Load::kCount, packed[u], sums);
+        accumulate<Weight, kRows>(x, p.x_stride, num_rows, (load + u * kWarpSize) * Load::kCount, packed[u], sums);
     }
     for (; load < num_loads; load += kWarpSize)
-      accumulate<Weight>(x, p.x_stride, num_rows, load * Load::kCount, __ldcs(w_row + load), sums);
+      accumulate<Weight, kRows>(x, p.x_stride, num_rows, load * Load::kCount, __ldcs(w_row + load), sums);
 #pragma unroll
-    for (int m = 0; m < kSkinnyRows; ++m) {
+    for (int m = 0; m < kRows; ++m) {
       if (m >= num_rows) continue;
       const float total = warp_sum(sums[m]);
       if (lane == 0) p.y[device_offset(first + row0 + m, p.n) + n] = total;
     }
   }
+}
+
+// A dense GEMM of one or two rows: one pass, eight loads deep; groups (experts): passes of kSkinnyRows.
+template <typename Weight>
+void launch(const SkinnyGemm& p, dim3 grid, int threads, cudaStream_t stream) {
+  if (p.group_rows == nullptr && p.num_rows <= 2)
+    skinny_gemm_kernel<Weight, 2, 8><<<grid, threads, 0, stream>>>(p);
+  else
+    skinny_gemm_kernel<Weight, kSkinnyRows, 4><<<grid, threads, 0, stream>>>(p);
 }
 
 }  // namespace
@@ -120,11 +129,11 @@ void skinny_gemm(const SkinnyGemm& p, cudaStream_t stream) {
   const dim3 grid(num_blocks_for(p.n, kSkinnyWarps), unsigned(p.num_groups));
   const int threads = kSkinnyWarps * kWarpSize;
   if (p.dtype == DType::F32)
-    skinny_gemm_kernel<float><<<grid, threads, 0, stream>>>(p);
+    launch<float>(p, grid, threads, stream);
   else if (p.dtype == DType::BF16)
-    skinny_gemm_kernel<__nv_bfloat16><<<grid, threads, 0, stream>>>(p);
+    launch<__nv_bfloat16>(p, grid, threads, stream);
   else
-    skinny_gemm_kernel<__half><<<grid, threads, 0, stream>>>(p);
+    launch<__half>(p, grid, threads, stream);
   JAMBO_CUDA_CHECK_LAUNCH(skinny_gemm_kernel);
 }
 
