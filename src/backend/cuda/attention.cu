@@ -250,17 +250,16 @@ __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
 
   for (int64_t first_key = 0; first_key < num_keys; first_key += kMmaKeys) {
     __syncthreads();  // the last tile's keys and values are no longer read
-    for (int i = threadIdx.x; i < kMmaKeys * head_dim; i += blockDim.x) {
-      const int k = i / head_dim, e = i % head_dim;
+    for (int k = warp; k < kMmaKeys; k += kMmaWarps) {  // a warp per key: one block-table lookup per key
       const int64_t position = first_key + k;
-      float key = 0.0f, value = 0.0f;
-      if (position < num_keys) {
-        const int64_t offset = device_offset(kv_head, head_dim) + e;
-        key = kv_pool[kv_entry(rows, layout, r, position, 0) + offset];
-        value = kv_pool[kv_entry(rows, layout, r, position, 1) + offset];
+      const bool inside = position < num_keys;
+      const float* key = inside ? kv_pool + kv_entry(rows, layout, r, position, 0) + device_offset(kv_head, head_dim)
+                                : nullptr;
+      const float* value = inside ? key + layout.half_stride() : nullptr;  // a block's values follow its keys
+      for (int e = lane; e < head_dim; e += kWarpSize) {
+        keys[k * head_dim + e] = __float2bfloat16_rn(inside ? key[e] : 0.0f);
+        values[k * head_dim + e] = __float2bfloat16_rn(inside ? value[e] : 0.0f);
       }
-      keys[i] = __float2bfloat16_rn(key);
-      values[i] = __float2bfloat16_rn(value);
     }
     __syncthreads();
     if (num_queries == 0 || first_key > last_position) continue;  // every key of the tile is after the warp's queries
