@@ -225,22 +225,10 @@ __global__ void __launch_bounds__(kUpdateChannels) selective_state_update_kernel
                  device_offset(num_channels, layout.kernel_size - 1) + device_offset(c0, state_size);  // [count, N]
   const float* a_rows = p.a + device_offset(c0, state_size);                                           // [count, N]
   const bool reads_state = rows.reads_state[r] != 0;  // law 1: a row without state starts from zero
-  // Every load of the thread in flight before the first store to shared memory (a loop of load then store
-  // waited on memory once per entry).
-  constexpr int kPerThread = kStateSize > 0 ? kStateSize : kMaxStateSize;  // entries per thread at most
-  float loaded_h[kPerThread], loaded_a[kPerThread];
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int i = threadIdx.x + j * kUpdateChannels;
-    if (i < num_entries) loaded_h[j] = reads_state ? saved[i] : 0.0f, loaded_a[j] = a_rows[i];
-  }
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int i = threadIdx.x + j * kUpdateChannels;
-    if (i >= num_entries) continue;
+  for (int i = threadIdx.x; i < num_entries; i += blockDim.x) {
     const int at = (i / state_size) * stride + i % state_size;
-    h[at] = loaded_h[j];
-    a[at] = loaded_a[j];
+    h[at] = reads_state ? saved[i] : 0.0f;
+    a[at] = a_rows[i];
   }
   const float* b_row = p.selective + device_offset(t, p.selective_stride) + p.b_column;
   for (int i = threadIdx.x; i < 2 * state_size; i += blockDim.x) bc[i] = b_row[i];
