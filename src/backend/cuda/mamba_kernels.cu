@@ -15,11 +15,13 @@ __device__ inline float window_at(int64_t index, int64_t tail_size, bool reads_s
   return reads_state ? tail[index] : 0.0f;
 }
 
+// A row of one token (decode) has one thread per channel here, the only reader of the channel's tail: it shifts
+// the tail in place after its output (conv_tail_kernel leaves such rows alone, and a decode step skips it).
 __global__ void conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
                                     const float* projected,    // [T, 2*Di]
                                     const float* conv_weight,  // [Di, K]
                                     const float* conv_bias,    // [Di] or null
-                                    const float* state_pool,   // [num_slots, elements_per_slot]
+                                    float* state_pool,         // [num_slots, elements_per_slot]
                                     float* activated) {        // [T, Di]
   const int64_t num_channels = layout.num_channels;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -28,7 +30,7 @@ __global__ void conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
   const int64_t r = rows.token_row[t];
   const int64_t first = rows.first_token[r];
   const int64_t tail_size = layout.kernel_size - 1;
-  const float* tail = state_pool + rows.state_offset[r] + layout.layer_offset + device_offset(c, tail_size);
+  float* tail = state_pool + rows.state_offset[r] + layout.layer_offset + device_offset(c, tail_size);
   const int64_t u_stride = 2 * num_channels;
   const float* u_first = projected + device_offset(first, u_stride) + c;
   const bool reads_state = rows.reads_state[r] != 0;
@@ -38,6 +40,9 @@ __global__ void conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
     sum += conv_weight[device_offset(c, layout.kernel_size) + j] *
            window_at(index + j, tail_size, reads_state, tail, u_first, u_stride);
   activated[i] = silu(sum + (conv_bias == nullptr ? 0.0f : conv_bias[c]));
+  if (rows.row_tokens[r] != 1) return;
+  for (int64_t j = 0; j < tail_size; ++j)  // entry j reads window index 1 + j > j, not yet overwritten
+    tail[j] = window_at(1 + j, tail_size, reads_state, tail, u_first, u_stride);
 }
 
 // After every output has read the old tails: each (row, channel) keeps the last K-1 window entries. In place:
@@ -49,6 +54,7 @@ __global__ void conv_tail_kernel(DeviceRows rows, MambaStateLayout layout,
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= device_offset(rows.num_rows, num_channels)) return;
   const int64_t r = i / num_channels, c = i % num_channels;
+  if (rows.row_tokens[r] == 1) return;  // shifted by conv_outputs_kernel
   const int64_t tail_size = layout.kernel_size - 1;
   float* tail = state_pool + rows.state_offset[r] + layout.layer_offset + device_offset(c, tail_size);
   const int64_t u_stride = 2 * num_channels;
@@ -261,6 +267,7 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const
   conv_outputs_kernel<<<num_blocks_for(num_outputs, kThreads), kThreads, 0, stream>>>(
       rows, layout, projected, conv_weight, conv_bias, state_pool, activated);
   JAMBO_CUDA_CHECK_LAUNCH(conv_outputs_kernel);
+  if (rows.num_tokens == rows.num_rows) return;  // every row one token: its tail is shifted already
   const int64_t num_tails = device_offset(rows.num_rows, layout.num_channels);
   conv_tail_kernel<<<num_blocks_for(num_tails, kThreads), kThreads, 0, stream>>>(rows, layout, projected, state_pool);
   JAMBO_CUDA_CHECK_LAUNCH(conv_tail_kernel);

@@ -20,7 +20,8 @@ struct MambaStateLayout {
 // activated[t, c] = silu(conv_bias[c] + sum_j conv_weight[c, j] * window[i + j]) where i is the token's index in
 // its row and window is the row's conv tail (zeros without state) followed by the row's inputs u. Then the last
 // K-1 entries of each row's window become its new tail. One launch for the outputs of every (token, channel),
-// one for the tails; a one-token decode row is the case num_tokens = 1.
+// which also shifts the tails of rows of one token, then, unless every row has one token (decode), one for the
+// tails of the longer rows.
 void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout,
                    const float* projected,    // [T, 2*Di]; columns 0..Di-1 are u
                    const float* conv_weight,  // [Di, K]
