@@ -14,7 +14,7 @@ namespace jambo {
 std::vector<std::string> available_backends();
 
 // Throws jambo::Error naming the backend when it is unknown or not in this build. cuda_weights is the CUDA
-// backend's weight mode ("f32" or "bf16"); the CPU backend ignores it.
+// backend's weight mode ("f32", "bf16" or "f16"); the CPU backend ignores it.
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache,
                                       const std::string& cuda_weights = "f32");
 

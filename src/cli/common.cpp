@@ -49,8 +49,9 @@ void add_backend_flags(CLI::App& command, std::string& backend, std::string& cud
       ->check(CLI::IsMember(available_backends()))
       ->capture_default_str();
   command.add_option("--cuda-weights", cuda_weights,
-                     "weights on the GPU: f32 (upcast, exact against the CPU) or bf16 (as stored, faster)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
+                     "weights on the GPU: f32 (upcast, exact against the CPU), bf16 (as stored, faster) or f16 "
+                     "(converted to IEEE half)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
 }
 
@@ -68,8 +69,8 @@ void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const s
   backend->check(CLI::IsMember(available_backends()));
   CLI::Option* weights =
       command.add_option("--" + prefix + "cuda-weights", reference.cuda_weights,
-                         "its weights on the GPU: f32 (exact against the CPU) or bf16" + engine_default);
-  weights->check(CLI::IsMember({"f32", "bf16"}));
+                         "its weights on the GPU: f32 (exact against the CPU), bf16 or f16" + engine_default);
+  weights->check(CLI::IsMember({"f32", "bf16", "f16"}));
   if (!defaults_from_engine) {
     backend->capture_default_str();
     weights->capture_default_str();

@@ -51,7 +51,7 @@ struct ModelOptions {
 // Opens a regular file for reading; errors name the path (missing, a directory, unreadable).
 std::ifstream open_input_file(const std::string& path);
 
-// --backend (cpu or cuda) and --cuda-weights (f32 or bf16), bound to the command's own fields.
+// --backend (cpu or cuda) and --cuda-weights (f32, bf16 or f16), bound to the command's own fields.
 void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights);
 
 // The backend a command runs one sequence at a time on (generate, score).

@@ -18,7 +18,7 @@ namespace jambo {
 
 struct ReferenceOptions {
   std::string backend = "cpu";       // make_backend's name: "cpu" or "cuda"
-  std::string cuda_weights = "f32";  // the CUDA backend's weight mode: "f32" or "bf16"
+  std::string cuda_weights = "f32";  // the CUDA backend's weight mode: "f32", "bf16" or "f16"
   int64_t max_step_tokens = 8192;    // tokens of one step; a longer sequence gets a step alone
   int64_t max_step_rows = 256;       // sequences of one step, i.e. the state slots the backend holds
 };

@@ -18,7 +18,8 @@
 // the bound applies to the median position's worst |dlogprob| (measured 0.13 to 0.18 on those three, at most
 // 0.053 elsewhere), and the mean KL(cpu || gpu) over positions stays under kBf16MeanKl (measured at most
 // 0.0012: an 8x margin). On every model, greedy ids agree wherever the CPU's top-2 logit margin exceeds
-// 2 * kBf16Tolerance (the margin moves by at most twice the worst logprob difference).
+// 2 * kBf16Tolerance (the margin moves by at most twice the worst logprob difference). The f16 mode (matrices
+// converted to IEEE half, inputs rounded to half: 2^3 finer than bf16) is held to the same bounds.
 #include "../backend/sequences.h"
 #include "../backend/test_models.h"
 #include "backend/cpu/cpu_backend.h"
@@ -152,6 +153,10 @@ TEST_P(FixtureForwardTest, Bf16WeightsWithinTolerance) {
   check_against_cpu(load_fixture(GetParam()), GetParam(), "bf16");
 }
 
+TEST_P(FixtureForwardTest, F16WeightsWithinTolerance) {
+  check_against_cpu(load_fixture(GetParam()), GetParam(), "f16");
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureForwardTest, ::testing::ValuesIn(fixture_model_names()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
@@ -167,6 +172,28 @@ TEST_P(RandomModelForwardTest, MatchesCpuBackend) {
 
 TEST_P(RandomModelForwardTest, Bf16WeightsWithinTolerance) {
   check_against_cpu(make_random_model(GetParam().config, GetParam().dtype, 42), GetParam().name, "bf16");
+}
+
+TEST_P(RandomModelForwardTest, F16WeightsWithinTolerance) {
+  check_against_cpu(make_random_model(GetParam().config, GetParam().dtype, 42), GetParam().name, "f16");
+}
+
+class F16WeightModeTest : public GpuTest {};
+
+// A weight that IEEE half cannot hold is refused at load, naming its tensor, rather than becoming infinite.
+TEST_F(F16WeightModeTest, RefusesWeightsBeyondHalfsRange) {
+  Model model = make_random_model(small_config(), DType::F32, 42);
+  float* lm_head = const_cast<float*>(static_cast<const float*>(model.weights.lm_head.data));
+  lm_head[5] = 70000.0f;
+  try {
+    make_cuda_backend(model, test_cache(1), "f16");
+    FAIL() << "the f16 mode loaded a weight of 70000";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find(model.weights.lm_head.name), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("--cuda-weights bf16"), std::string::npos) << error.what();
+  }
+  lm_head[5] = 65000.0f;  // within range: loads
+  EXPECT_NO_THROW(make_cuda_backend(model, test_cache(1), "f16"));
 }
 
 INSTANTIATE_TEST_SUITE_P(TestModels, RandomModelForwardTest, ::testing::ValuesIn(test_model_specs()), spec_name);

@@ -11,6 +11,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/state_memory.h"
 #include "backend/cpu/vector_ops.h"
+#include "backend/cuda/convert.h"
 #include "backend/cuda/embedding_norm.h"
 #include "backend/cuda/ffn.h"
 #include "backend/cuda/gemm.h"
@@ -290,7 +291,7 @@ TEST_P(OpsTest, GroupedExpertGemmsEqualPerExpertGemmsInBf16Mode) {
       DeviceBuffer<float> out(num_tokens * config_.hidden_size);
       cuda::FfnWorkspace workspace;
       cuda::sparse_moe(narrow_gemm, narrow_weights.layers[layer].moe, config_.num_experts_per_tok, device_x.data(),
-                       num_tokens, out.data(), workspace, stream_, gemms);
+                       num_tokens, out.data(), workspace, stream_, {}, gemms);
       outputs.push_back(download(out.data(), num_tokens * config_.hidden_size));
     }
     expect_close(outputs[1], outputs[0].data(), "grouped against per-expert, " + std::to_string(num_tokens) + " tokens",
@@ -423,6 +424,54 @@ TEST_F(TensorCoreAttentionTest, MatchesFp32Attention) {
                    "tensor-core attention, " + std::to_string(shape.num_heads) + " heads, " +
                        std::to_string(shape.num_kv_heads) + " KV heads, dimension " + std::to_string(shape.head_dim),
                    1e-2);
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace jambo::testing
+
+namespace jambo::testing {
+namespace {
+
+class NarrowCopyTest : public GpuTest {};
+
+// A norm's 16-bit copy of its output (narrow16.h) is exactly the GEMM's own rounding of it, and a GEMM given that
+// copy computes exactly what it computes rounding the input itself.
+TEST_F(NarrowCopyTest, NormCopiesEqualTheGemmsOwnRounding) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  {
+    cuda::Gemm gemm(stream, /*pedantic=*/false);
+    TensorStore store(43);
+    constexpr int64_t kRows = 29, kWidth = 96, kOutputs = 40;
+    for (const DType dtype : {DType::BF16, DType::F16}) {
+      const Matrix x = store.matrix(kRows, kWidth, 2.0f);
+      const Matrix norm_weight = store.matrix(1, kWidth, 1.0f);
+      const TensorView w = store.make({kOutputs, kWidth}, dtype, 1.0f);
+      DeviceBuffer<float> device_x = upload(x.data(), kRows * kWidth);
+      DeviceBuffer<float> device_norm = upload(norm_weight.data(), kWidth);
+      DeviceBuffer<uint16_t> device_w(kOutputs * kWidth);
+      ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(kOutputs * kWidth) * 2, cudaMemcpyHostToDevice),
+                cudaSuccess);
+      const cuda::DeviceMatrix matrix{device_w.data(), dtype, kOutputs, kWidth};
+      DeviceBuffer<float> normed(kRows * kWidth), fused(kRows * kOutputs), separate(kRows * kOutputs);
+      DeviceBuffer<uint16_t> copy(kRows * kWidth), rounded(kRows * kWidth);
+      const cuda::Narrow16 normed16{copy.data(), dtype};
+      cuda::rms_norm(device_x.data(), kWidth, kRows, kWidth, device_norm.data(), 1e-6f, normed.data(), kWidth, stream,
+                     normed16);
+      cuda::narrow_to_16(normed.data(), kWidth, kRows, kWidth, dtype == DType::BF16, rounded.data(), stream);
+      cuda::linear(gemm, normed.data(), kRows, matrix, fused.data(), normed16);
+      cuda::linear(gemm, normed.data(), kRows, matrix, separate.data());
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      std::vector<uint16_t> copy_bits(size_t(kRows * kWidth)), rounded_bits(size_t(kRows * kWidth));
+      ASSERT_EQ(cudaMemcpy(copy_bits.data(), copy.data(), copy_bits.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(rounded_bits.data(), rounded.data(), rounded_bits.size() * 2, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_EQ(copy_bits, rounded_bits) << dtype_name(dtype);
+      EXPECT_EQ(download(fused.data(), kRows * kOutputs), download(separate.data(), kRows * kOutputs))
+          << dtype_name(dtype);
     }
   }
   cudaStreamDestroy(stream);

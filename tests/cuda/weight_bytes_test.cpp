@@ -1,6 +1,7 @@
 // The memory plan's seam: the bytes the CUDA backend holds for weights, counted without a GPU (so these run in
 // CI too). f32 mode holds a 16-bit checkpoint at twice its size; bf16 mode holds 16-bit GEMM weights as stored
-// and its small vectors and embedding table in fp32; an fp32 checkpoint takes its own size in either mode.
+// and its small vectors and embedding table in fp32; an fp32 checkpoint takes its own size in either mode; f16
+// mode holds every GEMM matrix in 2 bytes.
 #include "../backend/test_models.h"
 #include "backend/backend_factory.h"
 #include "cuda_test_util.h"
@@ -43,6 +44,14 @@ TEST(CudaWeightBytes, Fp32CheckpointTakesItsOwnSize) {
   const Model model = make_random_model(small_config(), DType::F32, 3);
   EXPECT_EQ(cuda_weight_bytes(model, "f32"), model.weights.bytes_total);
   EXPECT_EQ(cuda_weight_bytes(model, "bf16"), model.weights.bytes_total);
+}
+
+// f16 mode: 16-bit GEMM matrices whatever the checkpoint's type, everything else as in the bf16 mode.
+TEST(CudaWeightBytes, F16ModeHoldsMatricesInTwoBytes) {
+  const Model bf16_model = make_random_model(small_config(), DType::BF16, 3);
+  const Model f32_model = make_random_model(small_config(), DType::F32, 3);
+  EXPECT_EQ(cuda_weight_bytes(bf16_model, "f16"), cuda_weight_bytes(bf16_model, "bf16"));
+  EXPECT_EQ(cuda_weight_bytes(f32_model, "f16"), cuda_weight_bytes(bf16_model, "bf16"));
 }
 
 TEST(CudaWeightBytes, UnknownModeIsRefused) {

@@ -27,6 +27,9 @@ struct Activations {
   DeviceBuffer<float> update;        // [T, H] the mixer's or FFN's output
   DeviceBuffer<float> final_normed;  // [num_vectors, H]
   DeviceBuffer<float> logits;        // [num_vectors, V]
+  // The norms' outputs rounded for the 16-bit GEMMs they feed (bf16 mode).
+  DeviceBuffer<uint16_t> normed16;        // [T, H]
+  DeviceBuffer<uint16_t> final_normed16;  // [num_vectors, H]
 };
 
 class CudaBackend final : public Backend {
@@ -51,6 +54,7 @@ class CudaBackend final : public Backend {
   void reserve_activations(int64_t num_tokens, int64_t num_vectors);
   bool runs_as_graph(const DeviceRows& rows) const;
   void enqueue_layers(const DeviceRows& rows);  // embedding to logits: launches only, no host synchronization
+  Narrow16 narrow_copy(DeviceBuffer<uint16_t>& buffer) const;  // absent in the f32 mode
   void run_mamba(int64_t layer, const DeviceRows& rows);
   void run_attention(int64_t layer, const DeviceRows& rows);
   KvLayout kv_layout(int64_t attention_layer) const;
@@ -74,6 +78,7 @@ class CudaBackend final : public Backend {
   FfnWorkspace ffn_workspace_;
   LogitsOutputs logits_outputs_;
   std::unique_ptr<StepGraphs> graphs_;  // null: every step runs launch by launch
+  DType narrow_dtype_ = DType::F32;     // the 16-bit GEMM weights' type (bf16 mode), F32 for none
 };
 
 std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
@@ -96,6 +101,10 @@ CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMod
   JAMBO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<Gemm>(stream_, /*pedantic=*/mode == WeightMode::F32);
   weights_ = std::make_unique<DeviceWeights>(model, mode, stream_);
+  // A checkpoint stores its matrices in one type (linear() checks each against it); layer 0 has a mixer.
+  const DeviceLayer& first = weights_->layers.front();
+  narrow_dtype_ = config_.mixer_kinds.front() == MixerKind::Attention ? first.attention.q_proj.dtype
+                                                                       : first.mamba.in_proj.dtype;
 
   layer_stride_ = config_.mamba_d_inner * (config_.mamba_d_conv - 1 + config_.mamba_d_state);
   slot_stride_ = config_.num_mamba_layers() * layer_stride_;
@@ -165,19 +174,26 @@ void CudaBackend::reserve_activations(int64_t num_tokens, int64_t num_vectors) {
   activations_.update.reserve(element_offset(num_tokens, hidden));
   activations_.final_normed.reserve(element_offset(num_vectors, hidden));
   activations_.logits.reserve(element_offset(num_vectors, config_.vocab_size));
+  if (narrow_dtype_ == DType::F32) return;
+  activations_.normed16.reserve(element_offset(num_tokens, hidden));
+  activations_.final_normed16.reserve(element_offset(num_vectors, hidden));
+}
+
+Narrow16 CudaBackend::narrow_copy(DeviceBuffer<uint16_t>& buffer) const {
+  return narrow_dtype_ == DType::F32 ? Narrow16{} : Narrow16{buffer.data(), narrow_dtype_};
 }
 
 void CudaBackend::run_mamba(int64_t layer, const DeviceRows& rows) {
   const MambaStateLayout layout{config_.mamba_d_inner, config_.mamba_d_conv, config_.mamba_d_state,
                                 element_offset(index_in_kind_[layer], layer_stride_)};
   mamba_mixer(*gemm_, weights_->layers[layer].mamba, config_, layout, rows, activations_.normed.data(), states_.data(),
-              activations_.update.data(), mamba_scratch_, stream_);
+              activations_.update.data(), mamba_scratch_, stream_, narrow_copy(activations_.normed16));
 }
 
 void CudaBackend::run_attention(int64_t layer, const DeviceRows& rows) {
   attention_mixer(*gemm_, weights_->layers[layer].attention, config_, kv_layout(index_in_kind_[layer]), rows,
                   activations_.normed.data(), kv_cache_.data(), activations_.update.data(), attention_scratch_,
-                  stream_);
+                  stream_, narrow_copy(activations_.normed16));
 }
 
 void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
@@ -212,27 +228,31 @@ void CudaBackend::enqueue_layers(const DeviceRows& device_rows) {
   const int64_t hidden = config_.hidden_size;
   const float eps = float(config_.rms_norm_eps);
   Activations& a = activations_;
+  const Narrow16 normed16 = narrow_copy(a.normed16);
   gather_rows(weights_->embed_tokens, device_rows.tokens, device_rows.num_tokens, hidden, a.hidden.data(), stream_);
   rms_norm(a.hidden.data(), hidden, num_tokens, hidden, weights_->layers[0].input_norm, eps, a.normed.data(), hidden,
-           stream_);
+           stream_, normed16);
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     const DeviceLayer& w = weights_->layers[layer];
     if (config_.mixer_kinds[layer] == MixerKind::Attention)
       run_attention(layer, device_rows);
     else
       run_mamba(layer, device_rows);
-    add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden, w.pre_ff_norm, eps, a.normed.data(), stream_);
+    add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden, w.pre_ff_norm, eps, a.normed.data(), stream_,
+                 normed16);
     if (config_.ffn_kinds[layer] == FfnKind::Moe)
       sparse_moe(*gemm_, w.moe, config_.num_experts_per_tok, a.normed.data(), num_tokens, a.update.data(),
-                 ffn_workspace_, stream_);
+                 ffn_workspace_, stream_, normed16);
     else
-      dense_mlp(*gemm_, w.mlp, a.normed.data(), num_tokens, a.update.data(), ffn_workspace_, stream_);
+      dense_mlp(*gemm_, w.mlp, a.normed.data(), num_tokens, a.update.data(), ffn_workspace_, stream_, normed16);
     const bool last = layer + 1 == config_.num_hidden_layers;
     add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden,
-                 last ? nullptr : weights_->layers[layer + 1].input_norm, eps, a.normed.data(), stream_);
+                 last ? nullptr : weights_->layers[layer + 1].input_norm, eps, a.normed.data(), stream_, normed16);
   }
-  gather_rms_norm(device_rows, a.hidden.data(), hidden, weights_->final_norm, eps, a.final_normed.data(), stream_);
-  linear(*gemm_, a.final_normed.data(), num_vectors, weights_->lm_head, a.logits.data());
+  const Narrow16 final16 = narrow_copy(a.final_normed16);
+  gather_rms_norm(device_rows, a.hidden.data(), hidden, weights_->final_norm, eps, a.final_normed.data(), stream_,
+                  final16);
+  linear(*gemm_, a.final_normed.data(), num_vectors, weights_->lm_head, a.logits.data(), final16);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // The CUDA backend: the whole Jamba forward on one GPU, fp32 activations and state. Weights: "f32" (upcast to
-// fp32 at load, fp32 GEMMs: within 1e-4 of the CPU backend on logprobs) or "bf16" (GEMM weights as stored,
-// GEMM inputs rounded to bf16, fp32 accumulation: tests/cuda/forward_test.cpp states its tolerance). Same rows,
-// slots, KV blocks, checks and fault injection as the CPU backend, whose kernels are each one's test oracle.
+// fp32 at load, fp32 GEMMs: within 1e-4 of the CPU backend on logprobs), "bf16" (GEMM weights as stored, GEMM
+// inputs rounded to the weights' 16-bit type, fp32 accumulation: tests/cuda/forward_test.cpp states its
+// tolerance) or "f16" (GEMM weights converted to IEEE half at load, then as bf16). Decode steps run as CUDA
+// graphs (step_graphs.h). Same rows, slots, KV blocks, checks and fault injection as the CPU backend, whose
+// kernels are each one's test oracle.
 #pragma once
 
 #include "backend/backend.h"
@@ -14,7 +16,7 @@ namespace jambo {
 
 // Uploads the model's weights and allocates the state slots and KV blocks of `cache` on GPU 0 (zeroed).
 // Throws jambo::Error when no GPU can be used or memory runs out.
-// weights: "f32" or "bf16" (jambo::Error otherwise). decode_graphs: decode steps run as CUDA graphs
+// weights: "f32", "bf16" or "f16" (jambo::Error otherwise). decode_graphs: decode steps run as CUDA graphs
 // (step_graphs.h); off, every step runs launch by launch (the graphs' test oracle).
 std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache,
                                            const std::string& weights = "f32", bool decode_graphs = true);

@@ -2,6 +2,11 @@
 // block-wide reductions. Included by .cu files only.
 #pragma once
 
+#include "backend/cuda/narrow16.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 namespace jambo::cuda {
@@ -41,6 +46,12 @@ __device__ inline float block_reduce(float value, float* scratch) {
 
 __device__ inline float block_sum(float value, float* scratch) { return block_reduce<false>(value, scratch); }
 __device__ inline float block_max(float value, float* scratch) { return block_reduce<true>(value, scratch); }
+
+// value rounded to nearest even in the copy's 16-bit type, stored at index i.
+__device__ inline void store_narrow(const Narrow16& copy, int64_t i, float value) {
+  copy.data[i] = copy.dtype == DType::BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(value))
+                                           : __half_as_ushort(__float2half_rn(value));
+}
 
 inline unsigned num_blocks_for(int64_t count, int threads) { return unsigned((count + threads - 1) / threads); }
 

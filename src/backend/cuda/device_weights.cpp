@@ -12,7 +12,8 @@ namespace jambo::cuda {
 WeightMode parse_weight_mode(const std::string& name) {
   if (name == "f32") return WeightMode::F32;
   if (name == "bf16") return WeightMode::Bf16;
-  fail("unknown CUDA weight mode '{}' (expected f32 or bf16)", name);
+  if (name == "f16") return WeightMode::F16;
+  fail("unknown CUDA weight mode '{}' (expected f32, bf16 or f16)", name);
 }
 
 DeviceWeights::DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream)
@@ -74,6 +75,7 @@ void DeviceWeights::load(const Model& model) {
   if (count_only_) return;
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
   staging_ = DeviceBuffer<uint16_t>();  // only needed while loading
+  staging_f32_ = DeviceBuffer<float>();
 }
 
 const float* DeviceWeights::upload_as_f32(const TensorView& view) {
@@ -83,16 +85,43 @@ const float* DeviceWeights::upload_as_f32(const TensorView& view) {
   bytes_on_device += device_offset(count, sizeof(float));
   if (count_only_) return uploaded_.emplace(key, nullptr).first->second;
   DeviceBuffer<float>& buffer = owned_.emplace_back(count);
-  if (view.dtype == DType::F32) {
-    put_stored(view, buffer.data());
-  } else {
-    // The staging buffer is reused tensor after tensor: wait until the last widening has read it.
-    JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    staging_.reserve(count);
-    put_stored(view, staging_.data());
-    widen_to_f32(staging_.data(), view.dtype == DType::BF16, count, buffer.data(), stream_);
-  }
+  put_as_f32(view, buffer.data());
   uploaded_.emplace(key, buffer.data());
+  return buffer.data();
+}
+
+void DeviceWeights::put_as_f32(const TensorView& view, float* out) {
+  if (view.dtype == DType::F32) {
+    put_stored(view, out);
+    return;
+  }
+  // The staging buffer is reused tensor after tensor: wait until the last widening has read it.
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const int64_t count = view.numel();
+  staging_.reserve(count);
+  put_stored(view, staging_.data());
+  widen_to_f32(staging_.data(), view.dtype == DType::BF16, count, out, stream_);
+}
+
+// The f16 mode's matrices that are not stored as f16: widened to fp32 on the GPU, then rounded to IEEE half. A
+// value beyond half's range would become infinite: refused, naming the tensor.
+const void* DeviceWeights::upload_as_f16(const TensorView& view) {
+  const int64_t count = view.numel();
+  const auto key = std::pair(view.data, count);
+  if (const auto found = uploaded_16_.find(key); found != uploaded_16_.end()) return found->second;
+  bytes_on_device += device_offset(count, 2);
+  if (count_only_) return uploaded_16_.emplace(key, nullptr).first->second;
+  DeviceBuffer<uint16_t>& buffer = owned_16_.emplace_back(count);
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the fp32 staging buffer is reused tensor after tensor
+  float* wide = staging_f32_.reserve(count);
+  put_as_f32(view, wide);
+  const int64_t overflowing = count_beyond_f16(wide, count, stream_);
+  JAMBO_REQUIRE(overflowing == 0,
+                "{}: {} of its values lie beyond IEEE half's range (65504); the f16 weight mode cannot hold this "
+                "checkpoint (use --cuda-weights bf16)",
+                view.name, overflowing);
+  narrow_to_16(wide, count, 1, count, /*to_bf16=*/false, buffer.data(), stream_);
+  uploaded_16_.emplace(key, buffer.data());
   return buffer.data();
 }
 
@@ -101,9 +130,11 @@ const float* DeviceWeights::upload_vector(const TensorView& view) {
 }
 
 DeviceMatrix DeviceWeights::upload_matrix(const TensorView& view) {
-  if (mode_ == WeightMode::F32 || view.dtype == DType::F32)
+  if (mode_ == WeightMode::F32 || (mode_ == WeightMode::Bf16 && view.dtype == DType::F32))
     return {upload_as_f32(view), DType::F32, view.rows(), view.cols()};
-  return {upload_as_stored(view), view.dtype, view.rows(), view.cols()};
+  if (mode_ == WeightMode::Bf16 || view.dtype == DType::F16)
+    return {upload_as_stored(view), view.dtype, view.rows(), view.cols()};
+  return {upload_as_f16(view), DType::F16, view.rows(), view.cols()};
 }
 
 // A few pointers per layer, not counted among the weights' bytes.

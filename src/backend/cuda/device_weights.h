@@ -1,8 +1,8 @@
 // The model's weights on the GPU, uploaded once from the host views (the safetensors mmap or the random
 // weights) with cudaMemcpy, no host copy in between, or, for a model without host data (describe_random_model),
 // generated on the GPU from its random recipe, bitwise equal to the host fill. GEMM weights are fp32 (f32 mode: upcast
-// on the GPU at load) or as stored (bf16 mode: bf16 and f16 matrices stay 16-bit); small vectors and the embedding
-// table (a row lookup) are always fp32.
+// on the GPU at load), as stored (bf16 mode: bf16 and f16 matrices stay 16-bit) or IEEE half (f16 mode: converted
+// on the GPU at load); small vectors and the embedding table (a row lookup) are always fp32.
 #pragma once
 
 #include "backend/cuda/device_memory.h"
@@ -19,9 +19,10 @@ namespace jambo::cuda {
 enum class WeightMode {
   F32,   // upcast at load, fp32 GEMMs (within 1e-4 of the CPU backend on logprobs)
   Bf16,  // GEMM weights as stored (bf16, f16; f32 stays f32), GEMM inputs rounded to the weight's type
+  F16,   // GEMM weights in IEEE half (bf16 and f32 converted; a value beyond half's range refused), inputs likewise
 };
 
-// "f32" or "bf16"; throws jambo::Error naming the value otherwise.
+// "f32", "bf16" or "f16"; throws jambo::Error naming the value otherwise.
 WeightMode parse_weight_mode(const std::string& name);
 
 // A weight matrix in nn.Linear layout [rows = out features, cols = in features], row-major, on the GPU.
@@ -109,6 +110,8 @@ class DeviceWeights {
   const void* const* upload_expert_table(const std::vector<DeviceMlp>& experts);
   const float* upload_as_f32(const TensorView& view);    // one upload per host pointer and shape
   const void* upload_as_stored(const TensorView& view);  // likewise, in the view's own dtype
+  const void* upload_as_f16(const TensorView& view);     // likewise, in IEEE half
+  void put_as_f32(const TensorView& view, float* out);   // out[numel] = the view's elements as fp32
   const float* negative_exp(const TensorView& a_log);    // -exp(A_log), fp32
   void put_stored(const TensorView& view, void* out);    // out[numel] = the view's elements as stored
 
@@ -120,6 +123,7 @@ class DeviceWeights {
   std::vector<DeviceBuffer<uint16_t>> owned_16_;                        // 16-bit matrices of the bf16 mode
   std::vector<DeviceBuffer<const void*>> expert_tables_;                // DeviceMoe::expert_matrices
   DeviceBuffer<uint16_t> staging_;                                      // a 16-bit tensor on its way to fp32
+  DeviceBuffer<float> staging_f32_;                                     // a tensor on its way to f16
   std::map<std::pair<const void*, int64_t>, const float*> uploaded_;    // (host data, numel) -> fp32 copy
   std::map<std::pair<const void*, int64_t>, const void*> uploaded_16_;  // (host data, numel) -> 16-bit copy
 };

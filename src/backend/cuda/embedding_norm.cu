@@ -25,18 +25,24 @@ __global__ void gather_rows_kernel(const float* table,      // [any, W]
   out[i] = table[device_offset(indices[r], width) + w];
 }
 
-// One block per row: out = weight * x * rsqrt(mean(x^2) + eps), as vector_ops.cpp (1 / sqrt, not rsqrtf).
+// One block per row: out = weight * x * rsqrt(mean(x^2) + eps), as vector_ops.cpp (1 / sqrt, not rsqrtf); row
+// `row` of out16 gets the same values rounded, when it is present.
 __device__ void normalize_row(const float* x,  // [n]
                               int64_t n,
                               const float* weight,  // [n]
                               float eps,
-                              float* out) {  // [n]
+                              float* out,  // [n]
+                              const Narrow16& out16, int64_t row) {  // [rows, n]
   __shared__ float scratch[kWarpSize];
   float sum_of_squares = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum_of_squares += x[i] * x[i];
   sum_of_squares = block_sum(sum_of_squares, scratch);
   const float inverse_rms = 1.0f / sqrtf(sum_of_squares / float(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = weight[i] * (x[i] * inverse_rms);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float value = weight[i] * (x[i] * inverse_rms);
+    out[i] = value;
+    if (out16.present()) store_narrow(out16, device_offset(row, n) + i, value);
+  }
 }
 
 __global__ void rms_norm_kernel(const float* x,  // [num_rows, x_stride]
@@ -44,9 +50,9 @@ __global__ void rms_norm_kernel(const float* x,  // [num_rows, x_stride]
                                 const float* weight,  // [n]
                                 float eps,
                                 float* out,  // [num_rows, out_stride]
-                                int64_t out_stride) {
+                                int64_t out_stride, Narrow16 out16) {
   const int64_t row = blockIdx.x;
-  normalize_row(x + device_offset(row, x_stride), n, weight, eps, out + device_offset(row, out_stride));
+  normalize_row(x + device_offset(row, x_stride), n, weight, eps, out + device_offset(row, out_stride), out16, row);
 }
 
 __global__ void add_rms_norm_kernel(float* hidden,        // [num_rows, n]
@@ -54,12 +60,13 @@ __global__ void add_rms_norm_kernel(float* hidden,        // [num_rows, n]
                                     int64_t n,
                                     const float* weight,  // [n] or null
                                     float eps,
-                                    float* normed) {  // [num_rows, n]
+                                    float* normed,  // [num_rows, n]
+                                    Narrow16 normed16) {
   const int64_t first = device_offset(blockIdx.x, n);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) hidden[first + i] += update[first + i];
   if (weight == nullptr) return;
   __syncthreads();
-  normalize_row(hidden + first, n, weight, eps, normed + first);
+  normalize_row(hidden + first, n, weight, eps, normed + first, normed16, blockIdx.x);
 }
 
 __global__ void gather_rms_norm_kernel(const int64_t* selected,  // [num_vectors]
@@ -67,10 +74,11 @@ __global__ void gather_rms_norm_kernel(const int64_t* selected,  // [num_vectors
                                        int64_t hidden_size,
                                        const float* weight,  // [H]
                                        float eps,
-                                       float* out) {  // [num_vectors, H]
+                                       float* out,  // [num_vectors, H]
+                                       Narrow16 out16) {
   const int64_t v = blockIdx.x;
   normalize_row(hidden + device_offset(selected[v], hidden_size), hidden_size, weight, eps,
-                out + device_offset(v, hidden_size));
+                out + device_offset(v, hidden_size), out16, v);
 }
 
 __global__ void add_bias_kernel(float* y,  // [num_rows, n]
@@ -91,24 +99,26 @@ void gather_rows(const float* table, const int32_t* indices, int64_t num_rows, i
 }
 
 void rms_norm(const float* x, int64_t x_stride, int64_t num_rows, int64_t n, const float* weight, float eps, float* out,
-              int64_t out_stride, cudaStream_t stream) {
+              int64_t out_stride, cudaStream_t stream, Narrow16 out16) {
   if (num_rows == 0) return;
-  rms_norm_kernel<<<unsigned(num_rows), norm_threads(n), 0, stream>>>(x, x_stride, n, weight, eps, out, out_stride);
+  rms_norm_kernel<<<unsigned(num_rows), norm_threads(n), 0, stream>>>(x, x_stride, n, weight, eps, out, out_stride,
+                                                                      out16);
   JAMBO_CUDA_CHECK_LAUNCH(rms_norm_kernel);
 }
 
 void add_rms_norm(float* hidden, const float* update, int64_t num_rows, int64_t n, const float* weight, float eps,
-                  float* normed, cudaStream_t stream) {
+                  float* normed, cudaStream_t stream, Narrow16 normed16) {
   if (num_rows == 0) return;
-  add_rms_norm_kernel<<<unsigned(num_rows), norm_threads(n), 0, stream>>>(hidden, update, n, weight, eps, normed);
+  add_rms_norm_kernel<<<unsigned(num_rows), norm_threads(n), 0, stream>>>(hidden, update, n, weight, eps, normed,
+                                                                          normed16);
   JAMBO_CUDA_CHECK_LAUNCH(add_rms_norm_kernel);
 }
 
 void gather_rms_norm(const DeviceRows& rows, const float* hidden, int64_t hidden_size, const float* weight, float eps,
-                     float* out, cudaStream_t stream) {
+                     float* out, cudaStream_t stream, Narrow16 out16) {
   if (rows.num_vectors == 0) return;
   gather_rms_norm_kernel<<<unsigned(rows.num_vectors), norm_threads(hidden_size), 0, stream>>>(
-      rows.selected, hidden, hidden_size, weight, eps, out);
+      rows.selected, hidden, hidden_size, weight, eps, out, out16);
   JAMBO_CUDA_CHECK_LAUNCH(gather_rms_norm_kernel);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend/cuda/device_rows.h"
+#include "backend/cuda/narrow16.h"
 
 namespace jambo::cuda {
 
@@ -14,13 +15,14 @@ void gather_rows(const float* table,      // [any, W]
                  cudaStream_t stream);
 
 // out[t, :n] = weight * x[t, :n] / sqrt(mean(x[t, :n]^2) + eps) for t < num_rows; rows are strided so that a
-// column slice of a wider matrix can be normalized in place of a copy.
+// column slice of a wider matrix can be normalized in place of a copy. out16, when present, gets the same
+// values rounded ([num_rows, n], for the GEMMs the output feeds), as do the norms' outputs below.
 void rms_norm(const float* x,  // [num_rows, x_stride], the first n columns read
               int64_t x_stride, int64_t num_rows, int64_t n,
               const float* weight,  // [n]
               float eps,
               float* out,  // [num_rows, out_stride], the first n columns written
-              int64_t out_stride, cudaStream_t stream);
+              int64_t out_stride, cudaStream_t stream, Narrow16 out16 = {});
 
 // hidden += update; then, when weight is not null, normed = rms_norm(hidden) (the residual add and the
 // next sub-layer's pre-norm in one pass).
@@ -30,7 +32,7 @@ void add_rms_norm(float* hidden,        // [num_rows, n]
                   const float* weight,  // [n] or null: the add alone
                   float eps,
                   float* normed,  // [num_rows, n] (unused without weight)
-                  cudaStream_t stream);
+                  cudaStream_t stream, Narrow16 normed16 = {});
 
 // out[v] = rms_norm(hidden[selected[v]]) for the step's logits vectors (the final norm).
 void gather_rms_norm(const DeviceRows& rows,
@@ -39,7 +41,7 @@ void gather_rms_norm(const DeviceRows& rows,
                      const float* weight,  // [H]
                      float eps,
                      float* out,  // [num_vectors, H]
-                     cudaStream_t stream);
+                     cudaStream_t stream, Narrow16 out16 = {});
 
 // y[t, :] += bias for t < num_rows.
 void add_bias(float* y,  // [num_rows, n]

@@ -12,9 +12,13 @@ constexpr int64_t kMaxExpertsPerToken = 8;
 
 __global__ void swiglu_kernel(float* gate,      // [count] silu(gate) * up on return
                               const float* up,  // [count]
-                              int64_t count) {
+                              int64_t count,
+                              Narrow16 gate16) {  // [count] the same rounded, when present
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count) gate[i] = silu(gate[i]) * up[i];
+  if (i >= count) return;
+  const float value = silu(gate[i]) * up[i];
+  gate[i] = value;
+  if (gate16.present()) store_narrow(gate16, i, value);
 }
 
 // One thread per token: softmax over the experts in index order, then top-k by repeated arg-max (ties to the
@@ -102,17 +106,21 @@ __global__ void combine_kernel(const float* expert_output,  // [T*k, H]
   out[i] = sum;
 }
 
-void swiglu(float* gate, const float* up, int64_t count, cudaStream_t stream) {
-  swiglu_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count);
+void swiglu(float* gate, const float* up, int64_t count, cudaStream_t stream, const Narrow16& gate16 = {}) {
+  swiglu_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count, gate16);
   JAMBO_CUDA_CHECK_LAUNCH(swiglu_kernel);
 }
 
-void run_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out, float* gate, float* up,
-             cudaStream_t stream) {
-  linear(gemm, x, num_rows, mlp.gate_proj, gate);
-  linear(gemm, x, num_rows, mlp.up_proj, up);
-  swiglu(gate, up, device_offset(num_rows, mlp.gate_proj.rows), stream);
-  linear(gemm, gate, num_rows, mlp.down_proj, out);
+// x16: x rounded by its producer, or absent; gate16: room for silu(gate) * up rounded for down_proj ([rows, I]),
+// used when down_proj is 16-bit.
+void run_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, const Narrow16& x16, int64_t num_rows, float* out,
+             float* gate, float* up, uint16_t* gate16, cudaStream_t stream) {
+  linear(gemm, x, num_rows, mlp.gate_proj, gate, x16);
+  linear(gemm, x, num_rows, mlp.up_proj, up, x16);
+  const Narrow16 activation16 =
+      mlp.down_proj.dtype == DType::F32 ? Narrow16{} : Narrow16{gate16, mlp.down_proj.dtype};
+  swiglu(gate, up, device_offset(num_rows, mlp.gate_proj.rows), stream, activation16);
+  linear(gemm, gate, num_rows, mlp.down_proj, out, activation16);
 }
 
 // Every expert's MLP over its grouped rows, the counts read on the GPU.
@@ -148,9 +156,10 @@ void run_experts_per_expert(Gemm& gemm, const DeviceMoe& moe, const int64_t* exp
     const int64_t first = workspace.host_expert_rows[e];
     const int64_t count = workspace.host_expert_rows[e + 1] - first;
     if (count == 0) continue;
-    run_mlp(gemm, moe.experts[e], expert_input + device_offset(first, hidden_size), count,
+    run_mlp(gemm, moe.experts[e], expert_input + device_offset(first, hidden_size), {}, count,
             expert_output + device_offset(first, hidden_size), gate + device_offset(first, intermediate),
-            up + device_offset(first, intermediate), stream);
+            up + device_offset(first, intermediate), workspace.gate16.data() + device_offset(first, intermediate),
+            stream);
   }
 }
 
@@ -165,16 +174,17 @@ bool experts_run_grouped(const DeviceMoe& moe, int64_t num_tokens, ExpertGemms g
 }
 
 void dense_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out, FfnWorkspace& workspace,
-               cudaStream_t stream) {
+               cudaStream_t stream, const Narrow16& x16) {
   if (num_rows == 0) return;
   const int64_t count = device_offset(num_rows, mlp.gate_proj.rows);
   float* gate = workspace.gate.reserve(count);
   float* up = workspace.up.reserve(count);
-  run_mlp(gemm, mlp, x, num_rows, out, gate, up, stream);
+  uint16_t* gate16 = workspace.gate16.reserve(count);
+  run_mlp(gemm, mlp, x, x16, num_rows, out, gate, up, gate16, stream);
 }
 
 void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, const float* x, int64_t num_tokens,
-                float* out, FfnWorkspace& workspace, cudaStream_t stream, ExpertGemms gemms) {
+                float* out, FfnWorkspace& workspace, cudaStream_t stream, const Narrow16& x16, ExpertGemms gemms) {
   if (num_tokens == 0) return;
   const int64_t num_experts = moe.router.rows, hidden_size = moe.router.cols, k = num_experts_per_tok;
   require(k >= 1 && k <= kMaxExpertsPerToken && k <= num_experts,
@@ -195,8 +205,9 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
   float* expert_output = workspace.expert_output.reserve(device_offset(num_routed, hidden_size));
   float* gate = workspace.gate.reserve(device_offset(num_routed, intermediate));
   float* up = workspace.up.reserve(device_offset(num_routed, intermediate));
+  workspace.gate16.reserve(device_offset(num_routed, intermediate));
 
-  linear(gemm, x, num_tokens, moe.router, router_logits);
+  linear(gemm, x, num_tokens, moe.router, router_logits, x16);
   route_kernel<<<num_blocks_for(num_tokens, kThreads), kThreads, 0, stream>>>(router_logits, num_tokens, num_experts, k,
                                                                               expert_of, weight_of);
   JAMBO_CUDA_CHECK_LAUNCH(route_kernel);

@@ -15,6 +15,7 @@ namespace jambo::cuda {
 struct FfnWorkspace {
   DeviceBuffer<float> gate;               // [rows, I]
   DeviceBuffer<float> up;                 // [rows, I]
+  DeviceBuffer<uint16_t> gate16;          // [rows, I] silu(gate) * up rounded for a 16-bit down_proj
   DeviceBuffer<float> router_logits;      // [T, E]
   DeviceBuffer<int32_t> expert_of;        // [T, k] chosen experts, increasing within a token
   DeviceBuffer<float> weight_of;          // [T, k] their router probabilities
@@ -26,12 +27,12 @@ struct FfnWorkspace {
   std::vector<int64_t> host_expert_rows;  // [E + 1]
 };
 
-// out = down(silu(gate(x)) * up(x)).
+// out = down(silu(gate(x)) * up(x)). x16: x rounded by its producer (gemm.h), or absent.
 void dense_mlp(Gemm& gemm, const DeviceMlp& mlp,
                const float* x,  // [num_rows, H]
                int64_t num_rows,
                float* out,  // [num_rows, H]
-               FfnWorkspace& workspace, cudaStream_t stream);
+               FfnWorkspace& workspace, cudaStream_t stream, const Narrow16& x16 = {});
 
 constexpr int64_t kMaxGroupedTokens = 32;
 
@@ -49,6 +50,7 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok,
                 const float* x,  // [num_tokens, H]
                 int64_t num_tokens,
                 float* out,  // [num_tokens, H]
-                FfnWorkspace& workspace, cudaStream_t stream, ExpertGemms gemms = ExpertGemms::ByTokenCount);
+                FfnWorkspace& workspace, cudaStream_t stream, const Narrow16& x16 = {},
+                ExpertGemms gemms = ExpertGemms::ByTokenCount);
 
 }  // namespace jambo::cuda

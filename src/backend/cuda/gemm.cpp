@@ -21,11 +21,10 @@ Gemm::~Gemm() {
   if (handle_ != nullptr) cublasDestroy(handle_);
 }
 
-void linear(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w, float* y) {
-  linear_strided(gemm, x, w.cols, num_rows, w, y);
-}
+namespace {
 
-void linear_strided(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y) {
+void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y,
+                const Narrow16& x16) {
   if (num_rows == 0) return;
   constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
   JAMBO_REQUIRE(num_rows <= kMaxInt && w.rows <= kMaxInt && w.cols <= kMaxInt && x_stride <= kMaxInt,
@@ -48,11 +47,25 @@ void linear_strided(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_ro
     }
   }
   const bool is_bf16 = w.dtype == DType::BF16;
-  uint16_t* narrow = gemm.narrow_input(element_offset(num_rows, w.cols));
-  narrow_to_16(x, x_stride, num_rows, w.cols, is_bf16, narrow, gemm.stream());
+  const uint16_t* narrow = x16.data;
+  if (!x16.present() || x16.dtype != w.dtype) {
+    uint16_t* rounded = gemm.narrow_input(element_offset(num_rows, w.cols));
+    narrow_to_16(x, x_stride, num_rows, w.cols, is_bf16, rounded, gemm.stream());
+    narrow = rounded;
+  }
   const cudaDataType_t type = is_bf16 ? CUDA_R_16BF : CUDA_R_16F;
   JAMBO_CUBLAS_CHECK(cublasGemmEx(gemm.handle(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, type, k, narrow, type,
                                   k, &zero, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void linear(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w, float* y, const Narrow16& x16) {
+  run_linear(gemm, x, w.cols, num_rows, w, y, x16);
+}
+
+void linear_strided(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y) {
+  run_linear(gemm, x, x_stride, num_rows, w, y, {});
 }
 
 }  // namespace jambo::cuda

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/narrow16.h"
 
 #include <cublas_v2.h>
 
@@ -41,12 +42,14 @@ class Gemm {
 // 16-bit weights with at most this many rows of x run as skinny_gemm (skinny_gemm.h) rather than cuBLAS.
 constexpr int64_t kMaxSkinnyGemmRows = 2;
 
-// y[m, n] = sum_k x[m, k] * w[n, k] for m < num_rows.
+// y[m, n] = sum_k x[m, k] * w[n, k] for m < num_rows. x16: x already rounded by its producer, used where its
+// type is the weight's (else the GEMM rounds x itself).
 void linear(Gemm& gemm,
             const float* x,  // [num_rows, w.cols]
             int64_t num_rows,
             const DeviceMatrix& w,  // [N, K]
-            float* y);              // [num_rows, w.rows]
+            float* y,               // [num_rows, w.rows]
+            const Narrow16& x16 = {});
 
 // The same where consecutive rows of x lie x_stride floats apart (a column slice of a wider matrix).
 void linear_strided(Gemm& gemm,

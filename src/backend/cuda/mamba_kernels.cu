@@ -79,10 +79,16 @@ struct ScanParams {
   const float* d;          // [Di]
   float* state_pool;       // [num_slots, elements_per_slot]
   float* gated;            // [T, Di]
+  Narrow16 gated16;        // [T, Di] gated rounded for a 16-bit out_proj, or absent
   float* chunk_end;        // [num_chunks, Di, N] a chunk's last h, from zero state
   float* chunk_start;      // [num_chunks, Di, N] a chunk's h before its first token
   float* delta_sum;        // [num_chunks, Di] the sum of a chunk's deltas
 };
+
+__device__ inline void store_gated(const ScanParams& p, int64_t i, float value) {
+  p.gated[i] = value;
+  if (p.gated16.present()) store_narrow(p.gated16, i, value);
+}
 
 constexpr int kMaxStateSize = kWarpSize;
 constexpr int kScanThreads = 128;  // channels of one chunk per block of the chunk kernels
@@ -134,7 +140,7 @@ __device__ float scan_tokens(const ScanParams& p, int64_t c, int64_t first, int6
     }
     if (kOutputs) {
       const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
-      p.gated[device_offset(t, num_channels) + c] = (y + skip * u) * silu(z);
+      store_gated(p, device_offset(t, num_channels) + c, (y + skip * u) * silu(z));
     }
   }
   return delta_sum;
@@ -251,7 +257,7 @@ __global__ void __launch_bounds__(kUpdateChannels) selective_state_update_kernel
       y += h[at] * bc[state_size + n];
     }
     const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
-    p.gated[device_offset(t, num_channels) + c] = (y + p.d[c] * u) * silu(z);
+    store_gated(p, device_offset(t, num_channels) + c, (y + p.d[c] * u) * silu(z));
   }
   __syncthreads();
   for (int i = threadIdx.x; i < num_entries; i += blockDim.x) saved[i] = h[(i / state_size) * stride + i % state_size];
@@ -276,7 +282,7 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const
 void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, const float* activated,
                     const float* delta_raw, const float* dt_bias, const float* selective, int64_t selective_stride,
                     int64_t b_column, const float* projected, const float* a, const float* d, float* state_pool,
-                    float* gated, ScanScratch& scratch, cudaStream_t stream) {
+                    float* gated, const Narrow16& gated16, ScanScratch& scratch, cudaStream_t stream) {
   require(layout.state_size >= 1 && layout.state_size <= kMaxStateSize,
           "the CUDA selective scan supports mamba_d_state up to 32, got " + std::to_string(layout.state_size));
   require(rows.num_rows < 65536 && rows.num_chunks < 65536,
@@ -289,9 +295,9 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
   float* chunk_end = scratch.chunk_end.reserve(chunk_states);
   float* chunk_start = scratch.chunk_start.reserve(chunk_states);
   float* delta_sum = scratch.delta_sum.reserve(device_offset(rows.num_chunks, layout.num_channels));
-  const ScanParams params{rows,     layout,     activated, delta_raw, dt_bias, selective,   selective_stride,
-                          b_column, projected,  a,         d,         state_pool, gated,    chunk_end,
-                          chunk_start, delta_sum};
+  const ScanParams params{rows,      layout,     activated, delta_raw, dt_bias,   selective, selective_stride,
+                          b_column,  projected,  a,         d,         state_pool, gated,     gated16,
+                          chunk_end, chunk_start, delta_sum};
   const bool jamba_state = layout.state_size == 16;  // every released Jamba: its own compiled loops
 
   const dim3 update_grid(num_blocks_for(layout.num_channels, kUpdateChannels), unsigned(rows.num_rows));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backend/cuda/device_rows.h"
+#include "backend/cuda/narrow16.h"
 
 namespace jambo::cuda {
 
@@ -57,6 +58,7 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
                     const float* d,          // [Di]
                     float* state_pool,       // [num_slots, elements_per_slot]
                     float* gated,            // [T, Di]
+                    const Narrow16& gated16,  // [T, Di] gated rounded for a 16-bit out_proj, or absent
                     ScanScratch& scratch, cudaStream_t stream);
 
 }  // namespace jambo::cuda

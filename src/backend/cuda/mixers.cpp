@@ -8,7 +8,7 @@ namespace jambo::cuda {
 
 void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const JambaConfig& config, const MambaStateLayout& layout,
                  const DeviceRows& rows, const float* x, float* state_pool, float* out, MambaScratch& scratch,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, const Narrow16& x16) {
   const int64_t num_tokens = rows.num_tokens, inner = config.mamba_d_inner;
   const int64_t dt_rank = config.mamba_dt_rank, state_size = config.mamba_d_state;
   const int64_t selective_width = dt_rank + 2 * state_size;
@@ -19,8 +19,11 @@ void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const JambaConfig& config, co
   float* selective = scratch.selective.reserve(element_offset(num_tokens, selective_width));
   float* delta = scratch.delta.reserve(element_offset(num_tokens, inner));
   float* gated = scratch.gated.reserve(element_offset(num_tokens, inner));
+  const Narrow16 gated16 = w.out_proj.dtype == DType::F32
+                               ? Narrow16{}
+                               : Narrow16{scratch.gated16.reserve(element_offset(num_tokens, inner)), w.out_proj.dtype};
 
-  linear(gemm, x, num_tokens, w.in_proj, projected);
+  linear(gemm, x, num_tokens, w.in_proj, projected, x16);
   add_bias(projected, num_tokens, 2 * inner, w.in_proj_bias, stream);
   causal_conv1d(rows, layout, projected, w.conv_weight, w.conv_bias, state_pool, activated, stream);
   linear(gemm, activated, num_tokens, w.x_proj, selective);
@@ -32,14 +35,14 @@ void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const JambaConfig& config, co
   // dt_proj reads the normalized dt columns in place: a strided GEMM input, no copy.
   linear_strided(gemm, selective, selective_width, num_tokens, w.dt_proj, delta);
   selective_scan(rows, layout, activated, delta, w.dt_proj_bias, selective, selective_width, dt_rank, projected, w.a,
-                 w.d, state_pool, gated, scratch.scan, stream);
-  linear(gemm, gated, num_tokens, w.out_proj, out);
+                 w.d, state_pool, gated, gated16, scratch.scan, stream);
+  linear(gemm, gated, num_tokens, w.out_proj, out, gated16);
   add_bias(out, num_tokens, config.hidden_size, w.out_proj_bias, stream);
 }
 
 void attention_mixer(Gemm& gemm, const DeviceAttention& w, const JambaConfig& config, const KvLayout& layout,
                      const DeviceRows& rows, const float* x, float* kv_pool, float* out, AttentionScratch& scratch,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, const Narrow16& x16) {
   const int64_t num_tokens = rows.num_tokens;
   const int64_t query_width = config.num_attention_heads * config.head_dim;
   const int64_t kv_width = config.num_key_value_heads * config.head_dim;
@@ -47,9 +50,9 @@ void attention_mixer(Gemm& gemm, const DeviceAttention& w, const JambaConfig& co
   float* keys = scratch.keys.reserve(element_offset(num_tokens, kv_width));
   float* values = scratch.values.reserve(element_offset(num_tokens, kv_width));
   float* context = scratch.context.reserve(element_offset(num_tokens, query_width));
-  linear(gemm, x, num_tokens, w.q_proj, queries);
-  linear(gemm, x, num_tokens, w.k_proj, keys);
-  linear(gemm, x, num_tokens, w.v_proj, values);
+  linear(gemm, x, num_tokens, w.q_proj, queries, x16);
+  linear(gemm, x, num_tokens, w.k_proj, keys, x16);
+  linear(gemm, x, num_tokens, w.v_proj, values, x16);
   store_keys_and_values(rows, layout, keys, values, kv_pool, stream);
   // The 16-bit mode (its weights are 16-bit) rounds attention's inputs as it rounds every GEMM's.
   const bool sixteen_bit = w.q_proj.dtype != DType::F32;

@@ -18,16 +18,18 @@ struct MambaScratch {
   DeviceBuffer<float> selective;  // [T, R + 2N] x_proj output (dt, B, C), normalized in place
   DeviceBuffer<float> delta;      // [T, Di] dt_proj output, before its bias
   DeviceBuffer<float> gated;      // [T, Di] the scan's output
+  DeviceBuffer<uint16_t> gated16;  // [T, Di] the same rounded for a 16-bit out_proj
   ScanScratch scan;
 };
 
-// out = Mamba(x); each row's conv tail and SSM state in its slot of state_pool are carried forward.
+// out = Mamba(x); each row's conv tail and SSM state in its slot of state_pool are carried forward. x16: x
+// rounded by its producer (gemm.h), or absent; likewise for the attention mixer.
 void mamba_mixer(Gemm& gemm, const DeviceMamba& weights, const JambaConfig& config, const MambaStateLayout& layout,
                  const DeviceRows& rows,
                  const float* x,     // [T, H] (already normalized)
                  float* state_pool,  // [num_slots, elements_per_slot]
                  float* out,         // [T, H]
-                 MambaScratch& scratch, cudaStream_t stream);
+                 MambaScratch& scratch, cudaStream_t stream, const Narrow16& x16 = {});
 
 // Intermediates of the attention mixer, grown on demand.
 struct AttentionScratch {
@@ -44,6 +46,6 @@ void attention_mixer(Gemm& gemm, const DeviceAttention& weights, const JambaConf
                      const float* x,  // [T, H] (already normalized)
                      float* kv_pool,  // [num_blocks, block_stride]
                      float* out,      // [T, H]
-                     AttentionScratch& scratch, cudaStream_t stream);
+                     AttentionScratch& scratch, cudaStream_t stream, const Narrow16& x16 = {});
 
 }  // namespace jambo::cuda
