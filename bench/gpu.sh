@@ -12,11 +12,17 @@
 # 2026-11-29, session 3): decode batch 1: 187-215 (4.65-5.36 ms/step; attention's single block per token is no
 # faster than the old block per head there), 8: 1591, 64: 8053-9125, 256: 17,105-18,687 (13.7-15.0 ms/step);
 # prefill 512 tokens 19,200 (29,300 packed), 8192 tokens 15,600.
+# Reasoning-3B after CUDA graphs, split-key decode attention, skinny GEMMs for one or two rows, the chunked scan,
+# tensor-core prefill attention and producer-rounded GEMM inputs (H200, 2026-11-29, session 4, copy ceiling
+# 4.26 TB/s): decode batch 1: 266 (3.76 ms/step), 8: 2243, 64: 13,683, 256: 30,417 (8.42 ms/step); prefill 512
+# tokens 38,200 (58,800-60,100 packed), 8192 tokens 43,500.
 # Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
 # ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
 #   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
 #   4.8 TB/s), 8: 310 (25.8 ms), 64: 1447 (44.2 ms), 256: 3528 (72.6 ms/step; a batch reads more experts than the
 #   GB/s figure counts); prefill tok/s: 512 tokens 6,070 (9,100 with 8 to 256 prompts packed).
+#   Session 4 (experts grouped on the GPU for steps up to 32 tokens, decode as CUDA graphs): decode batch 1:
+#   85.9-89.4, 8: 287-301, 64: 1590-1661, 256: 5071-5084 tok/s; prefill 512 tokens 8,900 (16,200-16,700 packed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
