@@ -54,6 +54,26 @@ TEST(CudaWeightBytes, F16ModeHoldsMatricesInTwoBytes) {
   EXPECT_EQ(cuda_weight_bytes(f32_model, "f16"), cuda_weight_bytes(bf16_model, "bf16"));
 }
 
+// The grouped expert GEMMs read a layer's experts alike: in the bf16 mode (matrices as stored) a checkpoint with
+// one expert matrix of another type is refused, naming it; the f32 and f16 modes convert them all alike.
+TEST(CudaWeightBytes, ExpertsOfMixedTypesAreRefusedInBf16Mode) {
+  Model model = make_random_model(small_config(), DType::BF16, 3);
+  int64_t moe_layer = 0;
+  while (model.config.ffn_kinds[size_t(moe_layer)] != FfnKind::Moe) ++moe_layer;
+  TensorView& odd = model.weights.layers[size_t(moe_layer)].moe.experts[1].down_proj;
+  std::vector<float> wide(size_t(odd.numel()), 0.01f);
+  odd.dtype = DType::F32;
+  odd.data = wide.data();
+  try {
+    cuda_weight_bytes(model, "bf16");
+    FAIL() << "a layer whose experts differ in type was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find(odd.name), std::string::npos) << error.what();
+  }
+  EXPECT_NO_THROW(cuda_weight_bytes(model, "f32"));
+  EXPECT_NO_THROW(cuda_weight_bytes(model, "f16"));
+}
+
 TEST(CudaWeightBytes, UnknownModeIsRefused) {
   const Model model = make_random_model(small_config(), DType::BF16, 3);
   EXPECT_THROW(cuda_weight_bytes(model, "fp8"), Error);

@@ -101,7 +101,8 @@ CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMod
   JAMBO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<Gemm>(stream_, /*pedantic=*/mode == WeightMode::F32);
   weights_ = std::make_unique<DeviceWeights>(model, mode, stream_);
-  // A checkpoint stores its matrices in one type (linear() checks each against it); layer 0 has a mixer.
+  // Norms round their outputs to this type for the GEMMs they feed; linear() uses such a copy only for a weight
+  // of the same type (a checkpoint stores its matrices in one type). Layer 0 has a mixer.
   const DeviceLayer& first = weights_->layers.front();
   narrow_dtype_ = config_.mixer_kinds.front() == MixerKind::Attention ? first.attention.q_proj.dtype
                                                                        : first.mamba.in_proj.dtype;

@@ -66,7 +66,7 @@ void DeviceWeights::load(const Model& model) {
     if (config.ffn_kinds[layer] == FfnKind::Moe) {
       out.moe.router = upload_matrix(in.moe.router);
       for (const MlpWeights& expert : in.moe.experts) out.moe.experts.push_back(upload_mlp(expert));
-      out.moe.expert_matrices = upload_expert_table(out.moe.experts);
+      out.moe.expert_matrices = upload_expert_table(out.moe.experts, in.moe.experts);
     } else {
       out.mlp = upload_mlp(in.mlp);
     }
@@ -137,12 +137,26 @@ DeviceMatrix DeviceWeights::upload_matrix(const TensorView& view) {
   return {upload_as_f16(view), DType::F16, view.rows(), view.cols()};
 }
 
-// A few pointers per layer, not counted among the weights' bytes.
-const void* const* DeviceWeights::upload_expert_table(const std::vector<DeviceMlp>& experts) {
+// A few pointers per layer, not counted among the weights' bytes. The grouped expert GEMMs read every expert's
+// matrix of a kind with expert 0's type and shape: a checkpoint whose experts differ is refused, naming one.
+const void* const* DeviceWeights::upload_expert_table(const std::vector<DeviceMlp>& experts,
+                                                      const std::vector<MlpWeights>& host_experts) {
+  const std::pair<DeviceMatrix DeviceMlp::*, TensorView MlpWeights::*> kinds[] = {
+      {&DeviceMlp::gate_proj, &MlpWeights::gate_proj},
+      {&DeviceMlp::up_proj, &MlpWeights::up_proj},
+      {&DeviceMlp::down_proj, &MlpWeights::down_proj}};
+  std::vector<const void*> table;  // [3, E]
+  for (const auto& [device_matrix, host_view] : kinds)
+    for (size_t e = 0; e < experts.size(); ++e) {
+      const DeviceMatrix &first = experts.front().*device_matrix, &matrix = experts[e].*device_matrix;
+      JAMBO_REQUIRE(matrix.dtype == first.dtype && matrix.rows == first.rows && matrix.cols == first.cols,
+                    "{} is {} [{}, {}] where expert 0's is {} [{}, {}]: the CUDA backend needs a layer's experts "
+                    "alike",
+                    (host_experts[e].*host_view).name, dtype_name(matrix.dtype), matrix.rows, matrix.cols,
+                    dtype_name(first.dtype), first.rows, first.cols);
+      table.push_back(matrix.data);
+    }
   if (count_only_) return nullptr;
-  std::vector<const void*> table;
-  for (auto member : {&DeviceMlp::gate_proj, &DeviceMlp::up_proj, &DeviceMlp::down_proj})
-    for (const DeviceMlp& expert : experts) table.push_back((expert.*member).data);
   DeviceBuffer<const void*>& buffer = expert_tables_.emplace_back(int64_t(table.size()));
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), table.data(), table.size() * sizeof(const void*),
                                    cudaMemcpyHostToDevice, stream_));

@@ -107,7 +107,8 @@ class DeviceWeights {
   void load(const Model& model);
   const float* upload_vector(const TensorView& view);    // fp32 copy; null for an empty view
   DeviceMatrix upload_matrix(const TensorView& view);    // in the mode's dtype
-  const void* const* upload_expert_table(const std::vector<DeviceMlp>& experts);
+  const void* const* upload_expert_table(const std::vector<DeviceMlp>& experts,
+                                         const std::vector<MlpWeights>& host_experts);
   const float* upload_as_f32(const TensorView& view);    // one upload per host pointer and shape
   const void* upload_as_stored(const TensorView& view);  // likewise, in the view's own dtype
   const void* upload_as_f16(const TensorView& view);     // likewise, in IEEE half

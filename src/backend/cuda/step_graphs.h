@@ -19,7 +19,7 @@ namespace jambo::cuda {
 class StepGraphs {
  public:
   struct Counts {
-    int64_t num_eager = 0;     // steps run launch by launch (warm-ups, or buffers moved during a capture)
+    int64_t num_eager = 0;     // steps run launch by launch (the warm-ups)
     int64_t num_captures = 0;  // graphs recorded
     int64_t num_replays = 0;   // steps run as a graph launch (the capturing step included)
   };
