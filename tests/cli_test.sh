@@ -107,6 +107,13 @@ json_text=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 12 --j
 mkdir -p "$work/shape" && cp "$fixture/config.json" "$work/shape/"
 expect_exit 0 "bench random weights" "$jambo" bench --model "$work/shape" --random-weights --prompt-tokens 8 --decode-tokens 2 --repeats 1
 grep -q "tok/s" "$work/out" && pass "bench prints tok/s" || fail "bench output: $(cat "$work/out")"
+expect_exit 0 "bench plot" "$jambo" bench --model "$work/shape" --random-weights --prompt-tokens 8 --decode-tokens 2 \
+  --repeats 1 --batch 1,3 --plot "$work/bench.svg"
+[[ $(grep -o '<rect x=[^>]*fill="#4a78b5"' "$work/bench.svg" | wc -l) -eq 2 ]] && grep -q "batch 3" "$work/bench.svg" &&
+  pass "bench plot: one bar per batch" || fail "bench plot: $(head -c 300 "$work/bench.svg")"
+expect_exit 1 "bench plot to an unwritable path" "$jambo" bench --model "$work/shape" --random-weights \
+  --plot "$work/missing/bench.svg"
+expect_stderr "bench plot path named" "cannot write output file '$work/missing/bench.svg'"
 
 # batch: one line per sample, a malformed line reported by number and skipped, a rerun resumes
 cat >"$work/batch.jsonl" <<'LINES'

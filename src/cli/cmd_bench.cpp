@@ -3,6 +3,7 @@
 // a hash of the final logits and, on the GPU, the copy ceiling measured in the same run.
 #include "backend/backend_factory.h"
 #include "cli/common.h"
+#include "forensics/svg_plot.h"
 #ifdef JAMBO_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -31,6 +32,7 @@ struct BenchOptions {
   int64_t num_repeats = 3;
   int64_t max_step_tokens = 8192;  // tokens of one prefill step (prompts are packed, long ones chunked)
   std::string profile = "none";    // the steps GPU profilers capture: none, prefill or decode
+  std::string plot_path;           // an SVG of decode tok/s by batch, when set
 };
 
 int64_t view_bytes(const TensorView& view) { return view.empty() ? 0 : view.numel() * dtype_size(view.dtype); }
@@ -180,6 +182,7 @@ void run_bench(const BenchOptions& options) {
   if (options.num_prompt_tokens < 1 || options.num_decode_tokens < 1 || options.num_repeats < 1 || min_batch < 1 ||
       options.max_step_tokens < 1)
     throw UsageError("--prompt-tokens, --decode-tokens, --repeats, --batch and --max-step-tokens must be >= 1");
+  std::ofstream plot_file = open_output(options.plot_path);
   const auto load_start = std::chrono::steady_clock::now();
   const Model model = options.model.load(options.backend);
   const CacheConfig cache{max_batch, max_batch * BatchBench::blocks_per_sequence(options), kKvBlockSize};
@@ -207,6 +210,7 @@ void run_bench(const BenchOptions& options) {
                double(kCopyCeilingBytes) / 1e9, copy_gb_per_s);
   }
 #endif
+  std::vector<svg::Bar> decode_bars;
   for (const int64_t batch : options.batches) {
     RunTimes best{1e30, 1e30, 0};
     for (int64_t repeat = 0; repeat < options.num_repeats; ++repeat) {
@@ -228,6 +232,18 @@ void run_bench(const BenchOptions& options) {
                  copy_gb_per_s);
     fmt::print("\nbatch {:3}  final logits hash {:016x} (best of {} runs)\n", batch, best.logits_hash,
                options.num_repeats);
+    const std::string bandwidth =
+        on_gpu ? fmt::format(", {:.0f}% of 4.8 TB/s", 100.0 * weight_gb_per_s / kH200BandwidthGbPerS) : "";
+    decode_bars.push_back(
+        {fmt::format("batch {}", batch), decode_rate, fmt::format("{:.0f} tok/s{}", decode_rate, bandwidth)});
+  }
+  if (!options.plot_path.empty()) {
+    const std::string title =
+        fmt::format("jambo bench: {} on {} ({}), {}-token prompts", options.model.folder, options.backend, detail,
+                    options.num_prompt_tokens);
+    write_output(plot_file, options.plot_path,
+                 svg::bar_chart(title, "sequences decoding together", "decode tokens/s in total", decode_bars));
+    fmt::print("plot of decode tok/s by batch: {}\n", options.plot_path);
   }
 }
 
@@ -253,6 +269,7 @@ void add_bench_command(CLI::App& app) {
                    "let GPU profilers (ncu --profile-from-start off) capture only the prefill or only the decode steps")
       ->check(CLI::IsMember({"none", "prefill", "decode"}))
       ->capture_default_str();
+  command->add_option("--plot", options->plot_path, "also write an SVG bar chart of decode tok/s by batch to this file");
   command->callback([options] { run_bench(*options); });
 }
 

@@ -22,21 +22,6 @@ struct CompareCommandOptions {
   std::string report_path;
 };
 
-// Opened before the long part of the run, so that an unwritable path fails at once.
-std::ofstream open_output(const std::string& path) {
-  std::ofstream file;
-  if (path.empty()) return file;
-  file.open(path);
-  JAMBO_REQUIRE(file, "cannot write output file '{}'", path);
-  return file;
-}
-
-void write_output(std::ofstream& file, const std::string& path, const std::string& text) {
-  file << text;
-  file.close();
-  JAMBO_REQUIRE(file, "cannot write output file '{}'", path);
-}
-
 // Returns the exit status: kFlaggedExitCode when a sample is flagged, else 0.
 int run_compare(const CompareCommandOptions& options) {
   std::ifstream input = open_input_file(options.input_path);

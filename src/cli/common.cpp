@@ -44,6 +44,20 @@ std::ifstream open_input_file(const std::string& path) {
   return file;
 }
 
+std::ofstream open_output(const std::string& path) {
+  std::ofstream file;
+  if (path.empty()) return file;
+  file.open(path);
+  JAMBO_REQUIRE(file, "cannot write output file '{}'", path);
+  return file;
+}
+
+void write_output(std::ofstream& file, const std::string& path, const std::string& text) {
+  file << text;
+  file.close();
+  JAMBO_REQUIRE(file, "cannot write output file '{}'", path);
+}
+
 void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights) {
   command.add_option("--backend", backend, "compute backend")
       ->check(CLI::IsMember(available_backends()))

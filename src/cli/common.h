@@ -51,6 +51,11 @@ struct ModelOptions {
 // Opens a regular file for reading; errors name the path (missing, a directory, unreadable).
 std::ifstream open_input_file(const std::string& path);
 
+// Opens an output file (none for an empty path) before the long part of a run, so that an unwritable path fails
+// at once; write_output writes the text and closes it, both naming the path on failure.
+std::ofstream open_output(const std::string& path);
+void write_output(std::ofstream& file, const std::string& path, const std::string& text);
+
 // --backend (cpu or cuda) and --cuda-weights (f32, bf16 or f16), bound to the command's own fields.
 void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights);
 

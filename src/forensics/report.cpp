@@ -11,9 +11,16 @@
 namespace jambo {
 namespace {
 
-// Every plot is an SVG of kSvgWidth x kSvgHeight whose data area is [kLeft, kRight] x [kTop, kBottom].
-constexpr double kSvgWidth = 900, kSvgHeight = 320;
-constexpr double kLeft = 80, kRight = 880, kTop = 20, kBottom = 260;
+using svg::append;
+using svg::axis_labels;
+using svg::kBottom;
+using svg::kLeft;
+using svg::kRight;
+using svg::kTop;
+using svg::tick_step;
+using svg::x_tick;
+using svg::y_tick;
+
 constexpr int64_t kMaxMalformedLinesShown = 20;
 
 const char* const kStyle = R"(body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -22,11 +29,6 @@ table{border-collapse:collapse;width:100%}td,th{border:1px solid #ccc;padding:4p
 .text{font-family:monospace;white-space:pre-wrap;word-break:break-all}.after{color:#999}
 mark{background:#f66;color:#000}svg text{font-size:12px}.caption{color:#555}
 )";
-
-template <typename... Args>
-void append(std::string& out, fmt::format_string<Args...> format, Args&&... args) {
-  fmt::format_to(std::back_inserter(out), format, std::forward<Args>(args)...);
-}
 
 std::string id_text(const nlohmann::json& id) { return id.is_string() ? id.get<std::string>() : id.dump(); }
 
@@ -59,44 +61,13 @@ LogScale log_scale_for(const CompareSummary& summary) {
   return {int(std::floor(std::log10(smallest))) - 1, int(std::floor(std::log10(largest))) + 1};
 }
 
-// A tick step of 1, 2 or 5 times a power of ten that puts fewer than max_ticks ticks on [0, span].
-int64_t tick_step(int64_t span, int64_t max_ticks) {
-  for (int64_t power = 1;; power *= 10)
-    for (int64_t multiple : {1, 2, 5})
-      if (span / (multiple * power) < max_ticks) return multiple * power;
-}
-
-void open_svg(std::string& out, std::string_view title) {
-  append(out, R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" role="img"><title>{}</title>)",
-         kSvgWidth, kSvgHeight, html_escape(title));
-  append(out, R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#333"/>)", kLeft, kTop, kRight - kLeft,
-         kBottom - kTop);
-}
-
-void axis_labels(std::string& out, std::string_view x_label, std::string_view y_label) {
-  append(out, R"(<text x="{}" y="{}" text-anchor="middle">{}</text>)", (kLeft + kRight) / 2, kSvgHeight - 15,
-         html_escape(x_label));
-  append(out, R"svg(<text transform="translate(20 {}) rotate(-90)" text-anchor="middle">{}</text>)svg",
-         (kTop + kBottom) / 2, html_escape(y_label));
-}
-
-void y_tick(std::string& out, double y, std::string_view label) {
-  append(out, R"(<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" stroke="#ddd"/>)", kLeft, y, kRight, y);
-  append(out, R"(<text x="{}" y="{:.1f}" text-anchor="end" dominant-baseline="middle">{}</text>)", kLeft - 6, y, label);
-}
-
-void x_tick(std::string& out, double x, std::string_view label) {
-  append(out, R"(<line x1="{:.1f}" y1="{}" x2="{:.1f}" y2="{}" stroke="#333"/>)", x, kBottom, x, kBottom + 5);
-  append(out, R"(<text x="{:.1f}" y="{}" text-anchor="middle">{}</text>)", x, kBottom + 18, html_escape(label));
-}
-
 // max |Δ| of each sample in input order on a log axis, the threshold as a dashed line, flagged samples red.
 std::string spike_plot_svg(const CompareSummary& summary, const LogScale& scale) {
   const int64_t num_samples = int64_t(summary.samples.size());
   const auto x = [&](int64_t index) { return kLeft + (double(index) + 0.5) / double(num_samples) * (kRight - kLeft); };
   const auto y = [&](double value) { return kBottom - scale.fraction(value) * (kBottom - kTop); };
   std::string out;
-  open_svg(out, "max |Δ logprob| per sample");
+  svg::open(out, "max |Δ logprob| per sample");
   const int label_every = std::max(1, (scale.max_decade - scale.min_decade + 7) / 8);
   for (int decade = scale.min_decade; decade <= scale.max_decade; ++decade)
     y_tick(out, y(std::pow(10.0, decade)), (decade - scale.min_decade) % label_every == 0 ? scale.label(decade) : "");
@@ -158,7 +129,7 @@ std::string histogram_svg(const CompareSummary& summary, const LogScale& scale) 
   const double bin_width = (kRight - kLeft) / double(bins.size());
   const auto height = [&](int64_t count) { return double(count) / double(max_count) * (kBottom - kTop); };
   std::string out;
-  open_svg(out, "histogram of max |Δ logprob|");
+  svg::open(out, "histogram of max |Δ logprob|");
   const int64_t step = tick_step(max_count, 6);
   for (int64_t count = 0; count <= max_count; count += step)
     y_tick(out, kBottom - height(count), std::to_string(count));
@@ -272,33 +243,6 @@ std::string malformed_lines_list(const CompareSummary& summary) {
 }
 
 }  // namespace
-
-std::string html_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 std::string render_html_report(const CompareSummary& summary, const Tokenizer* tokenizer, int64_t max_worst_samples) {
   const LogScale scale = log_scale_for(summary);

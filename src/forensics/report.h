@@ -4,6 +4,7 @@
 #pragma once
 
 #include "forensics/compare.h"
+#include "forensics/svg_plot.h"
 #include "model/tokenizer.h"
 
 #include <string>
@@ -16,8 +17,5 @@ constexpr int64_t kDefaultMaxWorstSamples = 20;
 // tokenizer turns ids into text; without one (nullptr) the texts show token ids.
 std::string render_html_report(const CompareSummary& summary, const Tokenizer* tokenizer,
                                int64_t max_worst_samples = kDefaultMaxWorstSamples);
-
-// Text made safe for HTML element content and attribute values.
-std::string html_escape(std::string_view text);
 
 }  // namespace jambo
