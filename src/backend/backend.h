@@ -79,6 +79,25 @@ struct StepOutput {
   int64_t vocab_size = 0;
   std::vector<float> values;          // [num_copied_vectors, vocab_size]
   std::vector<int64_t> first_vector;  // [num_rows] index of each row's first copied vector (-1: none)
+
+  // Makes room for the next row's copies, of its num_vectors computed vectors, and records where they start;
+  // returns the computed vector copied first (the row's copy_logits decides: none, the last, or all) and where
+  // the copies go (num_copied vectors; none: null).
+  struct CopyTarget {
+    int64_t first_computed = 0, num_copied = 0;
+    float* values = nullptr;
+  };
+  CopyTarget add_copies(const BatchRow& row, int64_t num_vectors) {
+    if (row.copy_logits == LogitsCopy::None) {
+      first_vector.push_back(-1);
+      return {};
+    }
+    const int64_t num_copied = row.copy_logits == LogitsCopy::All ? num_vectors : 1;
+    const size_t old_size = values.size();
+    first_vector.push_back(int64_t(old_size) / vocab_size);
+    values.resize(old_size + size_t(element_offset(num_copied, vocab_size)));
+    return {num_vectors - num_copied, num_copied, values.data() + old_size};
+  }
   // Copied vector `position` of a row (with LogitsCopy::Last, position 0 is the last token's).
   std::span<const float> logits(int64_t row_index, int64_t position = 0) const {
     const int64_t index = first_vector[row_index] + position;

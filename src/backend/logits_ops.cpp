@@ -142,22 +142,6 @@ RowOutput row_output(const BatchRow& row, std::span<const float> vectors, int64_
   return out;
 }
 
-namespace {
-
-// Appends the row's computed vectors that row.copy_logits asks for to output.values and output.first_vector.
-void copy_logits(const BatchRow& row, std::span<const float> vectors, int64_t vocab_size, StepOutput& output) {
-  if (row.copy_logits == LogitsCopy::None) {
-    output.first_vector.push_back(-1);
-    return;
-  }
-  output.first_vector.push_back(int64_t(output.values.size()) / vocab_size);
-  const std::span<const float> copied =
-      row.copy_logits == LogitsCopy::All ? vectors : vectors.last(size_t(vocab_size));
-  output.values.insert(output.values.end(), copied.begin(), copied.end());
-}
-
-}  // namespace
-
 void fill_step_output(std::span<const BatchRow> rows, std::span<const float> vectors, int64_t vocab_size,
                       StepOutput& output) {
   output.vocab_size = vocab_size;
@@ -171,7 +155,9 @@ void fill_step_output(std::span<const BatchRow> rows, std::span<const float> vec
     JAMBO_ASSERT(first + num_values <= vectors.size());
     const std::span<const float> row_vectors = vectors.subspan(first, num_values);
     output.rows[r] = row_output(rows[r], row_vectors, vocab_size);
-    copy_logits(rows[r], row_vectors, vocab_size, output);
+    const StepOutput::CopyTarget copies = output.add_copies(rows[r], int64_t(num_values) / vocab_size);
+    std::copy_n(row_vectors.begin() + element_offset(copies.first_computed, vocab_size),
+                element_offset(copies.num_copied, vocab_size), copies.values);
     first += num_values;
   }
   JAMBO_ASSERT(first == vectors.size());

@@ -196,17 +196,10 @@ void LogitsOutputs::assemble(std::span<const BatchRow> rows, const float* logits
                                      stats.log_normalizer);
       out.chosen.push_back(std::move(chosen));
     }
-    if (row.copy_logits == LogitsCopy::None) {
-      output.first_vector.push_back(-1);
-      continue;
-    }
-    const int64_t copied_first = row.copy_logits == LogitsCopy::All ? first : first + num_vectors - 1;
-    const int64_t num_copied = first + num_vectors - copied_first;
-    output.first_vector.push_back(int64_t(output.values.size()) / vocab_size);
-    const size_t old_size = output.values.size();
-    output.values.resize(old_size + size_t(device_offset(num_copied, vocab_size)));
-    JAMBO_CUDA_CHECK(cudaMemcpyAsync(output.values.data() + old_size, logits + device_offset(copied_first, vocab_size),
-                                     size_t(device_offset(num_copied, vocab_size * int64_t(sizeof(float)))),
+    const StepOutput::CopyTarget copies = output.add_copies(row, num_vectors);
+    if (copies.num_copied == 0) continue;
+    JAMBO_CUDA_CHECK(cudaMemcpyAsync(copies.values, logits + device_offset(first + copies.first_computed, vocab_size),
+                                     size_t(device_offset(copies.num_copied, vocab_size * int64_t(sizeof(float)))),
                                      cudaMemcpyDeviceToHost, stream));
   }
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream));
