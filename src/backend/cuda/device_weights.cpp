@@ -105,13 +105,8 @@ void DeviceWeights::put_as_f32(const TensorView& view, float* out) {
 
 // The f16 mode's matrices that are not stored as f16: widened to fp32 on the GPU, then rounded to IEEE half. A
 // value beyond half's range would become infinite: refused, naming the tensor.
-const void* DeviceWeights::upload_as_f16(const TensorView& view) {
+void DeviceWeights::put_as_f16(const TensorView& view, uint16_t* out) {
   const int64_t count = view.numel();
-  const auto key = std::pair(view.data, count);
-  if (const auto found = uploaded_16_.find(key); found != uploaded_16_.end()) return found->second;
-  bytes_on_device += device_offset(count, 2);
-  if (count_only_) return uploaded_16_.emplace(key, nullptr).first->second;
-  DeviceBuffer<uint16_t>& buffer = owned_16_.emplace_back(count);
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the fp32 staging buffer is reused tensor after tensor
   float* wide = staging_f32_.reserve(count);
   put_as_f32(view, wide);
@@ -120,9 +115,7 @@ const void* DeviceWeights::upload_as_f16(const TensorView& view) {
                 "{}: {} of its values lie beyond IEEE half's range (65504); the f16 weight mode cannot hold this "
                 "checkpoint (use --cuda-weights bf16)",
                 view.name, overflowing);
-  narrow_to_16(wide, count, 1, count, /*to_bf16=*/false, buffer.data(), stream_);
-  uploaded_16_.emplace(key, buffer.data());
-  return buffer.data();
+  narrow_to_16(wide, count, 1, count, /*to_bf16=*/false, out, stream_);
 }
 
 const float* DeviceWeights::upload_vector(const TensorView& view) {
@@ -132,9 +125,7 @@ const float* DeviceWeights::upload_vector(const TensorView& view) {
 DeviceMatrix DeviceWeights::upload_matrix(const TensorView& view) {
   if (mode_ == WeightMode::F32 || (mode_ == WeightMode::Bf16 && view.dtype == DType::F32))
     return {upload_as_f32(view), DType::F32, view.rows(), view.cols()};
-  if (mode_ == WeightMode::Bf16 || view.dtype == DType::F16)
-    return {upload_as_stored(view), view.dtype, view.rows(), view.cols()};
-  return {upload_as_f16(view), DType::F16, view.rows(), view.cols()};
+  return {upload_as_16(view), mode_ == WeightMode::F16 ? DType::F16 : view.dtype, view.rows(), view.cols()};
 }
 
 // A few pointers per layer, not counted among the weights' bytes. The grouped expert GEMMs read every expert's
@@ -164,15 +155,19 @@ const void* const* DeviceWeights::upload_expert_table(const std::vector<DeviceMl
   return buffer.data();
 }
 
-const void* DeviceWeights::upload_as_stored(const TensorView& view) {
-  JAMBO_ASSERT(view.dtype != DType::F32);
+const void* DeviceWeights::upload_as_16(const TensorView& view) {
+  const bool converted = mode_ == WeightMode::F16 && view.dtype != DType::F16;
+  JAMBO_ASSERT(converted || view.dtype != DType::F32);
   const int64_t count = view.numel();
   const auto key = std::pair(view.data, count);
   if (const auto found = uploaded_16_.find(key); found != uploaded_16_.end()) return found->second;
   bytes_on_device += device_offset(count, 2);
   if (count_only_) return uploaded_16_.emplace(key, nullptr).first->second;
   DeviceBuffer<uint16_t>& buffer = owned_16_.emplace_back(count);
-  put_stored(view, buffer.data());
+  if (converted)
+    put_as_f16(view, buffer.data());
+  else
+    put_stored(view, buffer.data());
   uploaded_16_.emplace(key, buffer.data());
   return buffer.data();
 }

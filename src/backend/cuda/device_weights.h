@@ -110,9 +110,9 @@ class DeviceWeights {
   const void* const* upload_expert_table(const std::vector<DeviceMlp>& experts,
                                          const std::vector<MlpWeights>& host_experts);
   const float* upload_as_f32(const TensorView& view);    // one upload per host pointer and shape
-  const void* upload_as_stored(const TensorView& view);  // likewise, in the view's own dtype
-  const void* upload_as_f16(const TensorView& view);     // likewise, in IEEE half
+  const void* upload_as_16(const TensorView& view);      // likewise, 16-bit: as stored, or f16 in the f16 mode
   void put_as_f32(const TensorView& view, float* out);   // out[numel] = the view's elements as fp32
+  void put_as_f16(const TensorView& view, uint16_t* out);  // out[numel] = the view's elements as IEEE half
   const float* negative_exp(const TensorView& a_log);    // -exp(A_log), fp32
   void put_stored(const TensorView& view, void* out);    // out[numel] = the view's elements as stored
 
