@@ -167,7 +167,7 @@ void run_experts_per_expert(Gemm& gemm, const DeviceMoe& moe, const int64_t* exp
 
 bool experts_run_grouped(const DeviceMoe& moe, int64_t num_tokens, ExpertGemms gemms) {
   const DeviceMatrix& gate = moe.experts.front().gate_proj;  // [I, H]; every expert's matrices alike
-  const int64_t per_load = gate.dtype == DType::F32 ? 4 : 8;
+  const int64_t per_load = skinny_weights_per_load(gate.dtype);
   const bool shapes_fit = gate.cols % per_load == 0 && gate.rows % per_load == 0;
   const bool wanted = gemms == ExpertGemms::Grouped || (gemms == ExpertGemms::ByTokenCount && num_tokens <= kMaxGroupedTokens);
   return shapes_fit && wanted;

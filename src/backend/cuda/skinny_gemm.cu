@@ -9,40 +9,17 @@ namespace {
 
 constexpr int kSkinnyWarps = 4;  // output rows of w per block
 
-// What one 16-byte load of weights holds, widened, and x rounded to the weights' type.
+// What one 16-byte load of weights holds, widened, and x rounded to the weights' type: Weight is float (kept as
+// it is) or a 16-bit type (__nv_bfloat16, __half), whose conversions from float round to nearest even.
 template <typename Weight>
-struct WeightLoad;
-
-template <>
-struct WeightLoad<float> {
-  static constexpr int kCount = 4;
+struct WeightLoad {
+  static constexpr int kCount = 16 / sizeof(Weight);
   __device__ static void widen(const uint4& bits, float* out) {
-    const float4 v = *reinterpret_cast<const float4*>(&bits);
-    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-  }
-  __device__ static float round(float value) { return value; }
-};
-
-template <>
-struct WeightLoad<__nv_bfloat16> {
-  static constexpr int kCount = 8;
-  __device__ static void widen(const uint4& bits, float* out) {
-    const auto* halves = reinterpret_cast<const __nv_bfloat16*>(&bits);
+    const auto* values = reinterpret_cast<const Weight*>(&bits);
 #pragma unroll
-    for (int j = 0; j < kCount; ++j) out[j] = __bfloat162float(halves[j]);
+    for (int j = 0; j < kCount; ++j) out[j] = float(values[j]);
   }
-  __device__ static float round(float value) { return __bfloat162float(__float2bfloat16_rn(value)); }
-};
-
-template <>
-struct WeightLoad<__half> {
-  static constexpr int kCount = 8;
-  __device__ static void widen(const uint4& bits, float* out) {
-    const auto* halves = reinterpret_cast<const __half*>(&bits);
-#pragma unroll
-    for (int j = 0; j < kCount; ++j) out[j] = __half2float(halves[j]);
-  }
-  __device__ static float round(float value) { return __half2float(__float2half_rn(value)); }
+  __device__ static float round(float value) { return float(Weight(value)); }
 };
 
 // Adds x[m, k .. k + kCount) · widened to sums[m] for the pass's rows m.
@@ -114,8 +91,10 @@ void launch(const SkinnyGemm& p, dim3 grid, int threads, cudaStream_t stream) {
 
 }  // namespace
 
+int64_t skinny_weights_per_load(DType dtype) { return 16 / dtype_size(dtype); }
+
 bool skinny_gemm_applies(const SkinnyGemm& p) {
-  const int64_t per_load = p.dtype == DType::F32 ? 4 : 8;
+  const int64_t per_load = skinny_weights_per_load(p.dtype);
   const bool weight_aligned = p.weights != nullptr || reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
   return p.k % per_load == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && weight_aligned;
 }

@@ -28,6 +28,9 @@ struct SkinnyGemm {
   float* y = nullptr;                    // [R, N]
 };
 
+// Weights of this type in one 16-byte load: K must be a multiple of it.
+int64_t skinny_weights_per_load(DType dtype);
+
 // Whether the kernel takes these operands: 16-byte aligned weights and x rows, K a multiple of one load.
 bool skinny_gemm_applies(const SkinnyGemm& params);
 
