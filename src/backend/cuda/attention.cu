@@ -334,6 +334,31 @@ int attention_splits(int64_t num_tokens, int64_t num_kv_heads) {
   return int(std::clamp<int64_t>(wanted, 1, kMaxSplits));
 }
 
+// The dynamic shared memory a block may opt in to on this GPU (GPU 0), asked once.
+int max_shared_bytes() {
+  static const int bytes = [] {
+    int device = 0, value = 0;
+    JAMBO_CUDA_CHECK(cudaGetDevice(&device));
+    JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return value;
+  }();
+  return bytes;
+}
+
+void require_shared_memory(size_t needed, const std::string& what) {
+  require(needed <= size_t(max_shared_bytes()), what + " needs " + std::to_string(needed) +
+                                                    " bytes of shared memory per block; this GPU allows " +
+                                                    std::to_string(max_shared_bytes()));
+}
+
+// Lets `kernel` take up to max_shared_bytes() of dynamic shared memory; a launch takes what it needs. Callers
+// keep the result in a static, so that the attribute is set once per kernel.
+template <typename Kernel>
+bool allow_max_shared_memory(Kernel kernel) {
+  JAMBO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared_bytes()));
+  return true;
+}
+
 }  // namespace
 
 void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout, const float* keys, const float* values,
@@ -343,7 +368,6 @@ void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout, const
   store_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(rows, layout, keys, values, kv_pool);
   JAMBO_CUDA_CHECK_LAUNCH(store_kernel);
 }
-
 
 bool attention_runs_on_tensor_cores(const DeviceRows& rows, const KvLayout& layout, bool sixteen_bit) {
   return sixteen_bit && rows.num_chunks > 0 && layout.head_dim % kMmaTile == 0 && layout.head_dim <= kMmaMaxHeadDim;
@@ -357,12 +381,8 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
   const bool tensor_cores = attention_runs_on_tensor_cores(rows, layout, sixteen_bit);
   if (tensor_cores) {
     const size_t mma_bytes = size_t(MmaShared{layout.head_dim}.num_bytes());
-    static const bool mma_attribute_set = [] {
-      JAMBO_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(MmaShared{kMmaMaxHeadDim}.num_bytes())));
-      return true;
-    }();
-    (void)mma_attribute_set;
+    require_shared_memory(mma_bytes, "tensor-core attention of head dimension " + std::to_string(layout.head_dim));
+    [[maybe_unused]] static const bool mma_allowed = allow_max_shared_memory(attention_mma_kernel);
     require(rows.num_chunks < 65536 && num_heads < 65536, "too many chunks or heads for one attention launch");
     attention_mma_kernel<<<dim3(unsigned(rows.num_chunks), unsigned(num_heads)), kMmaWarps * kWarpSize, mma_bytes,
                            stream>>>(rows, layout, num_heads, queries, kv_pool, context);
@@ -372,18 +392,9 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
           "attention over " + std::to_string(num_pairs) + " (token, KV head) pairs is too many for one launch");
   const AttentionShared at{num_heads / layout.num_kv_heads, layout.head_dim};
   const size_t shared_bytes = size_t(at.num_floats()) * sizeof(float);
-  // Once per process (GPU 0): allow the kernel all the shared memory the device has; a launch takes what it needs.
-  static const int max_shared = [] {
-    int device = 0, bytes = 0;
-    JAMBO_CUDA_CHECK(cudaGetDevice(&device));
-    JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    JAMBO_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return bytes;
-  }();
-  require(shared_bytes <= size_t(max_shared),
-          "attention with " + std::to_string(at.group_size) + " query heads per KV head of dimension " +
-              std::to_string(layout.head_dim) + " needs " + std::to_string(shared_bytes) +
-              " bytes of shared memory per block; this GPU allows " + std::to_string(max_shared));
+  require_shared_memory(shared_bytes, "attention with " + std::to_string(at.group_size) +
+                                          " query heads per KV head of dimension " + std::to_string(layout.head_dim));
+  [[maybe_unused]] static const bool allowed = allow_max_shared_memory(attention_kernel);
   const int num_splits = attention_splits(rows.num_tokens, layout.num_kv_heads);
   float* partial_data =
       num_splits == 1 ? nullptr

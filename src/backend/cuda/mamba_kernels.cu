@@ -218,7 +218,7 @@ JAMBO_HOST_DEVICE inline int64_t update_shared_floats(int64_t state_size) {
 // a thread per channel. A block's states are one contiguous run of the slot, as are its rows of A: they move
 // between memory and shared memory in whole lines (a thread reading its own channel's 16 entries straight from
 // memory made every warp load touch 32 lines: L1-bound at a third of the bandwidth). kStateSize is N when known
-// at compile time (Jamba's 16), else 0 and N is read from the layout. Longer rows are the scan kernel's.
+// at compile time (Jamba's 16), else 0 and N is read from the layout. Longer rows are the chunk kernels'.
 template <int kStateSize>
 __global__ void __launch_bounds__(kUpdateChannels) selective_state_update_kernel(const ScanParams p) {
   extern __shared__ float shared[];
@@ -233,9 +233,8 @@ __global__ void __launch_bounds__(kUpdateChannels) selective_state_update_kernel
   float* a = h + kUpdateChannels * stride;       // [kUpdateChannels, N + 1]
   float* bc = a + kUpdateChannels * stride;      // [2N]: B, then C
   const int64_t t = rows.first_token[r];
-  float* saved = p.state_pool + rows.state_offset[r] + layout.layer_offset +
-                 device_offset(num_channels, layout.kernel_size - 1) + device_offset(c0, state_size);  // [count, N]
-  const float* a_rows = p.a + device_offset(c0, state_size);                                           // [count, N]
+  float* saved = slot_h(p, r, c0);                             // [count, N]
+  const float* a_rows = p.a + device_offset(c0, state_size);  // [count, N]
   const bool reads_state = rows.reads_state[r] != 0;  // law 1: a row without state starts from zero
   for (int i = threadIdx.x; i < num_entries; i += blockDim.x) {
     const int at = (i / state_size) * stride + i % state_size;

@@ -14,13 +14,13 @@ void StepGraphs::run(int64_t key, const std::function<void()>& launches) {
     allocation_count_ = device_allocation_count();
   }
   Shape& shape = shapes_[key];
-  if (shape.graph == nullptr && shape.warmed_up) shape.graph = capture(launches);
-  if (shape.graph == nullptr) {
+  if (!shape.warmed_up) {
     launches();
     shape.warmed_up = true;  // had it grown a buffer, the next step finds the count changed and starts afresh
     ++counts_.num_eager;
     return;
   }
+  if (shape.graph == nullptr) shape.graph = capture(launches);
   JAMBO_CUDA_CHECK(cudaGraphLaunch(shape.graph, stream_));
   ++counts_.num_replays;
 }
