@@ -301,63 +301,60 @@ TEST_P(OpsTest, GroupedExpertGemmsEqualPerExpertGemmsInBf16Mode) {
 
 INSTANTIATE_TEST_SUITE_P(TestModels, OpsTest, ::testing::ValuesIn(test_model_specs()), spec_name);
 
-}  // namespace
-}  // namespace jambo::testing
+// A GPU test with a stream of its own, destroyed after the test body's buffers.
+class StreamTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
 
-namespace jambo::testing {
-namespace {
-
-class GemmTest : public GpuTest {};
+class GemmTest : public StreamTest {};
 
 // 16-bit weights: linear() (skinny_gemm up to kMaxSkinnyGemmRows rows, cuBLAS beyond and for K not a multiple of 8) equals
 // the product of x rounded to the weight's type with the weights, summed in double, to fp32 accumulation order.
 TEST_F(GemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  {
-    cuda::Gemm gemm(stream, /*pedantic=*/false);
-    TensorStore store(31);
-    for (const DType dtype : {DType::BF16, DType::F16})
-      for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 64}, {1000, 2560}, {5, 8}, {24, 20}}) {
-        const TensorView w = store.make({n, k}, dtype, 1.0f);
-        DeviceBuffer<uint16_t> device_w(n * k);
-        ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(n * k) * 2, cudaMemcpyHostToDevice), cudaSuccess);
-        const cuda::DeviceMatrix matrix{device_w.data(), dtype, n, k};
-        for (const int64_t rows : {int64_t(1), cuda::kMaxSkinnyGemmRows, cuda::kMaxSkinnyGemmRows + 1, int64_t(9)}) {
-          const int64_t stride = k + 4;  // a column slice, as dt_proj reads
-          const Matrix x = store.matrix(rows, stride, 1.0f);
-          DeviceBuffer<float> device_x = upload(x.data(), rows * stride);
-          DeviceBuffer<float> y(rows * n);
-          cuda::linear_strided(gemm, device_x.data(), stride, rows, matrix, y.data());
-          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-          std::vector<float> expected(size_t(rows * n));
-          for (int64_t m = 0; m < rows; ++m)
-            for (int64_t o = 0; o < n; ++o) {
-              double sum = 0.0;
-              for (int64_t i = 0; i < k; ++i) {
-                const float value = x.data()[m * stride + i];
-                const double rounded = dtype == DType::BF16 ? to_float(to_bf16(value)) : to_float(to_f16(value));
-                sum += rounded * double(w.at(o * k + i));
-              }
-              expected[size_t(m * n + o)] = float(sum);
+  cuda::Gemm gemm(stream_, /*pedantic=*/false);
+  TensorStore store(31);
+  for (const DType dtype : {DType::BF16, DType::F16})
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 64}, {1000, 2560}, {5, 8}, {24, 20}}) {
+      const TensorView w = store.make({n, k}, dtype, 1.0f);
+      DeviceBuffer<uint16_t> device_w(n * k);
+      ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(n * k) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      const cuda::DeviceMatrix matrix{device_w.data(), dtype, n, k};
+      for (const int64_t rows : {int64_t(1), cuda::kMaxSkinnyGemmRows, cuda::kMaxSkinnyGemmRows + 1, int64_t(9)}) {
+        const int64_t stride = k + 4;  // a column slice, as dt_proj reads
+        const Matrix x = store.matrix(rows, stride, 1.0f);
+        DeviceBuffer<float> device_x = upload(x.data(), rows * stride);
+        DeviceBuffer<float> y(rows * n);
+        cuda::linear_strided(gemm, device_x.data(), stride, rows, matrix, y.data());
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        std::vector<float> expected(size_t(rows * n));
+        for (int64_t m = 0; m < rows; ++m)
+          for (int64_t o = 0; o < n; ++o) {
+            double sum = 0.0;
+            for (int64_t i = 0; i < k; ++i) {
+              const float value = x.data()[m * stride + i];
+              const double rounded = dtype == DType::BF16 ? to_float(to_bf16(value)) : to_float(to_f16(value));
+              sum += rounded * double(w.at(o * k + i));
             }
-          expect_close(download(y.data(), rows * n), expected.data(),
-                       std::string(dtype_name(dtype)) + " weights [" + std::to_string(n) + ", " + std::to_string(k) +
-                           "], " + std::to_string(rows) + " rows",
-                       1e-5);
-        }
+            expected[size_t(m * n + o)] = float(sum);
+          }
+        expect_close(download(y.data(), rows * n), expected.data(),
+                     std::string(dtype_name(dtype)) + " weights [" + std::to_string(n) + ", " + std::to_string(k) +
+                         "], " + std::to_string(rows) + " rows",
+                     1e-5);
       }
-  }
-  cudaStreamDestroy(stream);
+    }
 }
 
-}  // namespace
-}  // namespace jambo::testing
-
-namespace jambo::testing {
-namespace {
-
-class TensorCoreAttentionTest : public GpuTest {};
+class TensorCoreAttentionTest : public StreamTest {};
 
 // The bf16 mode's tensor-core attention for rows of several tokens (attention_mma_kernel) against the fp32
 // kernel on the same queries and paged keys and values: rows spanning several 64-token chunks, continuing a
@@ -368,113 +365,97 @@ TEST_F(TensorCoreAttentionTest, MatchesFp32Attention) {
   struct Shape {
     int64_t num_heads, num_kv_heads, head_dim;
   };
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  {
-    TensorStore store(41);
-    cuda::StepRowsUploader uploader;
-    for (const Shape shape : {Shape{20, 1, 128}, Shape{8, 2, 64}, Shape{4, 4, 16}}) {
-      const std::vector<int64_t> num_tokens = {150, 1, 64, 3, 65}, start_positions = {37, 200, 0, 5, 64};
-      constexpr int64_t kBlockSize = 16, kBlocksPerRow = 20;  // 320 positions per row
-      cuda::KvLayout layout;
-      layout.block_size = kBlockSize;
-      layout.num_kv_heads = shape.num_kv_heads;
-      layout.head_dim = shape.head_dim;
-      layout.block_stride = 2 * kBlockSize * layout.token_stride();
-      const int64_t num_rows = int64_t(num_tokens.size()), num_blocks = num_rows * kBlocksPerRow;
-      const Matrix pool = store.matrix(num_blocks, layout.block_stride, 1.0f);  // every position holds a key
-      DeviceBuffer<float> device_pool = upload(pool.data(), num_blocks * layout.block_stride);
+  TensorStore store(41);
+  cuda::StepRowsUploader uploader;
+  for (const Shape shape : {Shape{20, 1, 128}, Shape{8, 2, 64}, Shape{4, 4, 16}}) {
+    const std::vector<int64_t> num_tokens = {150, 1, 64, 3, 65}, start_positions = {37, 200, 0, 5, 64};
+    constexpr int64_t kBlockSize = 16, kBlocksPerRow = 20;  // 320 positions per row
+    cuda::KvLayout layout;
+    layout.block_size = kBlockSize;
+    layout.num_kv_heads = shape.num_kv_heads;
+    layout.head_dim = shape.head_dim;
+    layout.block_stride = 2 * kBlockSize * layout.token_stride();
+    const int64_t num_rows = int64_t(num_tokens.size()), num_blocks = num_rows * kBlocksPerRow;
+    const Matrix pool = store.matrix(num_blocks, layout.block_stride, 1.0f);  // every position holds a key
+    DeviceBuffer<float> device_pool = upload(pool.data(), num_blocks * layout.block_stride);
 
-      std::vector<int32_t> tokens;
-      std::vector<std::vector<int32_t>> tables;
-      std::vector<BatchRow> rows;
-      for (int64_t r = 0; r < num_rows; ++r) {
-        tables.emplace_back(size_t(kBlocksPerRow));
-        for (int64_t b = 0; b < kBlocksPerRow; ++b)  // blocks of the rows interleaved, as a pool in use has them
-          tables.back()[size_t(b)] = int32_t(b * num_rows + (num_rows - 1 - r));
-      }
-      const int64_t total = std::accumulate(num_tokens.begin(), num_tokens.end(), int64_t(0));
-      tokens.assign(size_t(total), 0);
-      int64_t first = 0;
-      for (int64_t r = 0; r < num_rows; ++r) {
-        BatchRow row;
-        row.tokens = std::span<const int32_t>(tokens).subspan(size_t(first), size_t(num_tokens[size_t(r)]));
-        row.start_position = start_positions[size_t(r)];
-        row.block_table = tables[size_t(r)];
-        rows.push_back(row);
-        first += num_tokens[size_t(r)];
-      }
-      const std::vector<int64_t> offsets(size_t(num_rows), 0);
-      const std::vector<int32_t> reads(size_t(num_rows), 1);
-      const cuda::DeviceRows device_rows = uploader.upload(rows, offsets, reads, stream);
-      ASSERT_TRUE(cuda::attention_runs_on_tensor_cores(device_rows, layout, true));
-
-      const int64_t width = shape.num_heads * shape.head_dim;
-      const Matrix queries = store.matrix(total, width, 1.0f);
-      DeviceBuffer<float> device_queries = upload(queries.data(), total * width);
-      std::vector<std::vector<float>> outputs;
-      for (const bool sixteen_bit : {false, true}) {
-        DeviceBuffer<float> context(total * width), partial;
-        cuda::paged_attention(device_rows, layout, shape.num_heads, device_queries.data(), device_pool.data(),
-                              context.data(), partial, sixteen_bit, stream);
-        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        outputs.push_back(download(context.data(), total * width));
-      }
-      expect_close(outputs[1], outputs[0].data(),
-                   "tensor-core attention, " + std::to_string(shape.num_heads) + " heads, " +
-                       std::to_string(shape.num_kv_heads) + " KV heads, dimension " + std::to_string(shape.head_dim),
-                   1e-2);
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<int32_t>> tables;
+    std::vector<BatchRow> rows;
+    for (int64_t r = 0; r < num_rows; ++r) {
+      tables.emplace_back(size_t(kBlocksPerRow));
+      for (int64_t b = 0; b < kBlocksPerRow; ++b)  // blocks of the rows interleaved, as a pool in use has them
+        tables.back()[size_t(b)] = int32_t(b * num_rows + (num_rows - 1 - r));
     }
+    const int64_t total = std::accumulate(num_tokens.begin(), num_tokens.end(), int64_t(0));
+    tokens.assign(size_t(total), 0);
+    int64_t first = 0;
+    for (int64_t r = 0; r < num_rows; ++r) {
+      BatchRow row;
+      row.tokens = std::span<const int32_t>(tokens).subspan(size_t(first), size_t(num_tokens[size_t(r)]));
+      row.start_position = start_positions[size_t(r)];
+      row.block_table = tables[size_t(r)];
+      rows.push_back(row);
+      first += num_tokens[size_t(r)];
+    }
+    const std::vector<int64_t> offsets(size_t(num_rows), 0);
+    const std::vector<int32_t> reads(size_t(num_rows), 1);
+    const cuda::DeviceRows device_rows = uploader.upload(rows, offsets, reads, stream_);
+    ASSERT_TRUE(cuda::attention_runs_on_tensor_cores(device_rows, layout, true));
+
+    const int64_t width = shape.num_heads * shape.head_dim;
+    const Matrix queries = store.matrix(total, width, 1.0f);
+    DeviceBuffer<float> device_queries = upload(queries.data(), total * width);
+    std::vector<std::vector<float>> outputs;
+    for (const bool sixteen_bit : {false, true}) {
+      DeviceBuffer<float> context(total * width), partial;
+      cuda::paged_attention(device_rows, layout, shape.num_heads, device_queries.data(), device_pool.data(),
+                            context.data(), partial, sixteen_bit, stream_);
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      outputs.push_back(download(context.data(), total * width));
+    }
+    expect_close(outputs[1], outputs[0].data(),
+                 "tensor-core attention, " + std::to_string(shape.num_heads) + " heads, " +
+                     std::to_string(shape.num_kv_heads) + " KV heads, dimension " + std::to_string(shape.head_dim),
+                 1e-2);
   }
-  cudaStreamDestroy(stream);
 }
 
-}  // namespace
-}  // namespace jambo::testing
-
-namespace jambo::testing {
-namespace {
-
-class NarrowCopyTest : public GpuTest {};
+class NarrowCopyTest : public StreamTest {};
 
 // A norm's 16-bit copy of its output (narrow16.h) is exactly the GEMM's own rounding of it, and a GEMM given that
 // copy computes exactly what it computes rounding the input itself.
 TEST_F(NarrowCopyTest, NormCopiesEqualTheGemmsOwnRounding) {
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  {
-    cuda::Gemm gemm(stream, /*pedantic=*/false);
-    TensorStore store(43);
-    constexpr int64_t kRows = 29, kWidth = 96, kOutputs = 40;
-    for (const DType dtype : {DType::BF16, DType::F16}) {
-      const Matrix x = store.matrix(kRows, kWidth, 2.0f);
-      const Matrix norm_weight = store.matrix(1, kWidth, 1.0f);
-      const TensorView w = store.make({kOutputs, kWidth}, dtype, 1.0f);
-      DeviceBuffer<float> device_x = upload(x.data(), kRows * kWidth);
-      DeviceBuffer<float> device_norm = upload(norm_weight.data(), kWidth);
-      DeviceBuffer<uint16_t> device_w(kOutputs * kWidth);
-      ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(kOutputs * kWidth) * 2, cudaMemcpyHostToDevice),
-                cudaSuccess);
-      const cuda::DeviceMatrix matrix{device_w.data(), dtype, kOutputs, kWidth};
-      DeviceBuffer<float> normed(kRows * kWidth), fused(kRows * kOutputs), separate(kRows * kOutputs);
-      DeviceBuffer<uint16_t> copy(kRows * kWidth), rounded(kRows * kWidth);
-      const cuda::Narrow16 normed16{copy.data(), dtype};
-      cuda::rms_norm(device_x.data(), kWidth, kRows, kWidth, device_norm.data(), 1e-6f, normed.data(), kWidth, stream,
-                     normed16);
-      cuda::narrow_to_16(normed.data(), kWidth, kRows, kWidth, dtype == DType::BF16, rounded.data(), stream);
-      cuda::linear(gemm, normed.data(), kRows, matrix, fused.data(), normed16);
-      cuda::linear(gemm, normed.data(), kRows, matrix, separate.data());
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      std::vector<uint16_t> copy_bits(size_t(kRows * kWidth)), rounded_bits(size_t(kRows * kWidth));
-      ASSERT_EQ(cudaMemcpy(copy_bits.data(), copy.data(), copy_bits.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(rounded_bits.data(), rounded.data(), rounded_bits.size() * 2, cudaMemcpyDeviceToHost),
-                cudaSuccess);
-      EXPECT_EQ(copy_bits, rounded_bits) << dtype_name(dtype);
-      EXPECT_EQ(download(fused.data(), kRows * kOutputs), download(separate.data(), kRows * kOutputs))
-          << dtype_name(dtype);
-    }
+  cuda::Gemm gemm(stream_, /*pedantic=*/false);
+  TensorStore store(43);
+  constexpr int64_t kRows = 29, kWidth = 96, kOutputs = 40;
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    const Matrix x = store.matrix(kRows, kWidth, 2.0f);
+    const Matrix norm_weight = store.matrix(1, kWidth, 1.0f);
+    const TensorView w = store.make({kOutputs, kWidth}, dtype, 1.0f);
+    DeviceBuffer<float> device_x = upload(x.data(), kRows * kWidth);
+    DeviceBuffer<float> device_norm = upload(norm_weight.data(), kWidth);
+    DeviceBuffer<uint16_t> device_w(kOutputs * kWidth);
+    ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(kOutputs * kWidth) * 2, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    const cuda::DeviceMatrix matrix{device_w.data(), dtype, kOutputs, kWidth};
+    DeviceBuffer<float> normed(kRows * kWidth), fused(kRows * kOutputs), separate(kRows * kOutputs);
+    DeviceBuffer<uint16_t> copy(kRows * kWidth), rounded(kRows * kWidth);
+    const cuda::Narrow16 normed16{copy.data(), dtype};
+    cuda::rms_norm(device_x.data(), kWidth, kRows, kWidth, device_norm.data(), 1e-6f, normed.data(), kWidth, stream_,
+                   normed16);
+    cuda::narrow_to_16(normed.data(), kWidth, kRows, kWidth, dtype == DType::BF16, rounded.data(), stream_);
+    cuda::linear(gemm, normed.data(), kRows, matrix, fused.data(), normed16);
+    cuda::linear(gemm, normed.data(), kRows, matrix, separate.data());
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    std::vector<uint16_t> copy_bits(size_t(kRows * kWidth)), rounded_bits(size_t(kRows * kWidth));
+    ASSERT_EQ(cudaMemcpy(copy_bits.data(), copy.data(), copy_bits.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(rounded_bits.data(), rounded.data(), rounded_bits.size() * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(copy_bits, rounded_bits) << dtype_name(dtype);
+    EXPECT_EQ(download(fused.data(), kRows * kOutputs), download(separate.data(), kRows * kOutputs))
+        << dtype_name(dtype);
   }
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace
