@@ -4,7 +4,8 @@
 # measured in the same run, and prefill tok/s; for the Jamba-Reasoning-3B shape (also a 512- and an 8192-token
 # prompt alone) and the Jamba-v0.1 shape (52B MoE, 16 experts top-2; bf16 only: its 103 GB of bf16 weights would
 # be 206 GB in f32 mode). Prints figures; never fails on time. Run on the GPU machine:
-#   bench/gpu.sh [path/to/jambo] [f32|bf16|f16] [3b|52b|all]  (weights on the GPU, default bf16; shapes, default all)
+#   bench/gpu.sh [path/to/jambo] [f32|bf16|f16] [3b|52b|all] [f32|bf16]
+#   (weights on the GPU, default bf16; shapes, default all; the recurrent state's storage, default f32)
 # First figures (H200, 2026-11-29, bf16, cuBLAS per GEMM, no CUDA graphs; copy ceiling 4.24 TB/s):
 #   Reasoning-3B decode tok/s in total: batch 1: 221 (4.53 ms/step, 1.34 TB/s of weights), 8: 1606, 64: 6818,
 #   256: 10012; prefill tok/s: 512 tokens 16,500 (23,600 with 8 to 256 prompts packed), 8192 tokens 5,300.
@@ -28,13 +29,14 @@ cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
 weights=${2:-bf16}
 shapes=${3:-all}
+state=${4:-f32}
 [[ $shapes =~ ^(3b|52b|all)$ ]] || { echo "gpu.sh: shapes must be 3b, 52b or all, got '$shapes'" >&2; exit 2; }
 
 bench() {
   local shape=$1
   shift
   "$jambo" bench --model "bench/shapes/$shape" --random-weights --random-dtype bf16 --backend cuda \
-    --cuda-weights "$weights" "$@"
+    --cuda-weights "$weights" --state-dtype "$state" "$@"
 }
 
 if [[ $shapes != 52b ]]; then

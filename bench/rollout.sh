@@ -8,8 +8,8 @@
 #     512 tokens in, 256 out (2.1M generated tokens: 78 s on the H200 in session 4, 26,900 generated tok/s;
 #     run it on the GPU machine).
 #   cpu-demo: models/jambo-demo on the CPU, 16 prompts x n = 4, 32 tokens in, 32 out (seconds).
-# Any of PROMPTS, N, PROMPT_TOKENS, MAX_TOKENS, MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, MEMORY_BUDGET and SEED in
-# the environment overrides the preset's value.
+# Any of PROMPTS, N, PROMPT_TOKENS, MAX_TOKENS, MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, MEMORY_BUDGET, SEED and
+# STATE_DTYPE (the engine's --state-dtype, f32 or bf16; default f32) in the environment overrides the preset's value.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build/jambo}
@@ -29,7 +29,7 @@ case "$preset" in
     : "${MAX_NUM_SEQS:=64}" "${MAX_NUM_BATCHED_TOKENS:=512}" "${MEMORY_BUDGET:=1GiB}" ;;
   *) echo "bench/rollout.sh: unknown preset '$preset' (gpu or cpu-demo)" >&2; exit 2 ;;
 esac
-: "${SEED:=1}"
+: "${SEED:=1}" "${STATE_DTYPE:=f32}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -47,12 +47,12 @@ PY
 echo "rollout ($preset): $PROMPTS prompts x n = $N = $((PROMPTS * N)) samples, $PROMPT_TOKENS prompt tokens," \
      "$MAX_TOKENS generated tokens each (ignore_eos, temperature 1.0, seed $SEED)"
 echo "engine: ${model_args[*]} --max-num-seqs $MAX_NUM_SEQS --max-num-batched-tokens $MAX_NUM_BATCHED_TOKENS" \
-     "--memory-budget $MEMORY_BUDGET"
+     "--memory-budget $MEMORY_BUDGET --state-dtype $STATE_DTYPE"
 start=$(date +%s.%N)
 "$jambo" batch "${model_args[@]}" --input "$work/in.jsonl" --output "$work/out.jsonl" \
   --n "$N" --max-tokens "$MAX_TOKENS" --ignore-eos --temperature 1.0 \
   --max-num-seqs "$MAX_NUM_SEQS" --max-num-batched-tokens "$MAX_NUM_BATCHED_TOKENS" \
-  --memory-budget "$MEMORY_BUDGET" --max-model-len $((PROMPT_TOKENS + MAX_TOKENS)) 2>&1 >/dev/null |
+  --memory-budget "$MEMORY_BUDGET" --state-dtype "$STATE_DTYPE" --max-model-len $((PROMPT_TOKENS + MAX_TOKENS)) 2>&1 >/dev/null |
   tee "$work/err" >&2  # progress every 5 s, then the summary
 end=$(date +%s.%N)
 

@@ -60,6 +60,11 @@ expect_exit 0 "score --backend cpu" "$jambo" score --model "$fixture" --input "$
 if cmp -s "$work/scores.jsonl" "$work/scores_cpu.jsonl"; then pass "score --backend cpu is the default"; else fail "score --backend cpu differs from the default"; fi
 expect_exit 2 "score unknown backend" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --backend tpu
 expect_stderr "unknown backend named" "--backend"
+expect_exit 0 "score --state-dtype bf16" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --output "$work/scores_bf16.jsonl" --state-dtype bf16
+if jq -e -s 'length == 2 and (.[0].logprobs[3] | type) == "number"' "$work/scores_bf16.jsonl" >/dev/null; then
+  pass "score with a bf16 state"; else fail "score --state-dtype bf16: $(cat "$work/scores_bf16.jsonl")"; fi
+expect_exit 2 "score unknown state dtype" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --state-dtype f16
+expect_stderr "unknown state dtype named" "--state-dtype"
 expect_exit 1 "score malformed line" "$jambo" score --model "$fixture" --input "$work/bad.jsonl"
 expect_stderr "malformed line named" "bad.jsonl:2"
 printf '{"id": 1, "tokens": [1, 99999999]}\n' >"$work/oov.jsonl"

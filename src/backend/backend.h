@@ -14,9 +14,10 @@ namespace jambo {
 
 // Sizes of the caches a backend allocates when it is created.
 struct CacheConfig {
-  int64_t num_state_slots = 1;  // recurrent-state slots (conv tail + SSM state of every Mamba layer)
-  int64_t num_kv_blocks = 1;    // paged KV blocks (each holds kv_block_size tokens of every attention layer)
-  int64_t kv_block_size = 16;   // tokens per KV block
+  int64_t num_state_slots = 1;     // recurrent-state slots (conv tail + SSM state of every Mamba layer)
+  int64_t num_kv_blocks = 1;       // paged KV blocks (each holds kv_block_size tokens of every attention layer)
+  int64_t kv_block_size = 16;      // tokens per KV block
+  DType state_dtype = DType::F32;  // storage of the recurrent state: F32, or BF16 (half the memory; state_values.h)
 };
 
 struct TokenLogprob {
@@ -48,15 +49,15 @@ enum class LogitsCopy { None, Last, All };
 
 // One request's share of a forward step, and what the step returns for it.
 struct BatchRow {
-  int64_t request_id = 0;              // carried for traces and error messages
-  std::span<const int32_t> tokens;     // [num_tokens] this step's input tokens
-  int64_t start_position = 0;          // tokens already folded into this row's state and KV
-  bool has_initial_state = false;      // law 1: false => zero state; the slot is never read
-  int64_t slot = 0;                    // recurrent-state slot this row reads (if has_initial_state) and writes
+  int64_t request_id = 0;                // carried for traces and error messages
+  std::span<const int32_t> tokens;       // [num_tokens] this step's input tokens
+  int64_t start_position = 0;            // tokens already folded into this row's state and KV
+  bool has_initial_state = false;        // law 1: false => zero state; the slot is never read
+  int64_t slot = 0;                      // recurrent-state slot this row reads (if has_initial_state) and writes
   std::span<const int32_t> block_table;  // physical KV block of each logical block covering
                                          // positions [0, start_position + num_tokens)
-  std::span<const int32_t> targets;    // [<= num_tokens] the logprob of targets[i] under logits vector i
-  int64_t num_top_logprobs = 0;        // K most likely tokens of each vector with a target
+  std::span<const int32_t> targets;      // [<= num_tokens] the logprob of targets[i] under logits vector i
+  int64_t num_top_logprobs = 0;          // K most likely tokens of each vector with a target
   std::span<const TokenChoice> choices;  // tokens chosen from the last vector (n samples forking share one)
   LogitsCopy copy_logits = LogitsCopy::None;
 };
@@ -75,7 +76,7 @@ struct RowOutput {
 
 // What one step returns: an output per row, and the logits vectors the rows asked to copy.
 struct StepOutput {
-  std::vector<RowOutput> rows;        // [num_rows]
+  std::vector<RowOutput> rows;  // [num_rows]
   int64_t vocab_size = 0;
   std::vector<float> values;          // [num_copied_vectors, vocab_size]
   std::vector<int64_t> first_vector;  // [num_rows] index of each row's first copied vector (-1: none)
@@ -123,7 +124,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual const JambaConfig& config() const = 0;
   // Runs the model over all rows; reads and updates each row's slot and KV blocks; fills output.rows (and
-// the copied logits) for every row.
+  // the copied logits) for every row.
   virtual void forward(std::span<const BatchRow> rows, StepOutput& output) = 0;
   // Copies the recurrent state of one slot into another (n samples of one prompt).
   virtual void copy_state(int64_t from_slot, int64_t to_slot) = 0;

@@ -63,6 +63,12 @@ int64_t backend_weight_bytes(const std::string& name, const Model& model,
   fail_unknown_backend(name);
 }
 
+DType state_dtype_named(const std::string& name) {
+  if (name == "f32") return DType::F32;
+  if (name == "bf16") return DType::BF16;
+  fail("state dtype '{}' is not one of f32, bf16", name);
+}
+
 int64_t available_memory_bytes(const std::string& backend_name) {
   if (backend_name == "cpu") return host_available_memory_bytes();
 #ifdef JAMBO_WITH_CUDA

@@ -22,6 +22,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const Model& mode
 // checkpoint's bytes on the CPU, which reads the mmap; on the GPU what the weight mode uploads.
 int64_t backend_weight_bytes(const std::string& name, const Model& model, const std::string& cuda_weights = "f32");
 
+// The recurrent state's storage type by its flag name: "f32" or "bf16". Throws jambo::Error naming the value.
+DType state_dtype_named(const std::string& name);
+
 // The memory a backend's caches can take now, for budgets given as a fraction: MemAvailable of
 // /proc/meminfo for "cpu", the GPU's free memory for "cuda". Throws jambo::Error like make_backend.
 int64_t available_memory_bytes(const std::string& backend_name);

@@ -26,6 +26,7 @@ struct BenchOptions {
   ModelOptions model;
   std::string backend = "cpu";
   std::string cuda_weights = "bf16";
+  std::string state_dtype = "f32";
   std::vector<int64_t> batches = {1};  // each a run of that many sequences decoding together
   int64_t num_prompt_tokens = 256;
   int64_t num_decode_tokens = 32;
@@ -185,7 +186,8 @@ void run_bench(const BenchOptions& options) {
   std::ofstream plot_file = open_output(options.plot_path);
   const auto load_start = std::chrono::steady_clock::now();
   const Model model = options.model.load(options.backend);
-  const CacheConfig cache{max_batch, max_batch * BatchBench::blocks_per_sequence(options), kKvBlockSize};
+  const CacheConfig cache{max_batch, max_batch * BatchBench::blocks_per_sequence(options), kKvBlockSize,
+                          state_dtype_named(options.state_dtype)};
   std::unique_ptr<Backend> backend = make_backend(options.backend, model, cache, options.cuda_weights);
   const double load_seconds = seconds_since(load_start);  // random weights: their fill, on the host or the GPU
   BatchBench bench(*backend, options, max_batch, model.config.vocab_size);
@@ -197,11 +199,13 @@ void run_bench(const BenchOptions& options) {
              model.config.num_hidden_layers, model.config.hidden_size, model.config.vocab_size,
              double(model.weights.bytes_total) / 1e6);
   const std::string detail =
-      on_gpu ? fmt::format("{} weights", options.cuda_weights) : fmt::format("{} threads", omp_get_max_threads());
-  fmt::print("backend {} ({}): {:.1f} MB of weights held, {:.1f} MB read per decode step; model and caches ready in "
-             "{:.1f} s\n",
-             options.backend, detail, double(backend_weight_bytes(options.backend, model, options.cuda_weights)) / 1e6,
-             step_gb * 1e3, load_seconds);
+      (on_gpu ? fmt::format("{} weights", options.cuda_weights) : fmt::format("{} threads", omp_get_max_threads())) +
+      fmt::format(", {} state", options.state_dtype);
+  fmt::print(
+      "backend {} ({}): {:.1f} MB of weights held, {:.1f} MB read per decode step; model and caches ready in "
+      "{:.1f} s\n",
+      options.backend, detail, double(backend_weight_bytes(options.backend, model, options.cuda_weights)) / 1e6,
+      step_gb * 1e3, load_seconds);
   double copy_gb_per_s = 0.0;
 #ifdef JAMBO_WITH_CUDA
   if (on_gpu) {
@@ -238,9 +242,8 @@ void run_bench(const BenchOptions& options) {
         {fmt::format("batch {}", batch), decode_rate, fmt::format("{:.0f} tok/s{}", decode_rate, bandwidth)});
   }
   if (!options.plot_path.empty()) {
-    const std::string title =
-        fmt::format("jambo bench: {} on {} ({}), {}-token prompts", options.model.folder, options.backend, detail,
-                    options.num_prompt_tokens);
+    const std::string title = fmt::format("jambo bench: {} on {} ({}), {}-token prompts", options.model.folder,
+                                          options.backend, detail, options.num_prompt_tokens);
     write_output(plot_file, options.plot_path,
                  svg::bar_chart(title, "sequences decoding together", "decode tokens/s in total", decode_bars));
     fmt::print("plot of decode tok/s by batch: {}\n", options.plot_path);
@@ -254,7 +257,7 @@ void add_bench_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("bench", "prefill and decode tokens/s and weight GB/s of N sequences decoding together");
   options->model.add_to(*command, /*allow_random_weights=*/true);
-  add_backend_flags(*command, options->backend, options->cuda_weights);
+  add_backend_flags(*command, options->backend, options->cuda_weights, options->state_dtype);
   command->add_option("--batch", options->batches, "sequences decoding together; a list (1,8,64) runs each in turn")
       ->delimiter(',')
       ->capture_default_str();
@@ -269,7 +272,8 @@ void add_bench_command(CLI::App& app) {
                    "let GPU profilers (ncu --profile-from-start off) capture only the prefill or only the decode steps")
       ->check(CLI::IsMember({"none", "prefill", "decode"}))
       ->capture_default_str();
-  command->add_option("--plot", options->plot_path, "also write an SVG bar chart of decode tok/s by batch to this file");
+  command->add_option("--plot", options->plot_path,
+                      "also write an SVG bar chart of decode tok/s by batch to this file");
   command->callback([options] { run_bench(*options); });
 }
 

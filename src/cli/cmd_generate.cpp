@@ -98,7 +98,8 @@ void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "continue a prompt (greedy by default)");
   options->model.add_to(*command, /*allow_random_weights=*/true);
-  add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights);
+  add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights,
+                    options->backend.state_dtype);
   CLI::Option* prompt = command->add_option("--prompt", options->prompt, "prompt text");
   CLI::Option* prompt_ids = command->add_option("--prompt-ids", options->prompt_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(prompt_ids);

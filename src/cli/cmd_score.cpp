@@ -102,7 +102,8 @@ void add_score_command(CLI::App& app) {
   auto options = std::make_shared<ScoreOptions>();
   CLI::App* command = app.add_subcommand("score", "teacher-forced log-probabilities of token sequences");
   options->model.add_to(*command, /*allow_random_weights=*/true);
-  add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights);
+  add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights,
+                    options->backend.state_dtype);
   command->add_option("--input", options->input_path, "JSONL lines {\"id\": ..., \"tokens\": [ids]}")->required();
   command->add_option("--output", options->output_path, "output JSONL (default: stdout)");
   command->add_option("--top-logprobs", options->num_top_logprobs, "K most likely tokens per position")

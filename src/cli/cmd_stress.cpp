@@ -72,9 +72,9 @@ void apply_tight_budget(StressOptions& options, const Model& model) {
   const int64_t num_blocks =
       workload.max_samples * ((engine.max_model_len + engine.kv_block_size - 1) / engine.kv_block_size);
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
-  engine.memory_budget =
-      std::to_string(exact_memory_budget(model.config, backend_weight_bytes(engine.backend, model, engine.cuda_weights),
-                                         num_slots, num_blocks, engine.kv_block_size));
+  engine.memory_budget = std::to_string(
+      exact_memory_budget(model.config, backend_weight_bytes(engine.backend, model, engine.cuda_weights), num_slots,
+                          num_blocks, engine.kv_block_size, state_dtype_named(engine.state_dtype)));
 }
 
 std::string describe_backend(const std::string& name, const std::string& cuda_weights) {
@@ -114,7 +114,8 @@ int run_stress_command(StressOptions& options) {
              "slot policy {}, injection {}; engine on {}, reference on {}\n",
              workload.num_requests, workload.max_prompt_tokens, workload.min_samples, workload.max_samples,
              workload.max_new_tokens, engine_options.memory_budget, options.engine.slot_policy, options.inject,
-             describe_backend(engine_options.backend, engine_options.cuda_weights),
+             describe_backend(engine_options.backend, engine_options.cuda_weights) +
+                 (engine_options.state_dtype == "f32" ? "" : fmt::format(", {} state", engine_options.state_dtype)),
              describe_backend(reference.backend, reference.cuda_weights));
   const bool interactive = isatty(STDERR_FILENO);
   ProgressLine engine_progress("stress: engine", "requests finished", interactive);

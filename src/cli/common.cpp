@@ -37,8 +37,8 @@ std::optional<Tokenizer> ModelOptions::load_tokenizer() const {
 
 std::ifstream open_input_file(const std::string& path) {
   std::error_code error;
-  JAMBO_REQUIRE(std::filesystem::is_regular_file(path, error), "input file '{}' does not exist or is not a regular file",
-                path);
+  JAMBO_REQUIRE(std::filesystem::is_regular_file(path, error),
+                "input file '{}' does not exist or is not a regular file", path);
   std::ifstream file(path);
   JAMBO_REQUIRE(file, "cannot open input file '{}'", path);
   return file;
@@ -58,20 +58,28 @@ void write_output(std::ofstream& file, const std::string& path, const std::strin
   JAMBO_REQUIRE(file, "cannot write output file '{}'", path);
 }
 
-void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights) {
+void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights, std::string& state_dtype) {
   command.add_option("--backend", backend, "compute backend")
       ->check(CLI::IsMember(available_backends()))
       ->capture_default_str();
-  command.add_option("--cuda-weights", cuda_weights,
-                     "weights on the GPU: f32 (upcast, exact against the CPU), bf16 (as stored, faster) or f16 "
-                     "(converted to IEEE half)")
+  command
+      .add_option("--cuda-weights", cuda_weights,
+                  "weights on the GPU: f32 (upcast, exact against the CPU), bf16 (as stored, faster) or f16 "
+                  "(converted to IEEE half)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
+  command
+      .add_option("--state-dtype", state_dtype,
+                  "recurrent-state storage (conv tails and SSM states): f32, or bf16 (half the memory, rounded "
+                  "on every store; computed in fp32 either way)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
 }
 
 SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens,
                                                    const BackendChoice& choice) {
-  const CacheConfig cache = single_sequence_cache(max_tokens);
+  CacheConfig cache = single_sequence_cache(max_tokens);
+  cache.state_dtype = state_dtype_named(choice.state_dtype);
   return {make_backend(choice.backend, model, cache, choice.cuda_weights), cache};
 }
 
@@ -89,26 +97,29 @@ void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const s
     backend->capture_default_str();
     weights->capture_default_str();
   }
-  command.add_option("--" + prefix + "step-tokens", reference.max_step_tokens,
-                     "tokens of one reference step (samples are packed into steps; a longer one runs alone)")
+  command
+      .add_option("--" + prefix + "step-tokens", reference.max_step_tokens,
+                  "tokens of one reference step (samples are packed into steps; a longer one runs alone)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();
-  command.add_option("--" + prefix + "step-rows", reference.max_step_rows,
-                     "samples of one reference step (the state slots its backend holds)")
+  command
+      .add_option("--" + prefix + "step-rows", reference.max_step_rows,
+                  "samples of one reference step (the state slots its backend holds)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
       ->capture_default_str();
 }
 
 void EngineFlags::add_to(CLI::App& command) {
-  add_backend_flags(command, options.backend, options.cuda_weights);
+  add_backend_flags(command, options.backend, options.cuda_weights, options.state_dtype);
   command.add_option("--max-num-batched-tokens", options.max_num_batched_tokens, "tokens of all rows of one step")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();
   command.add_option("--max-num-seqs", options.max_num_seqs, "sequences running at once")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
-  command.add_option("--memory-budget", options.memory_budget,
-                     "bytes (8e9, 2GiB) or a fraction of available memory for weights, state slots and KV cache")
+  command
+      .add_option("--memory-budget", options.memory_budget,
+                  "bytes (8e9, 2GiB) or a fraction of available memory for weights, state slots and KV cache")
       ->capture_default_str();
   command.add_option("--kv-block-size", options.kv_block_size, "tokens per KV block")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16))

@@ -56,13 +56,15 @@ std::ifstream open_input_file(const std::string& path);
 std::ofstream open_output(const std::string& path);
 void write_output(std::ofstream& file, const std::string& path, const std::string& text);
 
-// --backend (cpu or cuda) and --cuda-weights (f32, bf16 or f16), bound to the command's own fields.
-void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights);
+// --backend (cpu or cuda), --cuda-weights (f32, bf16 or f16) and --state-dtype (f32 or bf16), bound to the
+// command's own fields.
+void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights, std::string& state_dtype);
 
 // The backend a command runs one sequence at a time on (generate, score).
 struct BackendChoice {
   std::string backend = "cpu";
   std::string cuda_weights = "f32";
+  std::string state_dtype = "f32";
 };
 
 // A backend with one state slot and room for max_tokens tokens of KV cache.
@@ -70,8 +72,7 @@ struct SingleSequenceBackend {
   std::unique_ptr<Backend> backend;
   CacheConfig cache;
 };
-SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens,
-                                                   const BackendChoice& choice);
+SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens, const BackendChoice& choice);
 
 void add_score_command(CLI::App& app);
 void add_generate_command(CLI::App& app);

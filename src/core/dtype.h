@@ -1,6 +1,8 @@
 // Element types of weights and the conversions between them. Activations are always fp32.
 #pragma once
 
+#include "core/host_device.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,13 +12,16 @@ namespace jambo {
 
 enum class DType : uint8_t { F32, BF16, F16 };
 
-inline int64_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+JAMBO_HOST_DEVICE inline int64_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
 inline std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "F32";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
+    case DType::F32:
+      return "F32";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
   }
   return "?";
 }
@@ -30,12 +35,38 @@ struct f16 {
 
 inline float to_float(float value) { return value; }
 
-inline float to_float(bf16 value) {
-  uint32_t bits = uint32_t(value.bits) << 16;
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
+// A float's bits and back, for host code and kernels alike.
+JAMBO_HOST_DEVICE inline uint32_t float_bits(float value) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(value);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return bits;
+#endif
 }
+
+JAMBO_HOST_DEVICE inline float float_from_bits(uint32_t bits) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(bits);
+#else
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+#endif
+}
+
+JAMBO_HOST_DEVICE inline float bf16_bits_to_float(uint16_t bits) { return float_from_bits(uint32_t(bits) << 16); }
+
+// Round to nearest even, as PyTorch does; NaN stays NaN.
+JAMBO_HOST_DEVICE inline uint16_t float_to_bf16_bits(float value) {
+  uint32_t bits = float_bits(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+
+inline float to_float(bf16 value) { return bf16_bits_to_float(value.bits); }
 
 // IEEE half to float, exact for every value including subnormals, inf and NaN.
 inline float to_float(f16 value) {
@@ -59,14 +90,7 @@ inline float to_float(f16 value) {
   return out;
 }
 
-// Round to nearest even, as PyTorch does; NaN stays NaN.
-inline bf16 to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((bits >> 16) | 0x40)};
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return bf16{uint16_t(bits >> 16)};
-}
+inline bf16 to_bf16(float value) { return bf16{float_to_bf16_bits(value)}; }
 
 // IEEE half from float, rounding to nearest even (subnormals, overflow to inf, NaN kept).
 inline f16 to_f16(float value) {

@@ -30,7 +30,7 @@ CachePlan plan_engine_cache(const Model& model, const EngineOptions& options) {
   validate_options(options);
   return plan_cache(model.config, backend_weight_bytes(options.backend, model, options.cuda_weights),
                     parse_memory_budget(options.memory_budget, options.backend), options.max_num_seqs,
-                    options.kv_block_size, options.max_model_len);
+                    options.kv_block_size, options.max_model_len, state_dtype_named(options.state_dtype));
 }
 
 }  // namespace
@@ -220,8 +220,7 @@ void Engine::Impl::record_prompt_logprobs(const ScheduledRow& row, const RowOutp
   const int64_t start = row.sequence->num_computed();
   for (size_t i = 0; i < output.target_logprobs.size(); ++i) {
     request.prompt_logprobs[start + i + 1] = output.target_logprobs[i];
-    if (!output.target_top_logprobs.empty())
-      request.prompt_top_logprobs[start + i + 1] = output.target_top_logprobs[i];
+    if (!output.target_top_logprobs.empty()) request.prompt_top_logprobs[start + i + 1] = output.target_top_logprobs[i];
   }
 }
 

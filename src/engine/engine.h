@@ -29,6 +29,7 @@ struct EngineFaults {
 struct EngineOptions {
   std::string backend = "cpu";           // make_backend: "cpu" or "cuda"
   std::string cuda_weights = "f32";      // CUDA weights: "f32" (1e-4 of the CPU, as stress expects), "bf16", "f16"
+  std::string state_dtype = "f32";       // recurrent-state storage: "f32" or "bf16" (state_dtype_named)
   int64_t max_num_batched_tokens = 512;  // tokens of all rows of one step
   int64_t max_num_seqs = 64;             // sequences (samples) running at once
   int64_t kv_block_size = 16;

@@ -1,6 +1,7 @@
 #include "engine/memory_budget.h"
 
 #include "backend/backend_factory.h"
+#include "backend/state_values.h"
 
 #include <algorithm>
 #include <charconv>
@@ -31,8 +32,8 @@ int64_t bytes_per_unit(std::string_view suffix, const std::string& text) {
 
 std::string format_bytes(int64_t bytes) { return fmt::format("{} bytes ({:.1f} MiB)", bytes, bytes / 1048576.0); }
 
-int64_t state_bytes_per_slot(const JambaConfig& config) {
-  return state_elements_per_slot(config) * int64_t(sizeof(float));
+int64_t state_bytes_per_slot(const JambaConfig& config, DType state_dtype) {
+  return state_elements_per_slot(config) * dtype_size(state_dtype);
 }
 
 // Keys and values [2, kv_block_size, nkv, hd] of every attention layer, fp32.
@@ -65,12 +66,13 @@ int64_t parse_memory_budget(const std::string& text, const std::string& backend_
 }
 
 int64_t exact_memory_budget(const JambaConfig& config, int64_t weight_bytes, int64_t num_slots, int64_t num_kv_blocks,
-                            int64_t kv_block_size) {
-  return weight_bytes + num_slots * state_bytes_per_slot(config) + num_kv_blocks * kv_bytes_per_block(config, kv_block_size);
+                            int64_t kv_block_size, DType state_dtype) {
+  return weight_bytes + num_slots * state_bytes_per_slot(config, state_dtype) +
+         num_kv_blocks * kv_bytes_per_block(config, kv_block_size);
 }
 
 CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t budget_bytes, int64_t max_num_seqs,
-                     int64_t kv_block_size, int64_t max_model_len) {
+                     int64_t kv_block_size, int64_t max_model_len, DType state_dtype) {
   JAMBO_REQUIRE(max_num_seqs > 0, "max_num_seqs must be positive, got {}", max_num_seqs);
   JAMBO_REQUIRE(kv_block_size > 0, "kv_block_size must be positive, got {}", kv_block_size);
   JAMBO_REQUIRE(max_model_len > 0, "max_model_len must be positive, got {}", max_model_len);
@@ -78,7 +80,10 @@ CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t bu
 
   CachePlan plan;
   plan.weight_bytes = weight_bytes;
-  plan.bytes_per_slot = state_bytes_per_slot(config);
+  JAMBO_REQUIRE(is_state_dtype(state_dtype), "the recurrent state is stored as F32 or BF16, not {}",
+                dtype_name(state_dtype));
+  plan.bytes_per_slot = state_bytes_per_slot(config, state_dtype);
+  plan.cache.state_dtype = state_dtype;
   plan.bytes_per_kv_block = kv_bytes_per_block(config, kv_block_size);
   plan.cache.kv_block_size = kv_block_size;
 

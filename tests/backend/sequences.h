@@ -1,13 +1,16 @@
 // Drives the backend the way an engine would: each sequence owns a state slot and a range of KV
-// blocks, and steps feed chunks of its tokens as rows.
+// blocks, and steps feed chunks of its tokens as rows; and the logprob comparisons of the tests.
 #pragma once
 
 #include "backend/backend.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace jambo::testing {
@@ -29,8 +32,8 @@ struct Sequence {
   int64_t num_computed = 0;          // tokens already folded into the state
 
   // Sequence i uses slot i and blocks [i * kMaxBlocksPerSequence, (i + 1) * kMaxBlocksPerSequence).
-  Sequence(int64_t index, std::vector<int32_t> sequence_tokens) : request_id(100 + index), slot(index),
-                                                                   tokens(std::move(sequence_tokens)) {
+  Sequence(int64_t index, std::vector<int32_t> sequence_tokens)
+      : request_id(100 + index), slot(index), tokens(std::move(sequence_tokens)) {
     block_table.resize(kMaxBlocksPerSequence);
     std::iota(block_table.begin(), block_table.end(), int32_t(index * kMaxBlocksPerSequence));
   }
@@ -90,6 +93,30 @@ inline std::vector<int64_t> random_chunking(int64_t total, int64_t max_chunk, ui
     done += sizes.back();
   }
   return sizes;
+}
+
+// log softmax in double.
+inline std::vector<double> log_softmax(std::span<const float> logits) {
+  double max_logit = -INFINITY;
+  for (float v : logits) max_logit = std::max(max_logit, double(v));
+  double total = 0.0;
+  for (float v : logits) total += std::exp(double(v) - max_logit);
+  std::vector<double> out;
+  for (float v : logits) out.push_back(double(v) - max_logit - std::log(total));
+  return out;
+}
+
+// max over entries of |log_softmax(a) - log_softmax(b)|; infinity when any is not finite.
+inline double max_logprob_difference(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
+  const std::vector<double> la = log_softmax(a), lb = log_softmax(b);
+  double worst = 0.0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    const double difference = std::fabs(la[i] - lb[i]);
+    if (!std::isfinite(difference)) return INFINITY;
+    worst = std::max(worst, difference);
+  }
+  return worst;
 }
 
 }  // namespace jambo::testing

@@ -26,6 +26,12 @@ class CudaStateTest : public GpuTest {
   Model model_ = small_model();
 };
 
+CacheConfig cache_of(int64_t num_sequences, DType state_dtype) {
+  CacheConfig cache = test_cache(num_sequences);
+  cache.state_dtype = state_dtype;
+  return cache;
+}
+
 TEST_F(CudaStateTest, SlotSizeEqualsCpuBackend) {
   for (const TestModelSpec& spec : test_model_specs()) {
     const Model model = make_random_model(spec.config, spec.dtype, 1);
@@ -37,32 +43,36 @@ TEST_F(CudaStateTest, SlotSizeEqualsCpuBackend) {
 
 // A prompt prefilled once, its state and KV blocks copied to a second sequence: both continue identically.
 TEST_F(CudaStateTest, CopiedStateAndBlocksContinueIdentically) {
-  auto backend = make_cuda_backend(model_, test_cache(2));
-  std::vector<int32_t> tokens = random_tokens(11, model_.config.vocab_size, 3);
-  Sequence leader(0, tokens), follower(1, tokens);
-  step(*backend, {&leader}, {10});
-  backend->copy_state(leader.slot, follower.slot);
-  for (int64_t block = 0; block < 3; ++block)  // positions 0..9 lie in blocks 0, 1, 2 (block size 4)
-    backend->copy_kv_block(leader.block_table[block], follower.block_table[block]);
-  follower.num_computed = 10;
-  EXPECT_EQ(last_logits(*backend, leader, 1), last_logits(*backend, follower, 1));
+  for (const DType state_dtype : {DType::F32, DType::BF16}) {
+    auto backend = make_cuda_backend(model_, cache_of(2, state_dtype));
+    std::vector<int32_t> tokens = random_tokens(11, model_.config.vocab_size, 3);
+    Sequence leader(0, tokens), follower(1, tokens);
+    step(*backend, {&leader}, {10});
+    backend->copy_state(leader.slot, follower.slot);
+    for (int64_t block = 0; block < 3; ++block)  // positions 0..9 lie in blocks 0, 1, 2 (block size 4)
+      backend->copy_kv_block(leader.block_table[block], follower.block_table[block]);
+    follower.num_computed = 10;
+    EXPECT_EQ(last_logits(*backend, leader, 1), last_logits(*backend, follower, 1)) << dtype_name(state_dtype);
+  }
 }
 
 TEST_F(CudaStateTest, PoisonedSlotShowsAsNanAndIsNeverReadWithoutState) {
-  auto backend = make_cuda_backend(model_, test_cache(2));
-  std::vector<int32_t> tokens = random_tokens(6, model_.config.vocab_size, 4);
-  Sequence first(0, tokens);
-  step(*backend, {&first}, {5});
-  backend->poison_state(first.slot);
-  EXPECT_TRUE(all_nan(last_logits(*backend, first, 1))) << "a read of a poisoned slot must show";
+  for (const DType state_dtype : {DType::F32, DType::BF16}) {
+    auto backend = make_cuda_backend(model_, cache_of(2, state_dtype));
+    std::vector<int32_t> tokens = random_tokens(6, model_.config.vocab_size, 4);
+    Sequence first(0, tokens);
+    step(*backend, {&first}, {5});
+    backend->poison_state(first.slot);
+    EXPECT_TRUE(all_nan(last_logits(*backend, first, 1))) << "a read of a poisoned slot must show";
 
-  // Law 1: a new sequence in the poisoned slot starts from zero and never reads it.
-  auto clean = make_cuda_backend(model_, test_cache(2));
-  Sequence fresh(0, tokens), reference(0, tokens);
-  backend->poison_state(fresh.slot);
-  const std::vector<float> from_poisoned = last_logits(*backend, fresh, 1);
-  EXPECT_FALSE(all_nan(from_poisoned));
-  EXPECT_EQ(from_poisoned, last_logits(*clean, reference, 1));
+    // Law 1: a new sequence in the poisoned slot starts from zero and never reads it.
+    auto clean = make_cuda_backend(model_, cache_of(2, state_dtype));
+    Sequence fresh(0, tokens), reference(0, tokens);
+    backend->poison_state(fresh.slot);
+    const std::vector<float> from_poisoned = last_logits(*backend, fresh, 1);
+    EXPECT_FALSE(all_nan(from_poisoned));
+    EXPECT_EQ(from_poisoned, last_logits(*clean, reference, 1)) << dtype_name(state_dtype);
+  }
 }
 
 TEST_F(CudaStateTest, RejectsRowsAsTheCpuBackendDoes) {

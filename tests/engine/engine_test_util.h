@@ -51,7 +51,7 @@ inline EngineOptions exact_engine_options(const Model& model, int64_t max_num_se
   options.max_model_len = max_model_len;
   options.checked = true;
   options.memory_budget = std::to_string(exact_memory_budget(model.config, backend_weight_bytes(backend, model),
-                                                             max_num_seqs, num_kv_blocks, kv_block_size));
+                                                             max_num_seqs, num_kv_blocks, kv_block_size, DType::F32));
   return options;
 }
 

@@ -69,7 +69,7 @@ class PlanCache : public ::testing::Test {
       load_config(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/moe-top2-gqa2-fp32/config.json");
 
   CachePlan plan(int64_t budget, int64_t max_num_seqs = 4) {
-    return plan_cache(config_, kWeights, budget, max_num_seqs, 16, 100);
+    return plan_cache(config_, kWeights, budget, max_num_seqs, 16, 100, DType::F32);
   }
 };
 
@@ -79,6 +79,15 @@ TEST_F(PlanCache, BytesPerSlotAndBlock) {
   EXPECT_EQ(result.bytes_per_kv_block, 4096);
   EXPECT_EQ(result.weight_bytes, kWeights);
   EXPECT_EQ(result.cache.kv_block_size, 16);
+}
+
+// A bf16 state halves the slot (14592 bytes), so the budget of 2 fp32 slots above holds 4; the plan carries the type.
+TEST_F(PlanCache, Bf16StateHalvesTheSlot) {
+  const CachePlan result = plan_cache(config_, kWeights, kWeights + 92040, 4, 16, 100, DType::BF16);
+  EXPECT_EQ(result.bytes_per_slot, 14592);
+  EXPECT_EQ(result.cache.num_state_slots, 4);
+  EXPECT_EQ(result.cache.state_dtype, DType::BF16);
+  EXPECT_EQ(exact_memory_budget(config_, kWeights, 3, 5, 16, DType::BF16), kWeights + 3 * 14592 + 5 * 4096);
 }
 
 TEST_F(PlanCache, ExactlyOneRequest) {
@@ -124,10 +133,11 @@ TEST_F(PlanCache, ErrorWhenOneRequestDoesNotFit) {
 }
 
 TEST_F(PlanCache, RejectsBadLimits) {
-  EXPECT_THROW(plan_cache(config_, kWeights, 1 << 30, 0, 16, 100), Error);
-  EXPECT_THROW(plan_cache(config_, kWeights, 1 << 30, 4, 0, 100), Error);
-  EXPECT_THROW(plan_cache(config_, kWeights, 1 << 30, 4, 16, 0), Error);
-  EXPECT_THROW(plan_cache(config_, kWeights, 1 << 30, 4, 1, int64_t(1) << 40), Error);
+  EXPECT_THROW(plan_cache(config_, kWeights, 1 << 30, 0, 16, 100, DType::F32), Error);
+  EXPECT_THROW(plan_cache(config_, kWeights, 1 << 30, 4, 0, 100, DType::F32), Error);
+  EXPECT_THROW(plan_cache(config_, kWeights, 1 << 30, 4, 16, 0, DType::F32), Error);
+  EXPECT_THROW(plan_cache(config_, kWeights, 1 << 30, 4, 16, 100, DType::F16), Error);
+  EXPECT_THROW(plan_cache(config_, kWeights, 1 << 30, 4, 1, int64_t(1) << 40, DType::F32), Error);
 }
 
 // Moving the attention period past the last layer leaves 8 Mamba layers: 8 * 64 * 19 * 4 = 38912

@@ -66,7 +66,7 @@ std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
 CpuBackend::CpuBackend(const Model& model, const CacheConfig& cache)
     : model_(model),
       index_in_kind_(indices_within_kind(model.config)),
-      states_(model.config, cache.num_state_slots),
+      states_(model.config, cache.num_state_slots, cache.state_dtype),
       kv_cache_(model.config, cache) {}
 
 void CpuBackend::validate(std::span<const BatchRow> rows) const {

@@ -25,12 +25,12 @@ void for_each_row_and_channel(std::span<const MambaRow> rows, int64_t num_channe
 void causal_conv_channel(const MambaWeights& weights, int64_t kernel_size,
                          const Matrix& projected,  // [num_tokens, 2*Di]; columns 0..Di-1 are u
                          const MambaRow& row, int64_t channel,
-                         Matrix& activated) {      // [num_tokens, Di]
+                         Matrix& activated) {  // [num_tokens, Di]
   const int64_t tail_size = kernel_size - 1;
-  float* tail = row.conv_tail + element_offset(channel, tail_size);  // [K-1]
+  const StateValues tail = row.conv_tail + element_offset(channel, tail_size);  // [K-1]
   auto window = [&](int64_t index) {
     if (index >= tail_size) return projected.row(row.first_token + index - tail_size)[channel];
-    return row.has_initial_state ? tail[index] : 0.0f;
+    return row.has_initial_state ? tail.get(index) : 0.0f;
   };
   const int64_t first_tap = element_offset(channel, kernel_size);
   const float bias = weights.conv_bias.empty() ? 0.0f : weights.conv_bias.at(channel);
@@ -40,7 +40,7 @@ void causal_conv_channel(const MambaWeights& weights, int64_t kernel_size,
     activated.row(row.first_token + t)[channel] = silu(sum + bias);
   }
   // In place: entry j reads window index num_tokens + j > j, which is not yet overwritten.
-  for (int64_t j = 0; j < tail_size; ++j) tail[j] = window(row.num_tokens + j);
+  for (int64_t j = 0; j < tail_size; ++j) tail.set(j, window(row.num_tokens + j));
 }
 
 // One channel of the sequential selective scan in fp32, with the D skip and the gate:
@@ -52,16 +52,16 @@ void selective_scan_channel(const MambaWeights& weights, const JambaConfig& conf
                             const Matrix& c_normed,   // [num_tokens, N]
                             const Matrix& projected,  // [num_tokens, 2*Di]; columns Di..2Di-1 are z
                             const MambaRow& row, int64_t channel,
-                            Matrix& gated) {          // [num_tokens, Di]
+                            Matrix& gated) {  // [num_tokens, Di]
   const int64_t num_channels = config.mamba_d_inner;
   const int64_t state_size = config.mamba_d_state;
-  float* saved_h = row.ssm_state + element_offset(channel, state_size);  // [N]
+  const StateValues saved_h = row.ssm_state + element_offset(channel, state_size);  // [N]
   thread_local std::vector<float> a, h;  // [N] A = -exp(A_log), and the state as it evolves
   a.resize(size_t(state_size));
   h.resize(size_t(state_size));
   for (int64_t n = 0; n < state_size; ++n) {
     a[n] = -std::exp(weights.A_log.at(element_offset(channel, state_size) + n));
-    h[n] = row.has_initial_state ? saved_h[n] : 0.0f;
+    h[n] = row.has_initial_state ? saved_h.get(n) : 0.0f;
   }
 
   const float skip = weights.D.at(channel);
@@ -77,7 +77,7 @@ void selective_scan_channel(const MambaWeights& weights, const JambaConfig& conf
     }
     gated.row(t)[channel] = (y + skip * u) * silu(projected.row(t)[num_channels + channel]);
   }
-  std::copy(h.begin(), h.end(), saved_h);
+  for (int64_t n = 0; n < state_size; ++n) saved_h.set(n, h[n]);
 }
 
 // The mixer's intermediates, kept from call to call (per thread) so that each layer and step

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "backend/cpu/matrix.h"
+#include "backend/state_values.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -11,17 +12,17 @@ namespace jambo::cpu {
 
 // One row's share of a Mamba layer: its tokens in the step and its state in the slot pool.
 struct MambaRow {
-  int64_t first_token = 0;         // index of the row's first token in the step's activations
+  int64_t first_token = 0;  // index of the row's first token in the step's activations
   int64_t num_tokens = 0;
   bool has_initial_state = false;  // law 1: false => zero conv tail and zero h; the slot is never read
-  float* conv_tail = nullptr;      // [Di, K-1] read when has_initial_state; always rewritten
-  float* ssm_state = nullptr;      // [Di, N]   read when has_initial_state; always rewritten
+  StateValues conv_tail;           // [Di, K-1] read when has_initial_state; always rewritten
+  StateValues ssm_state;           // [Di, N]   read when has_initial_state; always rewritten
 };
 
 // out = Mamba(x) for every token; each row's conv tail and SSM state are carried forward.
 void mamba_mixer(const MambaWeights& weights, const JambaConfig& config,
-                 const Matrix& x,                  // [num_tokens, H] (already normalized)
+                 const Matrix& x,  // [num_tokens, H] (already normalized)
                  std::span<const MambaRow> rows,
-                 Matrix& out);                     // [num_tokens, H]
+                 Matrix& out);  // [num_tokens, H]
 
 }  // namespace jambo::cpu

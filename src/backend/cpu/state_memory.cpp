@@ -13,36 +13,35 @@
 
 namespace jambo::cpu {
 
-MappedFloats::MappedFloats(int64_t num_elements, const char* purpose) {
-  JAMBO_REQUIRE(num_elements >= 0, "{}: negative size {}", purpose, num_elements);
-  num_bytes_ = element_offset(num_elements, sizeof(float));
+MappedMemory::MappedMemory(int64_t num_bytes, const char* purpose) : num_bytes_(num_bytes) {
+  JAMBO_REQUIRE(num_bytes >= 0, "{}: negative size {}", purpose, num_bytes);
   if (num_bytes_ == 0) return;
-  void* mapping = mmap(nullptr, size_t(num_bytes_), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  JAMBO_REQUIRE(mapping != MAP_FAILED, "{}: cannot reserve {} bytes: {}", purpose, num_bytes_, std::strerror(errno));
-  data_ = static_cast<float*>(mapping);
+  data_ = mmap(nullptr, size_t(num_bytes_), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  JAMBO_REQUIRE(data_ != MAP_FAILED, "{}: cannot reserve {} bytes: {}", purpose, num_bytes_, std::strerror(errno));
 }
 
-MappedFloats::~MappedFloats() {
+MappedMemory::~MappedMemory() {
   if (data_ != nullptr) munmap(data_, size_t(num_bytes_));
 }
 
-StatePool::StatePool(const JambaConfig& config, int64_t num_slots)
+StatePool::StatePool(const JambaConfig& config, int64_t num_slots, DType state_dtype)
     : num_slots_(num_slots),
       conv_tail_size_(config.mamba_d_inner * (config.mamba_d_conv - 1)),
       layer_stride_(config.mamba_d_inner * (config.mamba_d_conv - 1 + config.mamba_d_state)),
       slot_stride_(config.num_mamba_layers() * layer_stride_),
-      memory_(element_offset(num_slots, slot_stride_), "recurrent-state pool") {
+      dtype_(state_dtype),
+      memory_(element_offset(element_offset(num_slots, slot_stride_), dtype_size(state_dtype)),
+              "recurrent-state pool") {
   JAMBO_REQUIRE(num_slots > 0, "the recurrent-state pool needs at least one slot, got {}", num_slots);
+  JAMBO_REQUIRE(is_state_dtype(state_dtype), "the recurrent state is stored as F32 or BF16, not {}",
+                dtype_name(state_dtype));
 }
 
-void StatePool::require_slot(int64_t slot, const char* action) const {
-  require_state_slot(slot, num_slots_, action);
-}
+void StatePool::require_slot(int64_t slot, const char* action) const { require_state_slot(slot, num_slots_, action); }
 
-float* StatePool::slot_begin(int64_t slot) {
+StateValues StatePool::slot_begin(int64_t slot) {
   const int64_t offset = element_offset(slot, slot_stride_);
-  return memory_.data() + (offset_modulus_ > 0 ? offset % offset_modulus_ : offset);
+  return StateValues{memory_.data(), dtype_} + (offset_modulus_ > 0 ? offset % offset_modulus_ : offset);
 }
 
 void StatePool::wrap_offsets_at(int64_t modulus) {
@@ -50,11 +49,11 @@ void StatePool::wrap_offsets_at(int64_t modulus) {
   offset_modulus_ = modulus;
 }
 
-float* StatePool::conv_tail(int64_t slot, int64_t mamba_layer) {
+StateValues StatePool::conv_tail(int64_t slot, int64_t mamba_layer) {
   return slot_begin(slot) + element_offset(mamba_layer, layer_stride_);
 }
 
-float* StatePool::ssm_state(int64_t slot, int64_t mamba_layer) {
+StateValues StatePool::ssm_state(int64_t slot, int64_t mamba_layer) {
   return conv_tail(slot, mamba_layer) + conv_tail_size_;
 }
 
@@ -62,12 +61,14 @@ void StatePool::copy(int64_t from_slot, int64_t to_slot) {
   require_slot(from_slot, "copy_state");
   require_slot(to_slot, "copy_state");
   if (from_slot == to_slot) return;
-  std::copy_n(slot_begin(from_slot), slot_stride_, slot_begin(to_slot));
+  std::memcpy(slot_begin(to_slot).data, slot_begin(from_slot).data,
+              size_t(element_offset(slot_stride_, dtype_size(dtype_))));
 }
 
 void StatePool::poison(int64_t slot) {
   require_slot(slot, "poison_state");
-  std::fill_n(slot_begin(slot), slot_stride_, std::numeric_limits<float>::quiet_NaN());
+  const StateValues values = slot_begin(slot);
+  for (int64_t i = 0; i < slot_stride_; ++i) values.set(i, std::numeric_limits<float>::quiet_NaN());
 }
 
 KvCache::KvCache(const JambaConfig& config, const CacheConfig& cache)
@@ -77,14 +78,15 @@ KvCache::KvCache(const JambaConfig& config, const CacheConfig& cache)
       half_stride_(cache.kv_block_size * token_stride_),
       layer_stride_(2 * half_stride_),
       block_stride_(config.num_attention_layers() * layer_stride_),
-      memory_(element_offset(cache.num_kv_blocks, block_stride_), "KV cache") {
+      memory_(element_offset(element_offset(cache.num_kv_blocks, block_stride_), sizeof(float)), "KV cache") {
   JAMBO_REQUIRE(cache.kv_block_size > 0, "kv_block_size must be positive, got {}", cache.kv_block_size);
   JAMBO_REQUIRE(cache.num_kv_blocks >= 0, "num_kv_blocks must not be negative, got {}", cache.num_kv_blocks);
 }
 
 float* KvCache::entry(int64_t block, int64_t attention_layer, int64_t key_or_value, int64_t position_in_block) {
-  return memory_.data() + element_offset(block, block_stride_) + element_offset(attention_layer, layer_stride_) +
-         element_offset(key_or_value, half_stride_) + element_offset(position_in_block, token_stride_);
+  return static_cast<float*>(memory_.data()) + element_offset(block, block_stride_) +
+         element_offset(attention_layer, layer_stride_) + element_offset(key_or_value, half_stride_) +
+         element_offset(position_in_block, token_stride_);
 }
 
 float* KvCache::key(int64_t block, int64_t attention_layer, int64_t position_in_block) {

@@ -5,35 +5,36 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/state_values.h"
 #include "model/config.h"
 
 #include <cstdint>
 
 namespace jambo::cpu {
 
-// An anonymous, lazily committed, zero-filled fp32 buffer.
-class MappedFloats {
+// An anonymous, lazily committed, zero-filled buffer.
+class MappedMemory {
  public:
-  MappedFloats(int64_t num_elements, const char* purpose);
-  ~MappedFloats();
-  MappedFloats(const MappedFloats&) = delete;
-  MappedFloats& operator=(const MappedFloats&) = delete;
+  MappedMemory(int64_t num_bytes, const char* purpose);
+  ~MappedMemory();
+  MappedMemory(const MappedMemory&) = delete;
+  MappedMemory& operator=(const MappedMemory&) = delete;
 
-  float* data() const { return data_; }
+  void* data() const { return data_; }
 
  private:
-  float* data_ = nullptr;
+  void* data_ = nullptr;
   int64_t num_bytes_ = 0;
 };
 
-// Per slot and per Mamba layer: the conv tail (the last K-1 inputs u) and the SSM state, fp32.
+// Per slot and per Mamba layer: the conv tail (the last K-1 inputs u) and the SSM state, stored as state_dtype.
 class StatePool {
  public:
-  StatePool(const JambaConfig& config, int64_t num_slots);
+  StatePool(const JambaConfig& config, int64_t num_slots, DType state_dtype);
 
   int64_t num_slots() const { return num_slots_; }
-  float* conv_tail(int64_t slot, int64_t mamba_layer);  // [Di, K-1], oldest input first
-  float* ssm_state(int64_t slot, int64_t mamba_layer);  // [Di, N]
+  StateValues conv_tail(int64_t slot, int64_t mamba_layer);  // [Di, K-1], oldest input first
+  StateValues ssm_state(int64_t slot, int64_t mamba_layer);  // [Di, N]
   void copy(int64_t from_slot, int64_t to_slot);
   void poison(int64_t slot);  // fills the slot with NaN
   int64_t elements_per_slot() const { return slot_stride_; }
@@ -41,15 +42,16 @@ class StatePool {
   void wrap_offsets_at(int64_t modulus);
 
  private:
-  float* slot_begin(int64_t slot);
+  StateValues slot_begin(int64_t slot);
   void require_slot(int64_t slot, const char* action) const;
 
   int64_t num_slots_;
-  int64_t conv_tail_size_;  // Di * (K-1)
-  int64_t layer_stride_;    // Di * (K-1 + N)
-  int64_t slot_stride_;     // num_mamba_layers * layer_stride_
+  int64_t conv_tail_size_;      // Di * (K-1)
+  int64_t layer_stride_;        // Di * (K-1 + N)
+  int64_t slot_stride_;         // num_mamba_layers * layer_stride_
   int64_t offset_modulus_ = 0;  // test-only fault; 0: offsets never wrap
-  MappedFloats memory_;     // [num_slots, num_mamba_layers, Di * (K-1 + N)]
+  DType dtype_;
+  MappedMemory memory_;  // [num_slots, num_mamba_layers, Di * (K-1 + N)] of dtype_
 };
 
 // [num_kv_blocks, num_attention_layers, 2 (key, value), kv_block_size, nkv, hd], fp32.
@@ -71,7 +73,7 @@ class KvCache {
   int64_t half_stride_;   // block_size * token_stride_ (all keys, or all values, of one layer)
   int64_t layer_stride_;  // 2 * half_stride_
   int64_t block_stride_;  // num_attention_layers * layer_stride_
-  MappedFloats memory_;
+  MappedMemory memory_;   // fp32
 };
 
 }  // namespace jambo::cpu

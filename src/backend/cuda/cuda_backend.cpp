@@ -50,7 +50,9 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  int64_t slot_offset(int64_t slot) const;  // element offset of a slot, through the test-only wrap
+  int64_t slot_offset(int64_t slot) const;      // element offset of a slot, through the test-only wrap
+  StateValues slot_values(int64_t slot) const;  // the slot's state, from its first element
+  int64_t slot_bytes() const { return element_offset(slot_stride_, dtype_size(cache_.state_dtype)); }
   void reserve_activations(int64_t num_tokens, int64_t num_vectors);
   bool runs_as_graph(const DeviceRows& rows) const;
   void enqueue_layers(const DeviceRows& rows);  // embedding to logits: launches only, no host synchronization
@@ -67,7 +69,7 @@ class CudaBackend final : public Backend {
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
   int64_t layer_stride_ = 0;            // Di * (K-1 + N): one Mamba layer's state in a slot
   int64_t slot_stride_ = 0;             // num_mamba_layers * layer_stride_
-  DeviceBuffer<float> states_;          // [num_slots, num_mamba_layers, Di * (K-1 + N)]
+  DeviceBuffer<std::byte> states_;      // [num_slots, num_mamba_layers, Di * (K-1 + N)] of cache_.state_dtype
   int64_t kv_block_stride_ = 0;         // num_attention_layers * 2 * kv_block_size * nkv * hd
   DeviceBuffer<float> kv_cache_;        // [num_kv_blocks, num_attention_layers, 2, kv_block_size, nkv, hd]
   FaultInjection faults_;               // test-only; none by default
@@ -104,14 +106,17 @@ CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMod
   // Norms round their outputs to this type for the GEMMs they feed; linear() uses such a copy only for a weight
   // of the same type (a checkpoint stores its matrices in one type). Layer 0 has a mixer.
   const DeviceLayer& first = weights_->layers.front();
-  narrow_dtype_ = config_.mixer_kinds.front() == MixerKind::Attention ? first.attention.q_proj.dtype
-                                                                       : first.mamba.in_proj.dtype;
+  narrow_dtype_ =
+      config_.mixer_kinds.front() == MixerKind::Attention ? first.attention.q_proj.dtype : first.mamba.in_proj.dtype;
 
   layer_stride_ = config_.mamba_d_inner * (config_.mamba_d_conv - 1 + config_.mamba_d_state);
   slot_stride_ = config_.num_mamba_layers() * layer_stride_;
-  const int64_t state_elements = element_offset(cache.num_state_slots, slot_stride_);
-  states_ = DeviceBuffer<float>(state_elements);
-  JAMBO_CUDA_CHECK(cudaMemsetAsync(states_.data(), 0, size_t(element_offset(state_elements, 4)), stream_));
+  JAMBO_REQUIRE(is_state_dtype(cache.state_dtype), "the recurrent state is stored as F32 or BF16, not {}",
+                dtype_name(cache.state_dtype));
+  const int64_t state_bytes =
+      element_offset(element_offset(cache.num_state_slots, slot_stride_), dtype_size(cache.state_dtype));
+  states_ = DeviceBuffer<std::byte>(state_bytes);
+  JAMBO_CUDA_CHECK(cudaMemsetAsync(states_.data(), 0, size_t(state_bytes), stream_));
   kv_block_stride_ =
       config_.num_attention_layers() * 2 * cache.kv_block_size * config_.num_key_value_heads * config_.head_dim;
   const int64_t kv_elements = element_offset(cache.num_kv_blocks, kv_block_stride_);
@@ -133,6 +138,10 @@ int64_t CudaBackend::slot_offset(int64_t slot) const {
   return faults_.state_offset_modulus > 0 ? offset % faults_.state_offset_modulus : offset;
 }
 
+StateValues CudaBackend::slot_values(int64_t slot) const {
+  return StateValues{states_.data(), cache_.state_dtype} + slot_offset(slot);
+}
+
 KvLayout CudaBackend::kv_layout(int64_t attention_layer) const {
   KvLayout layout;
   layout.block_size = cache_.kv_block_size;
@@ -147,8 +156,8 @@ void CudaBackend::copy_state(int64_t from_slot, int64_t to_slot) {
   require_state_slot(from_slot, cache_.num_state_slots, "copy_state");
   require_state_slot(to_slot, cache_.num_state_slots, "copy_state");
   if (from_slot == to_slot || slot_stride_ == 0) return;
-  JAMBO_CUDA_CHECK(cudaMemcpyAsync(states_.data() + slot_offset(to_slot), states_.data() + slot_offset(from_slot),
-                                   size_t(element_offset(slot_stride_, 4)), cudaMemcpyDeviceToDevice, stream_));
+  JAMBO_CUDA_CHECK(cudaMemcpyAsync(slot_values(to_slot).data, slot_values(from_slot).data, size_t(slot_bytes()),
+                                   cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
@@ -160,12 +169,11 @@ void CudaBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
                                    size_t(element_offset(kv_block_stride_, 4)), cudaMemcpyDeviceToDevice, stream_));
 }
 
-// NaN is all-ones bytes (0xffffffff is a quiet NaN), so one memset poisons the slot.
+// NaN is all-ones bytes (0xffffffff is a quiet fp32 NaN, 0xffff a bf16 one), so one memset poisons the slot.
 void CudaBackend::poison_state(int64_t slot) {
   require_state_slot(slot, cache_.num_state_slots, "poison_state");
   if (slot_stride_ == 0) return;
-  JAMBO_CUDA_CHECK(
-      cudaMemsetAsync(states_.data() + slot_offset(slot), 0xff, size_t(element_offset(slot_stride_, 4)), stream_));
+  JAMBO_CUDA_CHECK(cudaMemsetAsync(slot_values(slot).data, 0xff, size_t(slot_bytes()), stream_));
 }
 
 void CudaBackend::reserve_activations(int64_t num_tokens, int64_t num_vectors) {
@@ -187,14 +195,15 @@ Narrow16 CudaBackend::narrow_copy(DeviceBuffer<uint16_t>& buffer) const {
 void CudaBackend::run_mamba(int64_t layer, const DeviceRows& rows) {
   const MambaStateLayout layout{config_.mamba_d_inner, config_.mamba_d_conv, config_.mamba_d_state,
                                 element_offset(index_in_kind_[layer], layer_stride_)};
-  mamba_mixer(*gemm_, weights_->layers[layer].mamba, config_, layout, rows, activations_.normed.data(), states_.data(),
-              activations_.update.data(), mamba_scratch_, stream_, narrow_copy(activations_.normed16));
+  mamba_mixer(*gemm_, weights_->layers[layer].mamba, config_, layout, rows, activations_.normed.data(),
+              StateValues{states_.data(), cache_.state_dtype}, activations_.update.data(), mamba_scratch_, stream_,
+              narrow_copy(activations_.normed16));
 }
 
 void CudaBackend::run_attention(int64_t layer, const DeviceRows& rows) {
   attention_mixer(*gemm_, weights_->layers[layer].attention, config_, kv_layout(index_in_kind_[layer]), rows,
-                  activations_.normed.data(), kv_cache_.data(), activations_.update.data(), attention_scratch_,
-                  stream_, narrow_copy(activations_.normed16));
+                  activations_.normed.data(), kv_cache_.data(), activations_.update.data(), attention_scratch_, stream_,
+                  narrow_copy(activations_.normed16));
 }
 
 void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {

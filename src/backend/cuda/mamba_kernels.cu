@@ -8,11 +8,11 @@ constexpr int kThreads = 256;
 
 // Entry `index` of a row's conv window: the tail (K-1 entries, zeros without state), then the row's inputs.
 __device__ inline float window_at(int64_t index, int64_t tail_size, bool reads_state,
-                                  const float* tail,     // [K-1] this channel's tail in the slot
+                                  StateValues tail,      // [K-1] this channel's tail in the slot
                                   const float* u_first,  // the row's first input u of this channel
                                   int64_t u_stride) {    // 2*Di
   if (index >= tail_size) return u_first[device_offset(index - tail_size, u_stride)];
-  return reads_state ? tail[index] : 0.0f;
+  return reads_state ? tail.get(index) : 0.0f;
 }
 
 // A row of one token (decode) has one thread per channel here, the only reader of the channel's tail: it shifts
@@ -21,7 +21,7 @@ __global__ void conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
                                     const float* projected,    // [T, 2*Di]
                                     const float* conv_weight,  // [Di, K]
                                     const float* conv_bias,    // [Di] or null
-                                    float* state_pool,         // [num_slots, elements_per_slot]
+                                    StateValues state_pool,    // [num_slots, elements_per_slot]
                                     float* activated) {        // [T, Di]
   const int64_t num_channels = layout.num_channels;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -30,7 +30,7 @@ __global__ void conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
   const int64_t r = rows.token_row[t];
   const int64_t first = rows.first_token[r];
   const int64_t tail_size = layout.kernel_size - 1;
-  float* tail = state_pool + rows.state_offset[r] + layout.layer_offset + device_offset(c, tail_size);
+  const StateValues tail = state_pool + (rows.state_offset[r] + layout.layer_offset + device_offset(c, tail_size));
   const int64_t u_stride = 2 * num_channels;
   const float* u_first = projected + device_offset(first, u_stride) + c;
   const bool reads_state = rows.reads_state[r] != 0;
@@ -42,27 +42,27 @@ __global__ void conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
   activated[i] = silu(sum + (conv_bias == nullptr ? 0.0f : conv_bias[c]));
   if (rows.row_tokens[r] != 1) return;
   for (int64_t j = 0; j < tail_size; ++j)  // entry j reads window index 1 + j > j, not yet overwritten
-    tail[j] = window_at(1 + j, tail_size, reads_state, tail, u_first, u_stride);
+    tail.set(j, window_at(1 + j, tail_size, reads_state, tail, u_first, u_stride));
 }
 
 // After every output has read the old tails: each (row, channel) keeps the last K-1 window entries. In place:
 // entry j reads window index num_tokens + j > j, which is not yet overwritten.
 __global__ void conv_tail_kernel(DeviceRows rows, MambaStateLayout layout,
-                                 const float* projected,  // [T, 2*Di]
-                                 float* state_pool) {     // [num_slots, elements_per_slot]
+                                 const float* projected,    // [T, 2*Di]
+                                 StateValues state_pool) {  // [num_slots, elements_per_slot]
   const int64_t num_channels = layout.num_channels;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= device_offset(rows.num_rows, num_channels)) return;
   const int64_t r = i / num_channels, c = i % num_channels;
   if (rows.row_tokens[r] == 1) return;  // shifted by conv_outputs_kernel
   const int64_t tail_size = layout.kernel_size - 1;
-  float* tail = state_pool + rows.state_offset[r] + layout.layer_offset + device_offset(c, tail_size);
+  const StateValues tail = state_pool + (rows.state_offset[r] + layout.layer_offset + device_offset(c, tail_size));
   const int64_t u_stride = 2 * num_channels;
   const float* u_first = projected + device_offset(rows.first_token[r], u_stride) + c;
   const bool reads_state = rows.reads_state[r] != 0;
   const int64_t num_tokens = rows.row_tokens[r];
   for (int64_t j = 0; j < tail_size; ++j)
-    tail[j] = window_at(num_tokens + j, tail_size, reads_state, tail, u_first, u_stride);
+    tail.set(j, window_at(num_tokens + j, tail_size, reads_state, tail, u_first, u_stride));
 }
 
 // The selective scan's operands, one struct for its kernels (the chunked scan's three and the one-token update).
@@ -77,7 +77,7 @@ struct ScanParams {
   const float* projected;  // [T, 2*Di]; columns Di..2Di-1 are z
   const float* a;          // [Di, N] A = -exp(A_log)
   const float* d;          // [Di]
-  float* state_pool;       // [num_slots, elements_per_slot]
+  StateValues state_pool;  // [num_slots, elements_per_slot]
   float* gated;            // [T, Di]
   Narrow16 gated16;        // [T, Di] gated rounded for a 16-bit out_proj, or absent
   float* chunk_end;        // [num_chunks, Di, N] a chunk's last h, from zero state
@@ -109,9 +109,11 @@ __device__ inline ChunkView chunk_view(const DeviceRows& rows, int64_t chunk) {
   return view;
 }
 
-__device__ inline float* slot_h(const ScanParams& p, int64_t row, int64_t c) {
-  return p.state_pool + p.rows.state_offset[row] + p.layout.layer_offset +
-         device_offset(p.layout.num_channels, p.layout.kernel_size - 1) + device_offset(c, p.layout.state_size);
+// The SSM state of `row` in its slot, from channel c on: [Di - c, N].
+__device__ inline StateValues slot_h(const ScanParams& p, int64_t row, int64_t c) {
+  return p.state_pool +
+         (p.rows.state_offset[row] + p.layout.layer_offset +
+          device_offset(p.layout.num_channels, p.layout.kernel_size - 1) + device_offset(c, p.layout.state_size));
 }
 
 // h <- the scan of tokens [first, end) of channel c from h; returns the sum of their deltas. With outputs, each
@@ -175,7 +177,7 @@ __global__ void chunk_start_kernel(const ScanParams p) {
   const int64_t first_chunk = rows.row_first_chunk[r];
   const int64_t num_chunks = (rows.row_tokens[r] + kScanChunkTokens - 1) / kScanChunkTokens;
   const float a = p.a[entry];
-  float h = rows.reads_state[r] != 0 ? slot_h(p, r, c)[n] : 0.0f;  // law 1: a row without state starts from zero
+  float h = rows.reads_state[r] != 0 ? slot_h(p, r, c).get(n) : 0.0f;  // law 1: a row without state starts from zero
   for (int64_t j = 0; j < num_chunks; ++j) {
     const int64_t chunk = first_chunk + j;
     p.chunk_start[device_offset(chunk, device_offset(num_channels, state_size)) + entry] = h;
@@ -200,10 +202,10 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const ScanPara
     if (n < state_size) h[n] = start_h[n];
   scan_tokens<kStateSize, true>(p, c, view.first, view.end, h);
   if (!view.is_last) return;
-  float* saved = slot_h(p, view.row, c);
+  const StateValues saved = slot_h(p, view.row, c);
 #pragma unroll
   for (int n = 0; n < kMaxStateSize; ++n)
-    if (n < state_size) saved[n] = h[n];
+    if (n < state_size) saved.set(n, h[n]);
 }
 
 constexpr int kUpdateChannels = 128;  // channels of one row per block of the one-token state update
@@ -229,16 +231,16 @@ __global__ void __launch_bounds__(kUpdateChannels) selective_state_update_kernel
   const int state_size = kStateSize > 0 ? kStateSize : int(layout.state_size), stride = state_size + 1;
   const int64_t num_channels = layout.num_channels, c0 = int64_t(blockIdx.x) * kUpdateChannels;
   const int count = int(min(int64_t(kUpdateChannels), num_channels - c0)), num_entries = count * state_size;
-  float* h = shared;                             // [kUpdateChannels, N + 1]
-  float* a = h + kUpdateChannels * stride;       // [kUpdateChannels, N + 1]
-  float* bc = a + kUpdateChannels * stride;      // [2N]: B, then C
+  float* h = shared;                         // [kUpdateChannels, N + 1]
+  float* a = h + kUpdateChannels * stride;   // [kUpdateChannels, N + 1]
+  float* bc = a + kUpdateChannels * stride;  // [2N]: B, then C
   const int64_t t = rows.first_token[r];
-  float* saved = slot_h(p, r, c0);                             // [count, N]
+  const StateValues saved = slot_h(p, r, c0);                 // [count, N]
   const float* a_rows = p.a + device_offset(c0, state_size);  // [count, N]
-  const bool reads_state = rows.reads_state[r] != 0;  // law 1: a row without state starts from zero
+  const bool reads_state = rows.reads_state[r] != 0;          // law 1: a row without state starts from zero
   for (int i = threadIdx.x; i < num_entries; i += blockDim.x) {
     const int at = (i / state_size) * stride + i % state_size;
-    h[at] = reads_state ? saved[i] : 0.0f;
+    h[at] = reads_state ? saved.get(i) : 0.0f;
     a[at] = a_rows[i];
   }
   const float* b_row = p.selective + device_offset(t, p.selective_stride) + p.b_column;
@@ -259,13 +261,14 @@ __global__ void __launch_bounds__(kUpdateChannels) selective_state_update_kernel
     store_gated(p, device_offset(t, num_channels) + c, (y + p.d[c] * u) * silu(z));
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < num_entries; i += blockDim.x) saved[i] = h[(i / state_size) * stride + i % state_size];
+  for (int i = threadIdx.x; i < num_entries; i += blockDim.x)
+    saved.set(i, h[(i / state_size) * stride + i % state_size]);
 }
 
 }  // namespace
 
 void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const float* projected,
-                   const float* conv_weight, const float* conv_bias, float* state_pool, float* activated,
+                   const float* conv_weight, const float* conv_bias, StateValues state_pool, float* activated,
                    cudaStream_t stream) {
   const int64_t num_outputs = device_offset(rows.num_tokens, layout.num_channels);
   if (num_outputs == 0) return;
@@ -280,7 +283,7 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const
 
 void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, const float* activated,
                     const float* delta_raw, const float* dt_bias, const float* selective, int64_t selective_stride,
-                    int64_t b_column, const float* projected, const float* a, const float* d, float* state_pool,
+                    int64_t b_column, const float* projected, const float* a, const float* d, StateValues state_pool,
                     float* gated, const Narrow16& gated16, ScanScratch& scratch, cudaStream_t stream) {
   require(layout.state_size >= 1 && layout.state_size <= kMaxStateSize,
           "the CUDA selective scan supports mamba_d_state up to 32, got " + std::to_string(layout.state_size));
@@ -294,8 +297,8 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
   float* chunk_end = scratch.chunk_end.reserve(chunk_states);
   float* chunk_start = scratch.chunk_start.reserve(chunk_states);
   float* delta_sum = scratch.delta_sum.reserve(device_offset(rows.num_chunks, layout.num_channels));
-  const ScanParams params{rows,      layout,     activated, delta_raw, dt_bias,   selective, selective_stride,
-                          b_column,  projected,  a,         d,         state_pool, gated,     gated16,
+  const ScanParams params{rows,      layout,      activated, delta_raw, dt_bias,    selective, selective_stride,
+                          b_column,  projected,   a,         d,         state_pool, gated,     gated16,
                           chunk_end, chunk_start, delta_sum};
   const bool jamba_state = layout.state_size == 16;  // every released Jamba: its own compiled loops
 

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/device_rows.h"
 #include "backend/cuda/narrow16.h"
+#include "backend/state_values.h"
 
 namespace jambo::cuda {
 
@@ -27,7 +28,7 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout,
                    const float* projected,    // [T, 2*Di]; columns 0..Di-1 are u
                    const float* conv_weight,  // [Di, K]
                    const float* conv_bias,    // [Di] or null
-                   float* state_pool,         // [num_slots, elements_per_slot]
+                   StateValues state_pool,    // [num_slots, elements_per_slot]
                    float* activated,          // [T, Di]
                    cudaStream_t stream);
 
@@ -53,11 +54,11 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
                     const float* dt_bias,    // [Di]
                     const float* selective,  // [T, selective_stride] the normalized B at column b_column, C after it
                     int64_t selective_stride, int64_t b_column,
-                    const float* projected,  // [T, 2*Di]; columns Di..2Di-1 are z
-                    const float* a,          // [Di, N] A = -exp(A_log)
-                    const float* d,          // [Di]
-                    float* state_pool,       // [num_slots, elements_per_slot]
-                    float* gated,            // [T, Di]
+                    const float* projected,   // [T, 2*Di]; columns Di..2Di-1 are z
+                    const float* a,           // [Di, N] A = -exp(A_log)
+                    const float* d,           // [Di]
+                    StateValues state_pool,   // [num_slots, elements_per_slot]
+                    float* gated,             // [T, Di]
                     const Narrow16& gated16,  // [T, Di] gated rounded for a 16-bit out_proj, or absent
                     ScanScratch& scratch, cudaStream_t stream);
 

@@ -7,7 +7,7 @@
 namespace jambo::cuda {
 
 void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const JambaConfig& config, const MambaStateLayout& layout,
-                 const DeviceRows& rows, const float* x, float* state_pool, float* out, MambaScratch& scratch,
+                 const DeviceRows& rows, const float* x, StateValues state_pool, float* out, MambaScratch& scratch,
                  cudaStream_t stream, const Narrow16& x16) {
   const int64_t num_tokens = rows.num_tokens, inner = config.mamba_d_inner;
   const int64_t dt_rank = config.mamba_dt_rank, state_size = config.mamba_d_state;

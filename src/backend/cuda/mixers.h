@@ -13,11 +13,11 @@ namespace jambo::cuda {
 
 // Intermediates of the Mamba mixer, grown on demand.
 struct MambaScratch {
-  DeviceBuffer<float> projected;  // [T, 2*Di] in_proj: u then z
-  DeviceBuffer<float> activated;  // [T, Di] u after the conv and SiLU
-  DeviceBuffer<float> selective;  // [T, R + 2N] x_proj output (dt, B, C), normalized in place
-  DeviceBuffer<float> delta;      // [T, Di] dt_proj output, before its bias
-  DeviceBuffer<float> gated;      // [T, Di] the scan's output
+  DeviceBuffer<float> projected;   // [T, 2*Di] in_proj: u then z
+  DeviceBuffer<float> activated;   // [T, Di] u after the conv and SiLU
+  DeviceBuffer<float> selective;   // [T, R + 2N] x_proj output (dt, B, C), normalized in place
+  DeviceBuffer<float> delta;       // [T, Di] dt_proj output, before its bias
+  DeviceBuffer<float> gated;       // [T, Di] the scan's output
   DeviceBuffer<uint16_t> gated16;  // [T, Di] the same rounded for a 16-bit out_proj
   ScanScratch scan;
 };
@@ -26,9 +26,9 @@ struct MambaScratch {
 // rounded by its producer (gemm.h), or absent; likewise for the attention mixer.
 void mamba_mixer(Gemm& gemm, const DeviceMamba& weights, const JambaConfig& config, const MambaStateLayout& layout,
                  const DeviceRows& rows,
-                 const float* x,     // [T, H] (already normalized)
-                 float* state_pool,  // [num_slots, elements_per_slot]
-                 float* out,         // [T, H]
+                 const float* x,          // [T, H] (already normalized)
+                 StateValues state_pool,  // [num_slots, elements_per_slot]
+                 float* out,              // [T, H]
                  MambaScratch& scratch, cudaStream_t stream, const Narrow16& x16 = {});
 
 // Intermediates of the attention mixer, grown on demand.
