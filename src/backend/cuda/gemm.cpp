@@ -41,6 +41,7 @@ void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, 
     SkinnyGemm skinny;
     skinny.x = x, skinny.x_stride = x_stride, skinny.num_rows = num_rows;
     skinny.weight = w.data, skinny.dtype = w.dtype, skinny.n = w.rows, skinny.k = w.cols, skinny.y = y;
+    if (x16.present() && x16.dtype == w.dtype) skinny.x16 = x16.data;
     if (skinny_gemm_applies(skinny)) {
       skinny_gemm(skinny, gemm.stream());
       return;

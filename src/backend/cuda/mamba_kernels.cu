@@ -208,61 +208,77 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const ScanPara
     if (n < state_size) saved.set(n, h[n]);
 }
 
-constexpr int kUpdateChannels = 128;  // channels of one row per block of the one-token state update
+constexpr int kUpdateThreads = 256;
+constexpr int kLanesPerChannel = 4;  // threads sharing one channel's N state entries in the one-token update
+constexpr int kUpdateRows = 8;       // rows of one block of the one-token update, each thread taking all of them
 
-// Shared memory of the state update, in floats: the block's states and A rows [kUpdateChannels, N + 1] each
-// (padded: a thread walking its own channel's entries hits its own bank), then the row's B and C [2N].
-JAMBO_HOST_DEVICE inline int64_t update_shared_floats(int64_t state_size) {
-  return 2 * kUpdateChannels * (state_size + 1) + 2 * state_size;
-}
-
-// The scan of the rows of one token (decode), in place in the slot: one block per (row, kUpdateChannels channels),
-// a thread per channel. A block's states are one contiguous run of the slot, as are its rows of A: they move
-// between memory and shared memory in whole lines (a thread reading its own channel's 16 entries straight from
-// memory made every warp load touch 32 lines: L1-bound at a third of the bandwidth). kStateSize is N when known
-// at compile time (Jamba's 16), else 0 and N is read from the layout. Longer rows are the chunk kernels'.
+// The scan of the rows of one token (decode), in place in the slot: a block per (kUpdateRows rows, 64 channels),
+// four lanes per channel, lane `part` taking entries n = part, part + 4, ... of every row; the lanes' shares of
+// h · C meet by two shuffles. A warp's load of one entry each covers 8 channels' 16 entries, 512 contiguous bytes
+// of fp32 state (a thread per channel walking its own 16 entries made every warp load touch 32 lines). A thread's
+// rows are loaded before any is computed: with one row per thread each waited on its own few dependent loads,
+// and the kernel's time went on latency, the same for a bf16 state as for fp32. kStateSize is N when known at
+// compile time (Jamba's 16), else 0 and N is read from the layout. Longer rows are the chunk kernels'.
 template <int kStateSize>
-__global__ void __launch_bounds__(kUpdateChannels) selective_state_update_kernel(const ScanParams p) {
-  extern __shared__ float shared[];
+__global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(const ScanParams p) {
+  constexpr int kSlots = (kStateSize > 0 ? kStateSize : kMaxStateSize) / kLanesPerChannel;  // entries per lane
   const DeviceRows& rows = p.rows;
-  const MambaStateLayout& layout = p.layout;
-  const int64_t r = blockIdx.y;
-  if (rows.row_tokens[r] != 1) return;
-  const int state_size = kStateSize > 0 ? kStateSize : int(layout.state_size), stride = state_size + 1;
-  const int64_t num_channels = layout.num_channels, c0 = int64_t(blockIdx.x) * kUpdateChannels;
-  const int count = int(min(int64_t(kUpdateChannels), num_channels - c0)), num_entries = count * state_size;
-  float* h = shared;                         // [kUpdateChannels, N + 1]
-  float* a = h + kUpdateChannels * stride;   // [kUpdateChannels, N + 1]
-  float* bc = a + kUpdateChannels * stride;  // [2N]: B, then C
-  const int64_t t = rows.first_token[r];
-  const StateValues saved = slot_h(p, r, c0);                 // [count, N]
-  const float* a_rows = p.a + device_offset(c0, state_size);  // [count, N]
-  const bool reads_state = rows.reads_state[r] != 0;          // law 1: a row without state starts from zero
-  for (int i = threadIdx.x; i < num_entries; i += blockDim.x) {
-    const int at = (i / state_size) * stride + i % state_size;
-    h[at] = reads_state ? saved.get(i) : 0.0f;
-    a[at] = a_rows[i];
-  }
-  const float* b_row = p.selective + device_offset(t, p.selective_stride) + p.b_column;
-  for (int i = threadIdx.x; i < 2 * state_size; i += blockDim.x) bc[i] = b_row[i];
-  __syncthreads();
-  const int channel = threadIdx.x;
-  if (channel < count) {
-    const int64_t c = c0 + channel;
-    const float step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + p.dt_bias[c]);
-    const float u = p.activated[device_offset(t, num_channels) + c];
-    float y = 0.0f;
-    for (int n = 0; n < state_size; ++n) {
-      const int at = channel * stride + n;
-      h[at] = expf(step * a[at]) * h[at] + step * bc[n] * u;
-      y += h[at] * bc[state_size + n];
+  const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
+  const int64_t num_channels = p.layout.num_channels;
+  const int64_t c = int64_t(blockIdx.x) * (kUpdateThreads / kLanesPerChannel) + threadIdx.x / kLanesPerChannel;
+  const int part = threadIdx.x % kLanesPerChannel;
+  const int64_t first_row = int64_t(blockIdx.y) * kUpdateRows;
+  bool takes[kUpdateRows];  // the row is one token long, and this lane's channel exists
+  float h[kUpdateRows][kSlots], step[kUpdateRows], u[kUpdateRows];
+#pragma unroll
+  for (int i = 0; i < kUpdateRows; ++i) {
+    const int64_t r = first_row + i;
+    takes[i] = c < num_channels && r < rows.num_rows && rows.row_tokens[r] == 1;
+    if (!takes[i]) continue;
+    const int64_t t = rows.first_token[r];
+    step[i] = p.delta_raw[device_offset(t, num_channels) + c];
+    u[i] = p.activated[device_offset(t, num_channels) + c];
+    const StateValues saved = slot_h(p, r, c);          // [N]
+    const bool reads_state = rows.reads_state[r] != 0;  // law 1: a row without state starts from zero
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      const int n = part + k * kLanesPerChannel;
+      if (n < state_size) h[i][k] = reads_state ? saved.get(n) : 0.0f;
     }
-    const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
-    store_gated(p, device_offset(t, num_channels) + c, (y + p.d[c] * u) * silu(z));
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < num_entries; i += blockDim.x)
-    saved.set(i, h[(i / state_size) * stride + i % state_size]);
+  const bool any_channel = c < num_channels;
+  float a[kSlots];
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int n = part + k * kLanesPerChannel;
+    if (any_channel && n < state_size) a[k] = p.a[device_offset(c, state_size) + n];
+  }
+  const float bias = any_channel ? p.dt_bias[c] : 0.0f, skip = any_channel ? p.d[c] : 0.0f;
+#pragma unroll
+  for (int i = 0; i < kUpdateRows; ++i) {
+    float y = 0.0f;
+    const int64_t r = first_row + i;
+    if (takes[i]) {
+      const int64_t t = rows.first_token[r];
+      const float* b = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
+      const StateValues saved = slot_h(p, r, c);
+      step[i] = softplus(step[i] + bias);
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        const int n = part + k * kLanesPerChannel;
+        if (n >= state_size) continue;
+        h[i][k] = expf(step[i] * a[k]) * h[i][k] + step[i] * __ldg(b + n) * u[i];
+        y += h[i][k] * __ldg(b + state_size + n);
+        saved.set(n, h[i][k]);
+      }
+    }
+    for (int offset = 1; offset < kLanesPerChannel; offset *= 2)  // every lane, taking or not
+      y += __shfl_xor_sync(0xffffffffu, y, offset);
+    if (!takes[i] || part != 0) continue;
+    const int64_t t = rows.first_token[r];
+    const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
+    store_gated(p, device_offset(t, num_channels) + c, (y + skip * u[i]) * silu(z));
+  }
 }
 
 }  // namespace
@@ -302,12 +318,12 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
                           chunk_end, chunk_start, delta_sum};
   const bool jamba_state = layout.state_size == 16;  // every released Jamba: its own compiled loops
 
-  const dim3 update_grid(num_blocks_for(layout.num_channels, kUpdateChannels), unsigned(rows.num_rows));
-  const size_t update_shared = size_t(update_shared_floats(layout.state_size)) * sizeof(float);
+  const dim3 update_grid(num_blocks_for(layout.num_channels, kUpdateThreads / kLanesPerChannel),
+                         num_blocks_for(rows.num_rows, kUpdateRows));
   if (jamba_state)
-    selective_state_update_kernel<16><<<update_grid, kUpdateChannels, update_shared, stream>>>(params);
+    selective_state_update_kernel<16><<<update_grid, kUpdateThreads, 0, stream>>>(params);
   else
-    selective_state_update_kernel<0><<<update_grid, kUpdateChannels, update_shared, stream>>>(params);
+    selective_state_update_kernel<0><<<update_grid, kUpdateThreads, 0, stream>>>(params);
   JAMBO_CUDA_CHECK_LAUNCH(selective_state_update_kernel);
   if (rows.num_chunks == 0) return;  // every row one token: a decode step
 

@@ -22,9 +22,10 @@ struct WeightLoad {
   __device__ static float round(float value) { return float(Weight(value)); }
 };
 
-// Adds x[m, k .. k + kCount) · widened to sums[m] for the pass's rows m.
-template <typename Weight, int kRows>
-__device__ inline void accumulate(const float* x, int64_t x_stride, int num_rows, int64_t k, const uint4& packed,
+// Adds x[m, k .. k + kCount) · widened to sums[m] for the pass's rows m: x read as fp32 and rounded to the
+// weights' type, or (kNarrowX) read as its producer's 16-bit copy of that type, half the bytes.
+template <typename Weight, int kRows, bool kNarrowX>
+__device__ inline void accumulate(const SkinnyGemm& p, int64_t first_row, int num_rows, int64_t k, const uint4& packed,
                                   float (&sums)[kRows]) {
   using Load = WeightLoad<Weight>;
   float weights[Load::kCount];
@@ -32,20 +33,28 @@ __device__ inline void accumulate(const float* x, int64_t x_stride, int num_rows
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     if (m >= num_rows) continue;
-    const float4* chunk = reinterpret_cast<const float4*>(x + device_offset(m, x_stride) + k);
+    float x[Load::kCount];
+    if constexpr (kNarrowX) {
+      Load::widen(__ldg(reinterpret_cast<const uint4*>(p.x16 + device_offset(first_row + m, p.k) + k)), x);
+    } else {
+      const float4* chunk = reinterpret_cast<const float4*>(p.x + device_offset(first_row + m, p.x_stride) + k);
 #pragma unroll
-    for (int q = 0; q < Load::kCount / 4; ++q) {
-      const float4 v = __ldg(chunk + q);
-      sums[m] += Load::round(v.x) * weights[4 * q] + Load::round(v.y) * weights[4 * q + 1] +
-                 Load::round(v.z) * weights[4 * q + 2] + Load::round(v.w) * weights[4 * q + 3];
+      for (int q = 0; q < Load::kCount / 4; ++q) {
+        const float4 v = __ldg(chunk + q);
+        x[4 * q] = Load::round(v.x), x[4 * q + 1] = Load::round(v.y);
+        x[4 * q + 2] = Load::round(v.z), x[4 * q + 3] = Load::round(v.w);
+      }
     }
+#pragma unroll
+    for (int j = 0; j < Load::kCount; ++j) sums[m] += x[j] * weights[j];
   }
 }
 
-// One warp per (output n, group); the block's warps take consecutive outputs. Passes of kRows rows of x;
-// kLoadsInFlight 16-byte loads per lane in flight (fewer rows leave registers for more loads).
-template <typename Weight, int kRows, int kLoadsInFlight>
-__global__ void __launch_bounds__(kSkinnyWarps * kWarpSize) skinny_gemm_kernel(const SkinnyGemm p) {
+// One warp per (output n, group); the block's warps take consecutive outputs. Passes of kRows rows of x; each
+// lane has kLoadsInFlight 16-byte loads in flight, the last batch of a row predicated rather than issued one by
+// one (a row of 2560 bf16 weights is 10 loads per lane: one batch of 8 and one of 2, not 8, 1 and 1).
+template <typename Weight, int kRows, int kLoadsInFlight, bool kNarrowX>
+__global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(const SkinnyGemm p) {
   using Load = WeightLoad<Weight>;
   const int group = int(blockIdx.y);
   const int64_t first = p.group_rows == nullptr ? 0 : p.group_rows[group];
@@ -58,19 +67,18 @@ __global__ void __launch_bounds__(kSkinnyWarps * kWarpSize) skinny_gemm_kernel(c
   const int64_t num_loads = p.k / Load::kCount;  // 16-byte loads along the row
   for (int64_t row0 = 0; row0 < count; row0 += kRows) {
     const int num_rows = int(min(int64_t(kRows), count - row0));
-    const float* x = p.x + device_offset(first + row0, p.x_stride);
     float sums[kRows] = {};
-    int64_t load = lane;
-    for (; load + (kLoadsInFlight - 1) * kWarpSize < num_loads; load += kLoadsInFlight * kWarpSize) {
+    for (int64_t load = lane; load < num_loads; load += kLoadsInFlight * kWarpSize) {
       uint4 packed[kLoadsInFlight];
 #pragma unroll
-      for (int u = 0; u < kLoadsInFlight; ++u) packed[u] = __ldcs(w_row + load + u * kWarpSize);  // streamed once
+      for (int u = 0; u < kLoadsInFlight; ++u)  // streamed once
+        packed[u] = load + u * kWarpSize < num_loads ? __ldcs(w_row + load + u * kWarpSize) : uint4{};
 #pragma unroll
       for (int u = 0; u < kLoadsInFlight; ++u)
-        accumulate<Weight, kRows>(x, p.x_stride, num_rows, (load + u * kWarpSize) * Load::kCount, packed[u], sums);
+        if (load + u * kWarpSize < num_loads)
+          accumulate<Weight, kRows, kNarrowX>(p, first + row0, num_rows, (load + u * kWarpSize) * Load::kCount,
+                                              packed[u], sums);
     }
-    for (; load < num_loads; load += kWarpSize)
-      accumulate<Weight, kRows>(x, p.x_stride, num_rows, load * Load::kCount, __ldcs(w_row + load), sums);
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       if (m >= num_rows) continue;
@@ -80,13 +88,16 @@ __global__ void __launch_bounds__(kSkinnyWarps * kWarpSize) skinny_gemm_kernel(c
   }
 }
 
-// A dense GEMM of one or two rows: one pass, eight loads deep; groups (experts): passes of kSkinnyRows.
+// A dense GEMM of one or two rows: one pass, eight loads deep, x read as its 16-bit copy where there is one;
+// groups (experts): passes of kSkinnyRows.
 template <typename Weight>
 void launch(const SkinnyGemm& p, dim3 grid, int threads, cudaStream_t stream) {
-  if (p.group_rows == nullptr && p.num_rows <= 2)
-    skinny_gemm_kernel<Weight, 2, 8><<<grid, threads, 0, stream>>>(p);
+  if (p.group_rows == nullptr && p.num_rows <= 2 && p.x16 != nullptr)
+    skinny_gemm_kernel<Weight, 2, 8, true><<<grid, threads, 0, stream>>>(p);
+  else if (p.group_rows == nullptr && p.num_rows <= 2)
+    skinny_gemm_kernel<Weight, 2, 8, false><<<grid, threads, 0, stream>>>(p);
   else
-    skinny_gemm_kernel<Weight, kSkinnyRows, 4><<<grid, threads, 0, stream>>>(p);
+    skinny_gemm_kernel<Weight, kSkinnyRows, 4, false><<<grid, threads, 0, stream>>>(p);
 }
 
 }  // namespace
@@ -96,7 +107,9 @@ int64_t skinny_weights_per_load(DType dtype) { return 16 / dtype_size(dtype); }
 bool skinny_gemm_applies(const SkinnyGemm& p) {
   const int64_t per_load = skinny_weights_per_load(p.dtype);
   const bool weight_aligned = p.weights != nullptr || reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
-  return p.k % per_load == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && weight_aligned;
+  const bool x16_fits = p.x16 == nullptr || (p.dtype != DType::F32 && reinterpret_cast<uintptr_t>(p.x16) % 16 == 0);
+  return p.k % per_load == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && weight_aligned &&
+         x16_fits;
 }
 
 // Group weights (the experts' slices of their checkpoint tensors) are 16-byte aligned when K is a multiple of a

@@ -1,5 +1,5 @@
 // GEMMs of few rows (decode): y = x · wᵀ streamed at the weights' bandwidth, one warp per output row of w with
-// 16-byte weight loads, four per lane in flight, and up to kSkinnyRows rows of x per pass over the weights.
+// 16-byte weight loads, several per lane in flight, and up to kSkinnyRows rows of x per pass over the weights.
 // Rows come in groups, each with its own weight: the MoE experts, whose row counts stay on the GPU (one launch
 // for all experts, no transfer to the host, so that a MoE decode step stays one CUDA graph; a group without rows
 // costs blocks that return at once), or one group of num_rows rows (a dense GEMM). 16-bit weights multiply x
@@ -17,8 +17,10 @@ namespace jambo::cuda {
 constexpr int64_t kSkinnyRows = 8;
 
 struct SkinnyGemm {
-  const float* x = nullptr;              // [R, x_stride] groups of rows, the first k columns read
+  const float* x = nullptr;  // [R, x_stride] groups of rows, the first k columns read
   int64_t x_stride = 0;
+  const uint16_t* x16 = nullptr;         // [R, K] x rounded to the 16-bit weights' type by its producer, read
+                                         //   instead of x when set (one group of up to 2 rows); or null
   const int64_t* group_rows = nullptr;   // [G + 1] on the GPU: group g's rows are [group_rows[g], group_rows[g + 1]);
   int64_t num_rows = 0;                  //   or, when null, one group of num_rows rows
   const void* const* weights = nullptr;  // [G] on the GPU: group g's weight [N, K], nn.Linear layout; or, when null,
@@ -31,7 +33,8 @@ struct SkinnyGemm {
 // Weights of this type in one 16-byte load: K must be a multiple of it.
 int64_t skinny_weights_per_load(DType dtype);
 
-// Whether the kernel takes these operands: 16-byte aligned weights and x rows, K a multiple of one load.
+// Whether the kernel takes these operands: 16-byte aligned weights and x rows, K a multiple of one load, and x16
+// only beside 16-bit weights.
 bool skinny_gemm_applies(const SkinnyGemm& params);
 
 // y[i] = x[i] · w_gᵀ for every row i of every group g.
