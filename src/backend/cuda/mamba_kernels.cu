@@ -210,75 +210,51 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const ScanPara
 
 constexpr int kUpdateThreads = 256;
 constexpr int kLanesPerChannel = 4;  // threads sharing one channel's N state entries in the one-token update
-constexpr int kUpdateRows = 8;       // rows of one block of the one-token update, each thread taking all of them
 
-// The scan of the rows of one token (decode), in place in the slot: a block per (kUpdateRows rows, 64 channels),
-// four lanes per channel, lane `part` taking entries n = part, part + 4, ... of every row; the lanes' shares of
-// h · C meet by two shuffles. A warp's load of one entry each covers 8 channels' 16 entries, 512 contiguous bytes
-// of fp32 state (a thread per channel walking its own 16 entries made every warp load touch 32 lines). A thread's
-// rows are loaded before any is computed: with one row per thread each waited on its own few dependent loads,
-// and the kernel's time went on latency, the same for a bf16 state as for fp32. kStateSize is N when known at
-// compile time (Jamba's 16), else 0 and N is read from the layout. Longer rows are the chunk kernels'.
+// The scan of the rows of one token (decode), in place in the slot: a block per (row, 64 channels), four lanes per
+// channel, lane `part` taking entries n = part, part + 4, ...; the lanes' shares of h · C meet by two shuffles.
+// A warp's load of one entry each covers 8 channels' 16 entries, 512 contiguous bytes of fp32 state (a thread per
+// channel walking its own 16 entries made every warp load touch 32 lines; staging them through shared memory
+// instead cost two block-wide passes). kStateSize is N when known at compile time (Jamba's 16), else 0 and N is
+// read from the layout. Longer rows are the chunk kernels'.
 template <int kStateSize>
 __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(const ScanParams p) {
   constexpr int kSlots = (kStateSize > 0 ? kStateSize : kMaxStateSize) / kLanesPerChannel;  // entries per lane
   const DeviceRows& rows = p.rows;
+  const int64_t r = blockIdx.y;
+  if (rows.row_tokens[r] != 1) return;
   const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
   const int64_t num_channels = p.layout.num_channels;
   const int64_t c = int64_t(blockIdx.x) * (kUpdateThreads / kLanesPerChannel) + threadIdx.x / kLanesPerChannel;
   const int part = threadIdx.x % kLanesPerChannel;
-  const int64_t first_row = int64_t(blockIdx.y) * kUpdateRows;
-  bool takes[kUpdateRows];  // the row is one token long, and this lane's channel exists
-  float h[kUpdateRows][kSlots], step[kUpdateRows], u[kUpdateRows];
-#pragma unroll
-  for (int i = 0; i < kUpdateRows; ++i) {
-    const int64_t r = first_row + i;
-    takes[i] = c < num_channels && r < rows.num_rows && rows.row_tokens[r] == 1;
-    if (!takes[i]) continue;
-    const int64_t t = rows.first_token[r];
-    step[i] = p.delta_raw[device_offset(t, num_channels) + c];
-    u[i] = p.activated[device_offset(t, num_channels) + c];
+  const bool active = c < num_channels;  // inactive lanes still take part in the shuffles
+  const int64_t t = rows.first_token[r];
+  const float* b = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
+  float step = 0.0f, u = 0.0f, y = 0.0f;
+  if (active) {
+    step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + p.dt_bias[c]);
+    u = p.activated[device_offset(t, num_channels) + c];
     const StateValues saved = slot_h(p, r, c);          // [N]
     const bool reads_state = rows.reads_state[r] != 0;  // law 1: a row without state starts from zero
+    float h[kSlots];
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
       const int n = part + k * kLanesPerChannel;
-      if (n < state_size) h[i][k] = reads_state ? saved.get(n) : 0.0f;
+      if (n < state_size) h[k] = reads_state ? saved.get(n) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      const int n = part + k * kLanesPerChannel;
+      if (n >= state_size) continue;
+      h[k] = expf(step * p.a[device_offset(c, state_size) + n]) * h[k] + step * __ldg(b + n) * u;
+      y += h[k] * __ldg(b + state_size + n);
+      saved.set(n, h[k]);
     }
   }
-  const bool any_channel = c < num_channels;
-  float a[kSlots];
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    const int n = part + k * kLanesPerChannel;
-    if (any_channel && n < state_size) a[k] = p.a[device_offset(c, state_size) + n];
-  }
-  const float bias = any_channel ? p.dt_bias[c] : 0.0f, skip = any_channel ? p.d[c] : 0.0f;
-#pragma unroll
-  for (int i = 0; i < kUpdateRows; ++i) {
-    float y = 0.0f;
-    const int64_t r = first_row + i;
-    if (takes[i]) {
-      const int64_t t = rows.first_token[r];
-      const float* b = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
-      const StateValues saved = slot_h(p, r, c);
-      step[i] = softplus(step[i] + bias);
-#pragma unroll
-      for (int k = 0; k < kSlots; ++k) {
-        const int n = part + k * kLanesPerChannel;
-        if (n >= state_size) continue;
-        h[i][k] = expf(step[i] * a[k]) * h[i][k] + step[i] * __ldg(b + n) * u[i];
-        y += h[i][k] * __ldg(b + state_size + n);
-        saved.set(n, h[i][k]);
-      }
-    }
-    for (int offset = 1; offset < kLanesPerChannel; offset *= 2)  // every lane, taking or not
-      y += __shfl_xor_sync(0xffffffffu, y, offset);
-    if (!takes[i] || part != 0) continue;
-    const int64_t t = rows.first_token[r];
-    const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
-    store_gated(p, device_offset(t, num_channels) + c, (y + skip * u[i]) * silu(z));
-  }
+  for (int offset = 1; offset < kLanesPerChannel; offset *= 2) y += __shfl_xor_sync(0xffffffffu, y, offset);
+  if (!active || part != 0) return;
+  const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
+  store_gated(p, device_offset(t, num_channels) + c, (y + p.d[c] * u) * silu(z));
 }
 
 }  // namespace
@@ -319,7 +295,7 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
   const bool jamba_state = layout.state_size == 16;  // every released Jamba: its own compiled loops
 
   const dim3 update_grid(num_blocks_for(layout.num_channels, kUpdateThreads / kLanesPerChannel),
-                         num_blocks_for(rows.num_rows, kUpdateRows));
+                         unsigned(rows.num_rows));
   if (jamba_state)
     selective_state_update_kernel<16><<<update_grid, kUpdateThreads, 0, stream>>>(params);
   else
