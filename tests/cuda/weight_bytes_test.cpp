@@ -74,6 +74,27 @@ TEST(CudaWeightBytes, ExpertsOfMixedTypesAreRefusedInBf16Mode) {
   EXPECT_NO_THROW(cuda_weight_bytes(model, "f16"));
 }
 
+// gate_proj and up_proj are held as one matrix: in the bf16 mode (as stored) they must share a type, and the
+// refusal names both; the f32 mode converts both alike.
+TEST(CudaWeightBytes, GateAndUpOfMixedTypesAreRefusedInBf16Mode) {
+  Model model = make_random_model(small_config(), DType::BF16, 3);
+  int64_t dense_layer = 0;
+  while (model.config.ffn_kinds[size_t(dense_layer)] != FfnKind::Dense) ++dense_layer;
+  MlpWeights& mlp = model.weights.layers[size_t(dense_layer)].mlp;
+  std::vector<float> wide(size_t(mlp.up_proj.numel()), 0.01f);
+  mlp.up_proj.dtype = DType::F32;
+  mlp.up_proj.data = wide.data();
+  try {
+    cuda_weight_bytes(model, "bf16");
+    FAIL() << "gate_proj and up_proj of different types were accepted";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find(mlp.gate_proj.name), std::string::npos) << message;
+    EXPECT_NE(message.find(mlp.up_proj.name), std::string::npos) << message;
+  }
+  EXPECT_NO_THROW(cuda_weight_bytes(model, "f32"));
+}
+
 TEST(CudaWeightBytes, UnknownModeIsRefused) {
   const Model model = make_random_model(small_config(), DType::BF16, 3);
   EXPECT_THROW(cuda_weight_bytes(model, "fp8"), Error);

@@ -61,7 +61,7 @@ void DeviceWeights::load(const Model& model) {
       d.out_proj_bias = upload_vector(m.out_proj_bias);
     }
     auto upload_mlp = [&](const MlpWeights& mlp) {
-      return DeviceMlp{upload_matrix(mlp.gate_proj), upload_matrix(mlp.up_proj), upload_matrix(mlp.down_proj)};
+      return DeviceMlp{upload_stacked(mlp.gate_proj, mlp.up_proj), upload_matrix(mlp.down_proj)};
     };
     if (config.ffn_kinds[layer] == FfnKind::Moe) {
       out.moe.router = upload_matrix(in.moe.router);
@@ -122,10 +122,41 @@ const float* DeviceWeights::upload_vector(const TensorView& view) {
   return view.empty() ? nullptr : upload_as_f32(view);
 }
 
+DType DeviceWeights::matrix_dtype(DType stored) const {
+  if (mode_ == WeightMode::F32 || (mode_ == WeightMode::Bf16 && stored == DType::F32)) return DType::F32;
+  return mode_ == WeightMode::F16 ? DType::F16 : stored;
+}
+
 DeviceMatrix DeviceWeights::upload_matrix(const TensorView& view) {
-  if (mode_ == WeightMode::F32 || (mode_ == WeightMode::Bf16 && view.dtype == DType::F32))
-    return {upload_as_f32(view), DType::F32, view.rows(), view.cols()};
-  return {upload_as_16(view), mode_ == WeightMode::F16 ? DType::F16 : view.dtype, view.rows(), view.cols()};
+  const DType dtype = matrix_dtype(view.dtype);
+  return {dtype == DType::F32 ? static_cast<const void*>(upload_as_f32(view)) : upload_as_16(view), dtype, view.rows(),
+          view.cols()};
+}
+
+// Not shared with other tensors (a checkpoint ties no MLP matrix), so not looked up among earlier uploads.
+DeviceMatrix DeviceWeights::upload_stacked(const TensorView& top, const TensorView& bottom) {
+  JAMBO_REQUIRE(matrix_dtype(top.dtype) == matrix_dtype(bottom.dtype) && top.cols() == bottom.cols(),
+                "{} ({} [{}, {}]) and {} ({} [{}, {}]) are held as one matrix on the GPU, so they need one width and, "
+                "in this weight mode, one type",
+                top.name, dtype_name(top.dtype), top.rows(), top.cols(), bottom.name, dtype_name(bottom.dtype),
+                bottom.rows(), bottom.cols());
+  const DType dtype = matrix_dtype(top.dtype);
+  DeviceMatrix stacked{nullptr, dtype, top.rows() + bottom.rows(), top.cols()};
+  const int64_t count = device_offset(stacked.rows, stacked.cols);
+  bytes_on_device += device_offset(count, dtype_size(dtype));
+  if (count_only_) return stacked;
+  if (dtype == DType::F32) {
+    float* data = owned_.emplace_back(count).data();
+    put_as_f32(top, data);
+    put_as_f32(bottom, data + top.numel());
+    stacked.data = data;
+  } else {
+    uint16_t* data = owned_16_.emplace_back(count).data();
+    put_as_16(top, data);
+    put_as_16(bottom, data + top.numel());
+    stacked.data = data;
+  }
+  return stacked;
 }
 
 // A few pointers per layer, not counted among the weights' bytes. The grouped expert GEMMs read every expert's
@@ -133,10 +164,8 @@ DeviceMatrix DeviceWeights::upload_matrix(const TensorView& view) {
 const void* const* DeviceWeights::upload_expert_table(const std::vector<DeviceMlp>& experts,
                                                       const std::vector<MlpWeights>& host_experts) {
   const std::pair<DeviceMatrix DeviceMlp::*, TensorView MlpWeights::*> kinds[] = {
-      {&DeviceMlp::gate_proj, &MlpWeights::gate_proj},
-      {&DeviceMlp::up_proj, &MlpWeights::up_proj},
-      {&DeviceMlp::down_proj, &MlpWeights::down_proj}};
-  std::vector<const void*> table;  // [3, E]
+      {&DeviceMlp::gate_up, &MlpWeights::gate_proj}, {&DeviceMlp::down_proj, &MlpWeights::down_proj}};
+  std::vector<const void*> table;  // [2, E]
   for (const auto& [device_matrix, host_view] : kinds)
     for (size_t e = 0; e < experts.size(); ++e) {
       const DeviceMatrix &first = experts.front().*device_matrix, &matrix = experts[e].*device_matrix;
@@ -156,20 +185,23 @@ const void* const* DeviceWeights::upload_expert_table(const std::vector<DeviceMl
 }
 
 const void* DeviceWeights::upload_as_16(const TensorView& view) {
-  const bool converted = mode_ == WeightMode::F16 && view.dtype != DType::F16;
-  JAMBO_ASSERT(converted || view.dtype != DType::F32);
+  JAMBO_ASSERT(matrix_dtype(view.dtype) != DType::F32);
   const int64_t count = view.numel();
   const auto key = std::pair(view.data, count);
   if (const auto found = uploaded_16_.find(key); found != uploaded_16_.end()) return found->second;
   bytes_on_device += device_offset(count, 2);
   if (count_only_) return uploaded_16_.emplace(key, nullptr).first->second;
   DeviceBuffer<uint16_t>& buffer = owned_16_.emplace_back(count);
-  if (converted)
-    put_as_f16(view, buffer.data());
-  else
-    put_stored(view, buffer.data());
+  put_as_16(view, buffer.data());
   uploaded_16_.emplace(key, buffer.data());
   return buffer.data();
+}
+
+void DeviceWeights::put_as_16(const TensorView& view, uint16_t* out) {
+  if (mode_ == WeightMode::F16 && view.dtype != DType::F16)
+    put_as_f16(view, out);
+  else
+    put_stored(view, out);
 }
 
 // In place over the upload of A_log (no other tensor shares its host data), so that the f32 mode of an fp32

@@ -59,16 +59,15 @@ struct DeviceMamba {
 };
 
 struct DeviceMlp {
-  DeviceMatrix gate_proj;  // [I, H]
-  DeviceMatrix up_proj;    // [I, H]
+  DeviceMatrix gate_up;    // [2I, H] gate_proj's rows, then up_proj's: one GEMM computes both
   DeviceMatrix down_proj;  // [H, I]
 };
 
 struct DeviceMoe {
   DeviceMatrix router;             // [E, H]
   std::vector<DeviceMlp> experts;  // [E]
-  // On the GPU, for the grouped GEMMs: the experts' gate_proj data pointers [E], then up_proj's, then down_proj's.
-  const void* const* expert_matrices = nullptr;  // [3, E]
+  // On the GPU, for the grouped GEMMs: the experts' gate_up data pointers [E], then down_proj's.
+  const void* const* expert_matrices = nullptr;  // [2, E]
 };
 
 struct DeviceLayer {
@@ -105,16 +104,19 @@ class DeviceWeights {
  private:
   DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream, bool count_only);
   void load(const Model& model);
-  const float* upload_vector(const TensorView& view);    // fp32 copy; null for an empty view
-  DeviceMatrix upload_matrix(const TensorView& view);    // in the mode's dtype
+  const float* upload_vector(const TensorView& view);  // fp32 copy; null for an empty view
+  DType matrix_dtype(DType stored) const;              // a GEMM matrix's type on the GPU in this mode
+  DeviceMatrix upload_matrix(const TensorView& view);  // in the mode's dtype
+  DeviceMatrix upload_stacked(const TensorView& top, const TensorView& bottom);  // top's rows, then bottom's
   const void* const* upload_expert_table(const std::vector<DeviceMlp>& experts,
                                          const std::vector<MlpWeights>& host_experts);
-  const float* upload_as_f32(const TensorView& view);    // one upload per host pointer and shape
-  const void* upload_as_16(const TensorView& view);      // likewise, 16-bit: as stored, or f16 in the f16 mode
-  void put_as_f32(const TensorView& view, float* out);   // out[numel] = the view's elements as fp32
+  const float* upload_as_f32(const TensorView& view);      // one upload per host pointer and shape
+  const void* upload_as_16(const TensorView& view);        // likewise, 16-bit: as stored, or f16 in the f16 mode
+  void put_as_f32(const TensorView& view, float* out);     // out[numel] = the view's elements as fp32
   void put_as_f16(const TensorView& view, uint16_t* out);  // out[numel] = the view's elements as IEEE half
-  const float* negative_exp(const TensorView& a_log);    // -exp(A_log), fp32
-  void put_stored(const TensorView& view, void* out);    // out[numel] = the view's elements as stored
+  void put_as_16(const TensorView& view, uint16_t* out);   // as stored, or as IEEE half in the f16 mode
+  const float* negative_exp(const TensorView& a_log);      // -exp(A_log), fp32
+  void put_stored(const TensorView& view, void* out);      // out[numel] = the view's elements as stored
 
   WeightMode mode_;
   cudaStream_t stream_;

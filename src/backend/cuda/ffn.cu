@@ -10,15 +10,16 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxExpertsPerToken = 8;
 
-__global__ void swiglu_kernel(float* gate,      // [count] silu(gate) * up on return
-                              const float* up,  // [count]
-                              int64_t count,
-                              Narrow16 gate16) {  // [count] the same rounded, when present
+__global__ void swiglu_kernel(const float* gate_up,  // [rows, 2I] gate, then up
+                              int64_t num_rows, int64_t intermediate,
+                              float* out,        // [rows, I] silu(gate) * up
+                              Narrow16 out16) {  // [rows, I] the same rounded, when present
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= count) return;
-  const float value = silu(gate[i]) * up[i];
-  gate[i] = value;
-  if (gate16.present()) store_narrow(gate16, i, value);
+  if (i >= device_offset(num_rows, intermediate)) return;
+  const float* row = gate_up + device_offset(i / intermediate, 2 * intermediate) + i % intermediate;
+  const float value = silu(row[0]) * row[intermediate];
+  out[i] = value;
+  if (out16.present()) store_narrow(out16, i, value);
 }
 
 // One thread per token: softmax over the experts in index order, then top-k by repeated arg-max (ties to the
@@ -106,47 +107,68 @@ __global__ void combine_kernel(const float* expert_output,  // [T*k, H]
   out[i] = sum;
 }
 
-void swiglu(float* gate, const float* up, int64_t count, cudaStream_t stream, const Narrow16& gate16 = {}) {
-  swiglu_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count, gate16);
+void swiglu(const float* gate_up, int64_t num_rows, int64_t intermediate, float* out, cudaStream_t stream,
+            const Narrow16& out16 = {}) {
+  swiglu_kernel<<<num_blocks_for(device_offset(num_rows, intermediate), kThreads), kThreads, 0, stream>>>(
+      gate_up, num_rows, intermediate, out, out16);
   JAMBO_CUDA_CHECK_LAUNCH(swiglu_kernel);
 }
 
-// x16: x rounded by its producer, or absent; gate16: room for silu(gate) * up rounded for down_proj ([rows, I]),
-// used when down_proj is 16-bit.
+// The rows' buffers of one MLP: gate_up [rows, 2I]; activation [rows, I], and its copy rounded for a 16-bit
+// down_proj (activation16, [rows, I]).
+struct MlpBuffers {
+  float* gate_up;
+  float* activation;
+  uint16_t* activation16;
+
+  MlpBuffers from_row(int64_t row, int64_t intermediate) const {
+    const int64_t offset = device_offset(row, intermediate);
+    return {gate_up + 2 * offset, activation + offset, activation16 + offset};
+  }
+};
+
+// Sized before a step's first launch: growing a buffer frees it.
+MlpBuffers reserve_mlp_buffers(FfnWorkspace& workspace, int64_t num_rows, int64_t intermediate) {
+  const int64_t count = device_offset(num_rows, intermediate);
+  return {workspace.gate_up.reserve(2 * count), workspace.activation.reserve(count),
+          workspace.activation16.reserve(count)};
+}
+
+// x16: x rounded by its producer, or absent.
 void run_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, const Narrow16& x16, int64_t num_rows, float* out,
-             float* gate, float* up, uint16_t* gate16, cudaStream_t stream) {
-  linear(gemm, x, num_rows, mlp.gate_proj, gate, x16);
-  linear(gemm, x, num_rows, mlp.up_proj, up, x16);
+             const MlpBuffers& buffers, cudaStream_t stream) {
+  const int64_t intermediate = mlp.down_proj.cols;
+  linear(gemm, x, num_rows, mlp.gate_up, buffers.gate_up, x16);
   const Narrow16 activation16 =
-      mlp.down_proj.dtype == DType::F32 ? Narrow16{} : Narrow16{gate16, mlp.down_proj.dtype};
-  swiglu(gate, up, device_offset(num_rows, mlp.gate_proj.rows), stream, activation16);
-  linear(gemm, gate, num_rows, mlp.down_proj, out, activation16);
+      mlp.down_proj.dtype == DType::F32 ? Narrow16{} : Narrow16{buffers.activation16, mlp.down_proj.dtype};
+  swiglu(buffers.gate_up, num_rows, intermediate, buffers.activation, stream, activation16);
+  linear(gemm, buffers.activation, num_rows, mlp.down_proj, out, activation16);
 }
 
 // Every expert's MLP over its grouped rows, the counts read on the GPU.
 void run_experts_grouped(const DeviceMoe& moe, const int64_t* expert_rows, const float* expert_input,
-                         int64_t num_routed, float* gate, float* up, float* expert_output, cudaStream_t stream) {
-  const DeviceMatrix& shape = moe.experts.front().gate_proj;  // [I, H]; every expert's matrices alike
-  const int64_t num_experts = int64_t(moe.experts.size()), intermediate = shape.rows, hidden_size = shape.cols;
-  const auto gemm = [&](int64_t matrix, const float* x, int64_t n, int64_t k, float* y) {
+                         int64_t num_routed, const MlpBuffers& buffers, float* expert_output, cudaStream_t stream) {
+  const DeviceMlp& first_expert = moe.experts.front();  // every expert's matrices like these
+  const int64_t num_experts = int64_t(moe.experts.size()), intermediate = first_expert.down_proj.cols;
+  // Matrix `kind` of every expert (0: gate_up, 1: down_proj), each of `first`'s type and shape.
+  const auto gemm = [&](int64_t kind, const DeviceMatrix& first, const float* x, float* y) {
     SkinnyGemm grouped;
-    grouped.x = x, grouped.x_stride = k, grouped.group_rows = expert_rows;
-    grouped.weights = moe.expert_matrices + device_offset(matrix, num_experts), grouped.dtype = shape.dtype;
-    grouped.num_groups = num_experts, grouped.n = n, grouped.k = k, grouped.y = y;
+    grouped.x = x, grouped.x_stride = first.cols, grouped.group_rows = expert_rows;
+    grouped.weights = moe.expert_matrices + device_offset(kind, num_experts), grouped.dtype = first.dtype;
+    grouped.num_groups = num_experts, grouped.n = first.rows, grouped.k = first.cols, grouped.y = y;
     skinny_gemm(grouped, stream);
   };
-  gemm(0, expert_input, intermediate, hidden_size, gate);
-  gemm(1, expert_input, intermediate, hidden_size, up);
-  swiglu(gate, up, device_offset(num_routed, intermediate), stream);
-  gemm(2, gate, hidden_size, intermediate, expert_output);
+  gemm(0, first_expert.gate_up, expert_input, buffers.gate_up);
+  swiglu(buffers.gate_up, num_routed, intermediate, buffers.activation, stream);
+  gemm(1, first_expert.down_proj, buffers.activation, expert_output);
 }
 
 // Each expert's MLP as cuBLAS GEMMs over its rows, sized by the counts read back to the host.
 void run_experts_per_expert(Gemm& gemm, const DeviceMoe& moe, const int64_t* expert_rows, const float* expert_input,
-                            float* gate, float* up, float* expert_output, FfnWorkspace& workspace,
+                            const MlpBuffers& buffers, float* expert_output, FfnWorkspace& workspace,
                             cudaStream_t stream) {
   const int64_t num_experts = int64_t(moe.experts.size());
-  const int64_t intermediate = moe.experts.front().gate_proj.rows, hidden_size = moe.experts.front().gate_proj.cols;
+  const int64_t intermediate = moe.experts.front().down_proj.cols, hidden_size = moe.experts.front().down_proj.rows;
   workspace.host_expert_rows.resize(size_t(num_experts + 1));
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(workspace.host_expert_rows.data(), expert_rows,
                                    size_t(device_offset(num_experts + 1, sizeof(int64_t))), cudaMemcpyDeviceToHost,
@@ -157,30 +179,25 @@ void run_experts_per_expert(Gemm& gemm, const DeviceMoe& moe, const int64_t* exp
     const int64_t count = workspace.host_expert_rows[e + 1] - first;
     if (count == 0) continue;
     run_mlp(gemm, moe.experts[e], expert_input + device_offset(first, hidden_size), {}, count,
-            expert_output + device_offset(first, hidden_size), gate + device_offset(first, intermediate),
-            up + device_offset(first, intermediate), workspace.gate16.data() + device_offset(first, intermediate),
-            stream);
+            expert_output + device_offset(first, hidden_size), buffers.from_row(first, intermediate), stream);
   }
 }
 
 }  // namespace
 
 bool experts_run_grouped(const DeviceMoe& moe, int64_t num_tokens, ExpertGemms gemms) {
-  const DeviceMatrix& gate = moe.experts.front().gate_proj;  // [I, H]; every expert's matrices alike
-  const int64_t per_load = skinny_weights_per_load(gate.dtype);
-  const bool shapes_fit = gate.cols % per_load == 0 && gate.rows % per_load == 0;
-  const bool wanted = gemms == ExpertGemms::Grouped || (gemms == ExpertGemms::ByTokenCount && num_tokens <= kMaxGroupedTokens);
+  const DeviceMatrix& down = moe.experts.front().down_proj;  // [H, I]; every expert's matrices alike
+  const int64_t per_load = skinny_weights_per_load(down.dtype);
+  const bool shapes_fit = down.cols % per_load == 0 && down.rows % per_load == 0;
+  const bool wanted =
+      gemms == ExpertGemms::Grouped || (gemms == ExpertGemms::ByTokenCount && num_tokens <= kMaxGroupedTokens);
   return shapes_fit && wanted;
 }
 
 void dense_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, int64_t num_rows, float* out, FfnWorkspace& workspace,
                cudaStream_t stream, const Narrow16& x16) {
   if (num_rows == 0) return;
-  const int64_t count = device_offset(num_rows, mlp.gate_proj.rows);
-  float* gate = workspace.gate.reserve(count);
-  float* up = workspace.up.reserve(count);
-  uint16_t* gate16 = workspace.gate16.reserve(count);
-  run_mlp(gemm, mlp, x, x16, num_rows, out, gate, up, gate16, stream);
+  run_mlp(gemm, mlp, x, x16, num_rows, out, reserve_mlp_buffers(workspace, num_rows, mlp.down_proj.cols), stream);
 }
 
 void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, const float* x, int64_t num_tokens,
@@ -193,7 +210,7 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
   require(num_experts <= 1024, "the CUDA MoE supports up to 1024 experts, got " + std::to_string(num_experts));
   const int64_t num_routed = device_offset(num_tokens, k);
   require(num_routed < (int64_t(1) << 31), std::to_string(num_routed) + " routed tokens are too many for one MoE step");
-  const int64_t intermediate = moe.experts.front().gate_proj.rows;
+  const int64_t intermediate = moe.experts.front().down_proj.cols;
   // Every buffer is sized before the first launch: growing one frees it.
   float* router_logits = workspace.router_logits.reserve(device_offset(num_tokens, num_experts));
   int32_t* expert_of = workspace.expert_of.reserve(num_routed);
@@ -203,9 +220,7 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
   int64_t* expert_rows = workspace.expert_rows.reserve(num_experts + 1);
   float* expert_input = workspace.expert_input.reserve(device_offset(num_routed, hidden_size));
   float* expert_output = workspace.expert_output.reserve(device_offset(num_routed, hidden_size));
-  float* gate = workspace.gate.reserve(device_offset(num_routed, intermediate));
-  float* up = workspace.up.reserve(device_offset(num_routed, intermediate));
-  workspace.gate16.reserve(device_offset(num_routed, intermediate));
+  const MlpBuffers buffers = reserve_mlp_buffers(workspace, num_routed, intermediate);
 
   linear(gemm, x, num_tokens, moe.router, router_logits, x16);
   route_kernel<<<num_blocks_for(num_tokens, kThreads), kThreads, 0, stream>>>(router_logits, num_tokens, num_experts, k,
@@ -217,9 +232,9 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
   gather_rows(x, routed_token, num_routed, hidden_size, expert_input, stream);
 
   if (experts_run_grouped(moe, num_tokens, gemms))
-    run_experts_grouped(moe, expert_rows, expert_input, num_routed, gate, up, expert_output, stream);
+    run_experts_grouped(moe, expert_rows, expert_input, num_routed, buffers, expert_output, stream);
   else
-    run_experts_per_expert(gemm, moe, expert_rows, expert_input, gate, up, expert_output, workspace, stream);
+    run_experts_per_expert(gemm, moe, expert_rows, expert_input, buffers, expert_output, workspace, stream);
   combine_kernel<<<num_blocks_for(device_offset(num_tokens, hidden_size), kThreads), kThreads, 0, stream>>>(
       expert_output, position_of, weight_of, num_tokens, k, hidden_size, out);
   JAMBO_CUDA_CHECK_LAUNCH(combine_kernel);

@@ -13,9 +13,9 @@ namespace jambo::cuda {
 
 // Scratch of the FFN kernels, grown on demand and kept across layers and steps.
 struct FfnWorkspace {
-  DeviceBuffer<float> gate;               // [rows, I]
-  DeviceBuffer<float> up;                 // [rows, I]
-  DeviceBuffer<uint16_t> gate16;          // [rows, I] silu(gate) * up rounded for a 16-bit down_proj
+  DeviceBuffer<float> gate_up;            // [rows, 2I] gate, then up
+  DeviceBuffer<float> activation;         // [rows, I] silu(gate) * up
+  DeviceBuffer<uint16_t> activation16;    // [rows, I] the same rounded for a 16-bit down_proj
   DeviceBuffer<float> router_logits;      // [T, E]
   DeviceBuffer<int32_t> expert_of;        // [T, k] chosen experts, increasing within a token
   DeviceBuffer<float> weight_of;          // [T, k] their router probabilities
