@@ -1,6 +1,8 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/mamba_kernels.h"
 
+#include <type_traits>
+
 namespace jambo::cuda {
 namespace {
 
@@ -211,15 +213,60 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const ScanPara
 constexpr int kUpdateThreads = 256;
 constexpr int kLanesPerChannel = 4;  // threads sharing one channel's N state entries in the one-token update
 
+// A stored state value widened, and a value narrowed for storing: State is float, or uint16_t holding bf16 bits.
+__device__ inline float widen_state(float value) { return value; }
+__device__ inline float widen_state(uint16_t bits) { return bf16_bits_to_float(bits); }
+__device__ inline void narrow_state(float value, float& out) { out = value; }
+__device__ inline void narrow_state(float value, uint16_t& out) { out = float_to_bf16_bits(value); }
+
+// Lane `part`'s kSlots entries of a channel's N values (its state, or its row of A). With N known at compile time
+// (Jamba's 16: kStateSize) they are the contiguous four from 4 * part, moved in one 16-byte (fp32) or 8-byte
+// (bf16) access, which needs the values 4-aligned; otherwise n = part, part + 4, ..., one at a time.
+template <typename State, int kStateSize>
+struct LaneEntries {
+  static constexpr int kSlots = (kStateSize > 0 ? kStateSize : kMaxStateSize) / kLanesPerChannel;
+  static constexpr bool kContiguous = kStateSize == 4 * kLanesPerChannel;
+  using Quad = std::conditional_t<sizeof(State) == 4, uint4, uint2>;  // four State values
+
+  __device__ static int entry(int part, int k) { return kContiguous ? part * kSlots + k : part + k * kLanesPerChannel; }
+
+  __device__ static void load(const State* values, int part, int state_size, float (&out)[kSlots]) {
+    if constexpr (kContiguous) {
+      const Quad quad = *reinterpret_cast<const Quad*>(values + part * kSlots);
+      const State* four = reinterpret_cast<const State*>(&quad);
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) out[k] = widen_state(four[k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k)
+        if (entry(part, k) < state_size) out[k] = widen_state(values[entry(part, k)]);
+    }
+  }
+
+  __device__ static void store(State* values, int part, int state_size, const float (&in)[kSlots]) {
+    if constexpr (kContiguous) {
+      Quad quad;
+      State* four = reinterpret_cast<State*>(&quad);
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) narrow_state(in[k], four[k]);
+      *reinterpret_cast<Quad*>(values + part * kSlots) = quad;
+    } else {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k)
+        if (entry(part, k) < state_size) narrow_state(in[k], values[entry(part, k)]);
+    }
+  }
+};
+
 // The scan of the rows of one token (decode), in place in the slot: a block per (row, 64 channels), four lanes per
-// channel, lane `part` taking entries n = part, part + 4, ...; the lanes' shares of h · C meet by two shuffles.
-// A warp's load of one entry each covers 8 channels' 16 entries, 512 contiguous bytes of fp32 state (a thread per
-// channel walking its own 16 entries made every warp load touch 32 lines; staging them through shared memory
-// instead cost two block-wide passes). kStateSize is N when known at compile time (Jamba's 16), else 0 and N is
-// read from the layout. Longer rows are the chunk kernels'.
-template <int kStateSize>
+// channel, each taking its LaneEntries of the state and of A; the lanes' shares of h · C meet by two shuffles. A
+// warp's access then covers 8 channels' 16 entries, 512 contiguous bytes of fp32 state. The kernel is bound by
+// instructions issued (ncu: 78% of issue slots, half of them integer address arithmetic), hence the vector
+// accesses and the state's type fixed at compile time. Longer rows are the chunk kernels'.
+template <typename State, int kStateSize>
 __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(const ScanParams p) {
-  constexpr int kSlots = (kStateSize > 0 ? kStateSize : kMaxStateSize) / kLanesPerChannel;  // entries per lane
+  using Lane = LaneEntries<State, kStateSize>;
+  constexpr int kSlots = Lane::kSlots;
   const DeviceRows& rows = p.rows;
   const int64_t r = blockIdx.y;
   if (rows.row_tokens[r] != 1) return;
@@ -234,27 +281,31 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
   if (active) {
     step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + p.dt_bias[c]);
     u = p.activated[device_offset(t, num_channels) + c];
-    const StateValues saved = slot_h(p, r, c);          // [N]
-    const bool reads_state = rows.reads_state[r] != 0;  // law 1: a row without state starts from zero
-    float h[kSlots];
+    State* saved = static_cast<State*>(slot_h(p, r, c).data);  // [N]
+    float h[kSlots] = {}, a[kSlots];
+    if (rows.reads_state[r] != 0) Lane::load(saved, part, state_size, h);  // law 1: else from zero
+    LaneEntries<float, kStateSize>::load(p.a + device_offset(c, state_size), part, state_size, a);
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
-      const int n = part + k * kLanesPerChannel;
-      if (n < state_size) h[k] = reads_state ? saved.get(n) : 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-      const int n = part + k * kLanesPerChannel;
+      const int n = Lane::entry(part, k);
       if (n >= state_size) continue;
-      h[k] = expf(step * p.a[device_offset(c, state_size) + n]) * h[k] + step * __ldg(b + n) * u;
+      h[k] = expf(step * a[k]) * h[k] + step * __ldg(b + n) * u;
       y += h[k] * __ldg(b + state_size + n);
-      saved.set(n, h[k]);
     }
+    Lane::store(saved, part, state_size, h);
   }
   for (int offset = 1; offset < kLanesPerChannel; offset *= 2) y += __shfl_xor_sync(0xffffffffu, y, offset);
   if (!active || part != 0) return;
   const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
   store_gated(p, device_offset(t, num_channels) + c, (y + p.d[c] * u) * silu(z));
+}
+
+template <int kStateSize>
+void launch_state_update(const ScanParams& params, dim3 grid, cudaStream_t stream) {
+  if (params.state_pool.dtype == DType::F32)
+    selective_state_update_kernel<float, kStateSize><<<grid, kUpdateThreads, 0, stream>>>(params);
+  else
+    selective_state_update_kernel<uint16_t, kStateSize><<<grid, kUpdateThreads, 0, stream>>>(params);
 }
 
 }  // namespace
@@ -294,12 +345,15 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
                           chunk_end, chunk_start, delta_sum};
   const bool jamba_state = layout.state_size == 16;  // every released Jamba: its own compiled loops
 
+  // Contiguous lane entries need every channel's state 4-aligned: slot and layer offsets are sums of multiples of
+  // Di * (K-1) and Di * (K-1+N), so a multiple of 4 channels and a 4-aligned layer offset make them so.
+  const bool aligned_state = layout.num_channels % 4 == 0 && layout.layer_offset % 4 == 0;
   const dim3 update_grid(num_blocks_for(layout.num_channels, kUpdateThreads / kLanesPerChannel),
                          unsigned(rows.num_rows));
-  if (jamba_state)
-    selective_state_update_kernel<16><<<update_grid, kUpdateThreads, 0, stream>>>(params);
+  if (jamba_state && aligned_state)
+    launch_state_update<16>(params, update_grid, stream);
   else
-    selective_state_update_kernel<0><<<update_grid, kUpdateThreads, 0, stream>>>(params);
+    launch_state_update<0>(params, update_grid, stream);
   JAMBO_CUDA_CHECK_LAUNCH(selective_state_update_kernel);
   if (rows.num_chunks == 0) return;  // every row one token: a decode step
 
