@@ -23,30 +23,33 @@ struct WeightLoad {
 };
 
 // Adds x[m, k .. k + kCount) · widened to sums[m] for the pass's rows m: x read as fp32 and rounded to the
-// weights' type, or (kNarrowX) read as its producer's 16-bit copy of that type, half the bytes.
+// weights' type, or (kNarrowX) read as its producer's 16-bit copy of that type, half the bytes. Both add four
+// products at a time in the same order, so that the two give the same sums bit for bit; and neither holds a row's
+// x in registers (with eight rows of x per pass that doubled the registers, and halved the occupancy).
 template <typename Weight, int kRows, bool kNarrowX>
 __device__ inline void accumulate(const SkinnyGemm& p, int64_t first_row, int num_rows, int64_t k, const uint4& packed,
                                   float (&sums)[kRows]) {
   using Load = WeightLoad<Weight>;
-  float weights[Load::kCount];
-  Load::widen(packed, weights);
+  float w[Load::kCount];
+  Load::widen(packed, w);
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     if (m >= num_rows) continue;
-    float x[Load::kCount];
     if constexpr (kNarrowX) {
+      float x[Load::kCount];
       Load::widen(__ldg(reinterpret_cast<const uint4*>(p.x16 + device_offset(first_row + m, p.k) + k)), x);
+#pragma unroll
+      for (int q = 0; q < Load::kCount; q += 4)
+        sums[m] += x[q] * w[q] + x[q + 1] * w[q + 1] + x[q + 2] * w[q + 2] + x[q + 3] * w[q + 3];
     } else {
       const float4* chunk = reinterpret_cast<const float4*>(p.x + device_offset(first_row + m, p.x_stride) + k);
 #pragma unroll
-      for (int q = 0; q < Load::kCount / 4; ++q) {
-        const float4 v = __ldg(chunk + q);
-        x[4 * q] = Load::round(v.x), x[4 * q + 1] = Load::round(v.y);
-        x[4 * q + 2] = Load::round(v.z), x[4 * q + 3] = Load::round(v.w);
+      for (int q = 0; q < Load::kCount; q += 4) {
+        const float4 v = __ldg(chunk + q / 4);
+        sums[m] += Load::round(v.x) * w[q] + Load::round(v.y) * w[q + 1] + Load::round(v.z) * w[q + 2] +
+                   Load::round(v.w) * w[q + 3];
       }
     }
-#pragma unroll
-    for (int j = 0; j < Load::kCount; ++j) sums[m] += x[j] * weights[j];
   }
 }
 
@@ -68,17 +71,21 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
   for (int64_t row0 = 0; row0 < count; row0 += kRows) {
     const int num_rows = int(min(int64_t(kRows), count - row0));
     float sums[kRows] = {};
-    for (int64_t load = lane; load < num_loads; load += kLoadsInFlight * kWarpSize) {
+    // Whole batches, then the row's rest as one predicated batch.
+    const auto batch = [&](int64_t load, bool whole) {
       uint4 packed[kLoadsInFlight];
 #pragma unroll
       for (int u = 0; u < kLoadsInFlight; ++u)  // streamed once
-        packed[u] = load + u * kWarpSize < num_loads ? __ldcs(w_row + load + u * kWarpSize) : uint4{};
+        packed[u] = whole || load + u * kWarpSize < num_loads ? __ldcs(w_row + load + u * kWarpSize) : uint4{};
 #pragma unroll
       for (int u = 0; u < kLoadsInFlight; ++u)
-        if (load + u * kWarpSize < num_loads)
+        if (whole || load + u * kWarpSize < num_loads)
           accumulate<Weight, kRows, kNarrowX>(p, first + row0, num_rows, (load + u * kWarpSize) * Load::kCount,
                                               packed[u], sums);
-    }
+    };
+    int64_t load = lane;
+    for (; load + (kLoadsInFlight - 1) * kWarpSize < num_loads; load += kLoadsInFlight * kWarpSize) batch(load, true);
+    if (load < num_loads) batch(load, false);
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       if (m >= num_rows) continue;
