@@ -17,6 +17,10 @@
 # tensor-core prefill attention and producer-rounded GEMM inputs (H200, 2026-11-29, session 4, copy ceiling
 # 4.26 TB/s): decode batch 1: 266 (3.76 ms/step), 8: 2243, 64: 13,683, 256: 30,417 (8.42 ms/step); prefill 512
 # tokens 38,200 (58,800-60,100 packed), 8192 tokens 43,500.
+# Session 5 (bf16 state option, skinny GEMMs reading 16-bit inputs, stacked gate_up, vectorized state update;
+# H200, copy ceiling 4.26 TB/s, final build): decode batch 1: 336 (2.98 ms/step), 8: 2438, 64: 14,607, 256: 32,109
+# (7.97 ms/step; 32,993 and, with a bf16 state, 33,155 in a run of the build before: same kernels at that batch);
+# prefill 512 tokens 37,200 (57,500-59,500 packed), 8192 tokens 43,100.
 # Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
 # ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
 #   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
@@ -24,6 +28,8 @@
 #   GB/s figure counts); prefill tok/s: 512 tokens 6,070 (9,100 with 8 to 256 prompts packed).
 #   Session 4 (experts grouped on the GPU for steps up to 32 tokens, decode as CUDA graphs): decode batch 1:
 #   85.9-89.4, 8: 287-301, 64: 1590-1661, 256: 5071-5084 tok/s; prefill 512 tokens 8,900 (16,200-16,700 packed).
+#   Session 5 (final build): decode batch 1: 98.3, 8: 288, 64: 1767, 256: 5473 tok/s; prefill 512 tokens 9,300
+#   (17,000-17,400 packed, the build before).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
