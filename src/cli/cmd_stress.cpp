@@ -191,6 +191,14 @@ void add_stress_command(CLI::App& app) {
     if (options->workload.min_samples > options->workload.max_samples)
       throw UsageError(fmt::format("--min-n {} is more than --max-n {}", options->workload.min_samples,
                                    options->workload.max_samples));
+    // The reference keeps an fp32 state: against it a bf16 state's rounding moves logprobs by up to ~0.2 (demo
+    // model), far past the default threshold, while a stale or wrapped state still moves them by O(1).
+    if (options->engine.options.state_dtype != "f32" && command->count("--threshold") == 0)
+      throw UsageError(
+          fmt::format("--state-dtype {} rounds the state at every step, which moves logprobs by up to ~0.2 against "
+                      "the fp32 reference, so --threshold {:g} would flag nearly every sample: give --threshold "
+                      "(0.5 still flags the injected state-cache bugs) or stress with --state-dtype f32",
+                      options->engine.options.state_dtype, options->threshold));
     if (command->count("--reference-backend") == 0) options->reference.backend = options->engine.options.backend;
     if (command->count("--reference-cuda-weights") == 0)
       options->reference.cuda_weights = options->engine.options.cuda_weights;
