@@ -1,5 +1,6 @@
 // The backend's state memory: copy and poison, 64-bit slot offsets, and the checks on step rows.
 #include "backend/cpu/cpu_backend.h"
+#include "backend/state_values.h"
 #include "core/error.h"
 #include "random_tensors.h"
 #include "sequences.h"
@@ -20,6 +21,33 @@ class StateTest : public ::testing::Test {
   Model model_ = make_random_model(testing::small_config(), DType::BF16, 9);
   std::vector<int32_t> tokens_ = testing::random_tokens(12, model_.config.vocab_size, 4);
 };
+
+// The one rounding rule of a bf16 state, shared by the CPU backend and the CUDA kernels (state_values.h): stores
+// round to nearest, ties to even; NaN (a poisoned slot), infinities and signed zeros survive; fp32 stores exactly;
+// offsets count elements of the pool's type.
+TEST(StateValuesTest, Bf16StoresRoundToNearestEvenAndKeepSpecialValues) {
+  std::vector<uint16_t> bits(8);
+  const StateValues bf16{bits.data(), DType::BF16};
+  const float halfway_down = 1.0f + 0x1p-8f;              // between 1 and 1 + 2^-7: to 1 (even)
+  const float halfway_up = 1.0f + 3 * 0x1p-8f;            // between 1 + 2^-7 and 1 + 2^-6: to 1 + 2^-6 (even)
+  const float above_halfway = 1.0f + 0x1p-8f + 0x1p-16f;  // nearer 1 + 2^-7
+  const float values[] = {halfway_down, halfway_up, above_halfway, -0.0f, INFINITY, NAN, 3.0f};
+  for (int i = 0; i < 7; ++i) bf16.set(i, values[i]);
+  EXPECT_EQ(bf16.get(0), 1.0f);
+  EXPECT_EQ(bf16.get(1), 1.0f + 0x1p-6f);
+  EXPECT_EQ(bf16.get(2), 1.0f + 0x1p-7f);
+  EXPECT_TRUE(bf16.get(3) == 0.0f && std::signbit(bf16.get(3)));
+  EXPECT_EQ(bf16.get(4), INFINITY);
+  EXPECT_TRUE(std::isnan(bf16.get(5)));
+  EXPECT_EQ((bf16 + 6).get(0), 3.0f);
+  EXPECT_EQ(bits[6], to_bf16(3.0f).bits);
+
+  std::vector<float> floats(4);
+  const StateValues f32{floats.data(), DType::F32};
+  f32.set(2, above_halfway);
+  EXPECT_EQ((f32 + 2).get(0), above_halfway);
+  EXPECT_EQ(floats[2], above_halfway);
+}
 
 // The state pool's own tests, for each type the state can be stored in.
 class StatePoolTest : public StateTest, public ::testing::WithParamInterface<DType> {
