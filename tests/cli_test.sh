@@ -178,14 +178,16 @@ jq -e -s 'length == 36 and (group_by(.id) | all(length == 3))' "$work/stress.jso
   && pass "stress --min-n/--max-n fix n" || fail "stress samples per request: $(jq -c '[.id, .sample]' "$work/stress.jsonl")"
 grep -q '36 samples, 0 flagged.*state pool [0-9]* slots x [0-9]* = [0-9]* elements (within 2^32); top slot used [0-9]*: elements' \
   "$work/out" && pass "stress summary places the pool and top slot" || fail "stress summary: $(cat "$work/out")"
-# a bf16 state against the fp32 reference: refused at the default threshold, naming it; at 0.5 clean, and a stale
-# state (decode before prefill) still caught
+# a bf16 state against the fp32 reference: refused at the default threshold, naming it; at 0.5 clean, and both
+# historical bugs still caught
 expect_exit 2 "stress bf16 state at the default threshold" "$jambo" stress --model "$demo" --state-dtype bf16
 expect_stderr "stress bf16 state names --threshold" "--threshold"
 expect_exit 0 "stress bf16 state clean at 0.5" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40 \
   --state-dtype bf16 --threshold 0.5
-expect_exit 3 "stress bf16 state catches decode-before-prefill" "$jambo" stress --model "$demo" --requests 30 \
-  --max-prompt-tokens 40 --state-dtype bf16 --threshold 0.5 --inject decode-before-prefill
+for fault in decode-before-prefill offset-wrap; do
+  expect_exit 3 "stress bf16 state catches $fault" "$jambo" stress --model "$demo" --requests 30 \
+    --max-prompt-tokens 40 --state-dtype bf16 --threshold 0.5 --inject "$fault"
+done
 expect_exit 2 "stress with min-n above max-n" "$jambo" stress --model "$demo" --min-n 5 --max-n 4
 expect_stderr "min-n above max-n named" "--min-n 5 is more than --max-n 4"
 

@@ -1,6 +1,7 @@
 #include "backend/row_validation.h"
 
 #include "backend/logits_ops.h"
+#include "backend/state_values.h"
 #include "core/error.h"
 
 #include <map>
@@ -106,6 +107,10 @@ void require_state_offset_modulus(int64_t modulus, int64_t elements_per_slot, in
                     (modulus > 0 && modulus % elements_per_slot == 0 && modulus <= num_state_slots * elements_per_slot),
                 "state offset modulus {} must be 0 or a multiple of the slot size {} within the pool", modulus,
                 elements_per_slot);
+}
+
+void require_state_dtype(DType dtype) {
+  JAMBO_REQUIRE(is_state_dtype(dtype), "the recurrent state is stored as F32 or BF16, not {}", dtype_name(dtype));
 }
 
 }  // namespace jambo

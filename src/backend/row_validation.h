@@ -27,6 +27,9 @@ void require_kv_block(int64_t block, int64_t num_kv_blocks);
 // Throws jambo::Error when a state slot index is out of range; `action` names the caller.
 void require_state_slot(int64_t slot, int64_t num_state_slots, const char* action);
 
+// Throws jambo::Error unless the recurrent state can be stored as this type (F32 or BF16).
+void require_state_dtype(DType dtype);
+
 // Throws jambo::Error unless the test-only offset modulus is 0 or a multiple of the slot size within the pool.
 void require_state_offset_modulus(int64_t modulus, int64_t elements_per_slot, int64_t num_state_slots);
 

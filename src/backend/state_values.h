@@ -14,6 +14,13 @@ namespace jambo {
 // The storage types a state pool takes.
 inline bool is_state_dtype(DType dtype) { return dtype == DType::F32 || dtype == DType::BF16; }
 
+// A stored value widened, and a value narrowed for storing, by storage type: float, or uint16_t holding bf16 bits
+// (kernels whose storage type is fixed at compile time call these directly).
+JAMBO_HOST_DEVICE inline float widen_state(float value) { return value; }
+JAMBO_HOST_DEVICE inline float widen_state(uint16_t bits) { return bf16_bits_to_float(bits); }
+JAMBO_HOST_DEVICE inline void narrow_state(float value, float& out) { out = value; }
+JAMBO_HOST_DEVICE inline void narrow_state(float value, uint16_t& out) { out = float_to_bf16_bits(value); }
+
 struct StateValues {
   void* data = nullptr;      // [count] values of dtype
   DType dtype = DType::F32;  // F32 or BF16
@@ -23,14 +30,14 @@ struct StateValues {
     return {static_cast<char*>(data) + offset * dtype_size(dtype), dtype};
   }
   JAMBO_HOST_DEVICE float get(int64_t i) const {
-    return dtype == DType::F32 ? static_cast<const float*>(data)[i]
-                               : bf16_bits_to_float(static_cast<const uint16_t*>(data)[i]);
+    return dtype == DType::F32 ? widen_state(static_cast<const float*>(data)[i])
+                               : widen_state(static_cast<const uint16_t*>(data)[i]);
   }
   JAMBO_HOST_DEVICE void set(int64_t i, float value) const {
     if (dtype == DType::F32)
-      static_cast<float*>(data)[i] = value;
+      narrow_state(value, static_cast<float*>(data)[i]);
     else
-      static_cast<uint16_t*>(data)[i] = float_to_bf16_bits(value);
+      narrow_state(value, static_cast<uint16_t*>(data)[i]);
   }
 };
 

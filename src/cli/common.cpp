@@ -71,7 +71,7 @@ void add_backend_flags(CLI::App& command, std::string& backend, std::string& cud
   command
       .add_option("--state-dtype", state_dtype,
                   "recurrent-state storage (conv tails and SSM states): f32, or bf16 (half the memory, rounded "
-                  "on every store; computed in fp32 either way)")
+                  "on every store, so chunk boundaries then move logprobs slightly; computed in fp32 either way)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
 }

@@ -1,7 +1,7 @@
 #include "engine/memory_budget.h"
 
 #include "backend/backend_factory.h"
-#include "backend/state_values.h"
+#include "backend/row_validation.h"
 
 #include <algorithm>
 #include <charconv>
@@ -80,8 +80,7 @@ CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t bu
 
   CachePlan plan;
   plan.weight_bytes = weight_bytes;
-  JAMBO_REQUIRE(is_state_dtype(state_dtype), "the recurrent state is stored as F32 or BF16, not {}",
-                dtype_name(state_dtype));
+  require_state_dtype(state_dtype);
   plan.bytes_per_slot = state_bytes_per_slot(config, state_dtype);
   plan.cache.state_dtype = state_dtype;
   plan.bytes_per_kv_block = kv_bytes_per_block(config, kv_block_size);

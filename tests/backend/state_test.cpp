@@ -144,6 +144,25 @@ TEST_F(StateTest, Bf16StateStaysNearTheFp32State) {
   EXPECT_FALSE(all_equal) << "the bf16 state gave the fp32 state's logits bit for bit: nothing was rounded";
 }
 
+// Law 5 holds with a bf16 state: rounding happens where a row stores its state, which its batch does not change.
+// A sequence run beside another, over the same chunks, gives its logits of running alone bit for bit.
+TEST_F(StateTest, Bf16StateIsBatchInvariant) {
+  CacheConfig cache = testing::test_cache(2);
+  cache.state_dtype = DType::BF16;
+  auto alone_backend = make_cpu_backend(model_, cache);
+  auto batch_backend = make_cpu_backend(model_, cache);
+  const std::vector<int64_t> chunks = {5, 1, 3, 1, 2};
+  const Logits alone = testing::run_in_chunks(*alone_backend, Sequence(0, tokens_), chunks);
+  Sequence sequence(0, tokens_), neighbour(1, testing::random_tokens(12, model_.config.vocab_size, 6));
+  Logits beside;
+  for (const int64_t chunk : chunks)
+    testing::step(*batch_backend, {&neighbour, &sequence}, {chunk, chunk}, {nullptr, &beside});
+  ASSERT_EQ(beside.size(), alone.size());
+  for (size_t t = 0; t < alone.size(); ++t)
+    EXPECT_TRUE(testing::bitwise_equal(beside[t].data(), alone[t].data(), model_.config.vocab_size))
+        << "position " << t;
+}
+
 void expect_rejected(Backend& backend, const BatchRow& row, const std::string& expected_words) {
   StepOutput logits;
   try {

@@ -443,6 +443,19 @@ TEST_F(TensorCoreAttentionTest, MatchesFp32Attention) {
   }
 }
 
+// skinny_gemm reads each expert matrix's K in whole 16-byte loads: experts whose gate_up or down_proj does not
+// allow it run per expert, whatever the other matrix allows (no GPU needed: only shapes and types are read).
+TEST(ExpertGemmsTest, GroupedOnlyWhereEveryMatrixTakesWholeLoads) {
+  cuda::DeviceMoe moe;
+  moe.experts.push_back({{nullptr, DType::BF16, 16, 8}, {nullptr, DType::BF16, 8, 8}});  // H = 8, I = 8
+  EXPECT_TRUE(cuda::experts_run_grouped(moe, 1));
+  EXPECT_FALSE(cuda::experts_run_grouped(moe, cuda::kMaxGroupedTokens + 1));
+  // H = 12: a whole number of fp32 loads (down_proj's type here) but not of bf16 ones (gate_up's).
+  moe.experts[0] = {{nullptr, DType::BF16, 16, 12}, {nullptr, DType::F32, 12, 8}};
+  EXPECT_FALSE(cuda::experts_run_grouped(moe, 1));
+  EXPECT_FALSE(cuda::experts_run_grouped(moe, 1, cuda::ExpertGemms::Grouped));
+}
+
 class NarrowCopyTest : public StreamTest {};
 
 // A norm's 16-bit copy of its output (narrow16.h) is exactly the GEMM's own rounding of it, and a GEMM given that

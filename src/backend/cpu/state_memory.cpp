@@ -33,8 +33,7 @@ StatePool::StatePool(const JambaConfig& config, int64_t num_slots, DType state_d
       memory_(element_offset(element_offset(num_slots, slot_stride_), dtype_size(state_dtype)),
               "recurrent-state pool") {
   JAMBO_REQUIRE(num_slots > 0, "the recurrent-state pool needs at least one slot, got {}", num_slots);
-  JAMBO_REQUIRE(is_state_dtype(state_dtype), "the recurrent state is stored as F32 or BF16, not {}",
-                dtype_name(state_dtype));
+  require_state_dtype(state_dtype);
 }
 
 void StatePool::require_slot(int64_t slot, const char* action) const { require_state_slot(slot, num_slots_, action); }

@@ -111,8 +111,7 @@ CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMod
 
   layer_stride_ = config_.mamba_d_inner * (config_.mamba_d_conv - 1 + config_.mamba_d_state);
   slot_stride_ = config_.num_mamba_layers() * layer_stride_;
-  JAMBO_REQUIRE(is_state_dtype(cache.state_dtype), "the recurrent state is stored as F32 or BF16, not {}",
-                dtype_name(cache.state_dtype));
+  require_state_dtype(cache.state_dtype);
   const int64_t state_bytes =
       element_offset(element_offset(cache.num_state_slots, slot_stride_), dtype_size(cache.state_dtype));
   states_ = DeviceBuffer<std::byte>(state_bytes);

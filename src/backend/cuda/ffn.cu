@@ -186,9 +186,10 @@ void run_experts_per_expert(Gemm& gemm, const DeviceMoe& moe, const int64_t* exp
 }  // namespace
 
 bool experts_run_grouped(const DeviceMoe& moe, int64_t num_tokens, ExpertGemms gemms) {
-  const DeviceMatrix& down = moe.experts.front().down_proj;  // [H, I]; every expert's matrices alike
-  const int64_t per_load = skinny_weights_per_load(down.dtype);
-  const bool shapes_fit = down.cols % per_load == 0 && down.rows % per_load == 0;
+  // Every expert's matrices are like expert 0's; skinny_gemm reads each matrix's K in whole 16-byte loads.
+  const DeviceMlp& first = moe.experts.front();
+  const bool shapes_fit = first.gate_up.cols % skinny_weights_per_load(first.gate_up.dtype) == 0 &&
+                          first.down_proj.cols % skinny_weights_per_load(first.down_proj.dtype) == 0;
   const bool wanted =
       gemms == ExpertGemms::Grouped || (gemms == ExpertGemms::ByTokenCount && num_tokens <= kMaxGroupedTokens);
   return shapes_fit && wanted;

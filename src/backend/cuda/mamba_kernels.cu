@@ -213,13 +213,8 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const ScanPara
 constexpr int kUpdateThreads = 256;
 constexpr int kLanesPerChannel = 4;  // threads sharing one channel's N state entries in the one-token update
 
-// A stored state value widened, and a value narrowed for storing: State is float, or uint16_t holding bf16 bits.
-__device__ inline float widen_state(float value) { return value; }
-__device__ inline float widen_state(uint16_t bits) { return bf16_bits_to_float(bits); }
-__device__ inline void narrow_state(float value, float& out) { out = value; }
-__device__ inline void narrow_state(float value, uint16_t& out) { out = float_to_bf16_bits(value); }
-
-// Lane `part`'s kSlots entries of a channel's N values (its state, or its row of A). With N known at compile time
+// Lane `part`'s kSlots entries of a channel's N values (its state, or its row of A; State is a storage type of
+// state_values.h). With N known at compile time
 // (Jamba's 16: kStateSize) they are the contiguous four from 4 * part, moved in one 16-byte (fp32) or 8-byte
 // (bf16) access, which needs the values 4-aligned; otherwise n = part, part + 4, ..., one at a time.
 template <typename State, int kStateSize>
@@ -345,8 +340,9 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
                           chunk_end, chunk_start, delta_sum};
   const bool jamba_state = layout.state_size == 16;  // every released Jamba: its own compiled loops
 
-  // Contiguous lane entries need every channel's state 4-aligned: slot and layer offsets are sums of multiples of
-  // Di * (K-1) and Di * (K-1+N), so a multiple of 4 channels and a 4-aligned layer offset make them so.
+  // Contiguous lane entries need every channel's state 4-aligned. Every row's state_offset is a multiple of the slot
+  // size (the backend's slot offsets, and the test-only wrap modulus, which must be a multiple of it), and slot and
+  // layer offsets are multiples of Di: a multiple of 4 channels (and a 4-aligned layer offset) make them so.
   const bool aligned_state = layout.num_channels % 4 == 0 && layout.layer_offset % 4 == 0;
   const dim3 update_grid(num_blocks_for(layout.num_channels, kUpdateThreads / kLanesPerChannel),
                          unsigned(rows.num_rows));
