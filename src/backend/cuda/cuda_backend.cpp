@@ -50,8 +50,9 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  int64_t slot_offset(int64_t slot) const;      // element offset of a slot, through the test-only wrap
-  StateValues slot_values(int64_t slot) const;  // the slot's state, from its first element
+  int64_t slot_offset(int64_t slot) const;  // element offset of a slot, through the test-only wrap
+  StateValues state_pool() const { return {states_.data(), cache_.state_dtype}; }
+  StateValues slot_values(int64_t slot) const { return state_pool() + slot_offset(slot); }  // from its first element
   int64_t slot_bytes() const { return element_offset(slot_stride_, dtype_size(cache_.state_dtype)); }
   void reserve_activations(int64_t num_tokens, int64_t num_vectors);
   bool runs_as_graph(const DeviceRows& rows) const;
@@ -137,10 +138,6 @@ int64_t CudaBackend::slot_offset(int64_t slot) const {
   return faults_.state_offset_modulus > 0 ? offset % faults_.state_offset_modulus : offset;
 }
 
-StateValues CudaBackend::slot_values(int64_t slot) const {
-  return StateValues{states_.data(), cache_.state_dtype} + slot_offset(slot);
-}
-
 KvLayout CudaBackend::kv_layout(int64_t attention_layer) const {
   KvLayout layout;
   layout.block_size = cache_.kv_block_size;
@@ -194,9 +191,8 @@ Narrow16 CudaBackend::narrow_copy(DeviceBuffer<uint16_t>& buffer) const {
 void CudaBackend::run_mamba(int64_t layer, const DeviceRows& rows) {
   const MambaStateLayout layout{config_.mamba_d_inner, config_.mamba_d_conv, config_.mamba_d_state,
                                 element_offset(index_in_kind_[layer], layer_stride_)};
-  mamba_mixer(*gemm_, weights_->layers[layer].mamba, config_, layout, rows, activations_.normed.data(),
-              StateValues{states_.data(), cache_.state_dtype}, activations_.update.data(), mamba_scratch_, stream_,
-              narrow_copy(activations_.normed16));
+  mamba_mixer(*gemm_, weights_->layers[layer].mamba, config_, layout, rows, activations_.normed.data(), state_pool(),
+              activations_.update.data(), mamba_scratch_, stream_, narrow_copy(activations_.normed16));
 }
 
 void CudaBackend::run_attention(int64_t layer, const DeviceRows& rows) {

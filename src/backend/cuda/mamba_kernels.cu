@@ -17,6 +17,12 @@ __device__ inline float window_at(int64_t index, int64_t tail_size, bool reads_s
   return reads_state ? tail.get(index) : 0.0f;
 }
 
+// Row r's conv tail of channel c in its slot: [K-1], oldest input first.
+__device__ inline StateValues slot_tail(const DeviceRows& rows, const MambaStateLayout& layout, StateValues state_pool,
+                                        int64_t r, int64_t c) {
+  return state_pool + (rows.state_offset[r] + layout.layer_offset + device_offset(c, layout.kernel_size - 1));
+}
+
 // A row of one token (decode) has one thread per channel here, the only reader of the channel's tail: it shifts
 // the tail in place after its output (conv_tail_kernel leaves such rows alone, and a decode step skips it).
 __global__ void conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
@@ -32,7 +38,7 @@ __global__ void conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
   const int64_t r = rows.token_row[t];
   const int64_t first = rows.first_token[r];
   const int64_t tail_size = layout.kernel_size - 1;
-  const StateValues tail = state_pool + (rows.state_offset[r] + layout.layer_offset + device_offset(c, tail_size));
+  const StateValues tail = slot_tail(rows, layout, state_pool, r, c);
   const int64_t u_stride = 2 * num_channels;
   const float* u_first = projected + device_offset(first, u_stride) + c;
   const bool reads_state = rows.reads_state[r] != 0;
@@ -58,7 +64,7 @@ __global__ void conv_tail_kernel(DeviceRows rows, MambaStateLayout layout,
   const int64_t r = i / num_channels, c = i % num_channels;
   if (rows.row_tokens[r] == 1) return;  // shifted by conv_outputs_kernel
   const int64_t tail_size = layout.kernel_size - 1;
-  const StateValues tail = state_pool + (rows.state_offset[r] + layout.layer_offset + device_offset(c, tail_size));
+  const StateValues tail = slot_tail(rows, layout, state_pool, r, c);
   const int64_t u_stride = 2 * num_channels;
   const float* u_first = projected + device_offset(rows.first_token[r], u_stride) + c;
   const bool reads_state = rows.reads_state[r] != 0;
@@ -214,9 +220,9 @@ constexpr int kUpdateThreads = 256;
 constexpr int kLanesPerChannel = 4;  // threads sharing one channel's N state entries in the one-token update
 
 // Lane `part`'s kSlots entries of a channel's N values (its state, or its row of A; State is a storage type of
-// state_values.h). With N known at compile time
-// (Jamba's 16: kStateSize) they are the contiguous four from 4 * part, moved in one 16-byte (fp32) or 8-byte
-// (bf16) access, which needs the values 4-aligned; otherwise n = part, part + 4, ..., one at a time.
+// state_values.h). With N known at compile time (Jamba's 16: kStateSize) they are the contiguous four from
+// 4 * part, moved in one 16-byte (fp32) or 8-byte (bf16) access, which needs the values 4-aligned; otherwise
+// n = part, part + 4, ..., one at a time.
 template <typename State, int kStateSize>
 struct LaneEntries {
   static constexpr int kSlots = (kStateSize > 0 ? kStateSize : kMaxStateSize) / kLanesPerChannel;
