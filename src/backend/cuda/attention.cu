@@ -2,7 +2,6 @@
 #include "backend/cuda/device_math.cuh"
 
 #include <cuda_bf16.h>
-#include <mma.h>
 
 #include <algorithm>
 
@@ -77,6 +76,9 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
                                  const float* kv_pool,  // [num_blocks, block_stride]
                                  float* context,        // [T, nh*hd] (one split)
                                  float* partial) {      // [T, nh, num_splits, hd + 2] (several)
+  // Launched early, as the kernels around it (device_math.cuh).
+  let_next_kernel_start();
+  wait_for_previous_kernel();
   extern __shared__ float shared[];
   const int64_t head_dim = layout.head_dim, group_size = num_heads / layout.num_kv_heads;
   const AttentionShared at{group_size, head_dim};
@@ -160,6 +162,9 @@ __global__ void combine_splits_kernel(DeviceRows rows, int64_t num_heads, int64_
                                       bool skip_chunked_rows,
                                       const float* partial,  // [T, nh, num_splits, hd + 2]
                                       float* context) {      // [T, nh*hd]
+  // Launched early, as the kernels around it (device_math.cuh).
+  let_next_kernel_start();
+  wait_for_previous_kernel();
   const int64_t pair = blockIdx.x;  // t * nh + head
   if (skip_chunked_rows && rows.row_tokens[rows.token_row[pair / num_heads]] > 1) return;
   const float* entries = partial + device_offset(pair, device_offset(num_splits, head_dim + 2));
@@ -182,144 +187,203 @@ __global__ void combine_splits_kernel(DeviceRows rows, int64_t num_heads, int64_
 
 // Tensor-core attention for the rows of several tokens (prefill) in the 16-bit mode: queries, keys and values
 // rounded to bf16 (as every GEMM input of that mode), scores and outputs accumulated in fp32, the softmax in
-// fp32. One block per (scan chunk of a row: up to 64 query tokens, query head); each of its four warps takes 16
-// of the chunk's tokens. The block stages the keys and values of kMmaKeys positions at a time in shared memory
-// (read once for its four warps), and each warp runs S = Q Kᵀ, the online softmax of its rows with the causal
-// mask, and O = O * rescale + P V on the tensor cores (WMMA 16x16x16).
-constexpr int kMmaTile = 16;
+// fp32, the weights rounded to bf16 for P V. One block per (scan chunk of a row: up to 64 query tokens, query
+// head); each of its four warps takes 16 of the chunk's tokens and keeps their queries, scores, running max and
+// sum and outputs in registers (mma.sync m16n8k16 fragments, flash-attention style). The block stages the keys
+// and values of kMmaKeys positions at a time in shared memory as bf16, read once for its four warps.
+constexpr int kMmaRows = 16;  // an mma's rows: a warp's query tokens
 constexpr int kMmaWarps = 4;
 constexpr int kMmaKeys = 64;
 constexpr int kMmaMaxHeadDim = 128;
-static_assert(kMmaWarps * kMmaTile == kScanChunkTokens, "a block's warps cover one scan chunk");
+constexpr int kMmaDimTiles = kMmaMaxHeadDim / 16;  // k-steps of Q Kᵀ and pairs of 8-wide output tiles of P V
+constexpr int kMmaTileStride = kMmaMaxHeadDim + 8;  // bf16 per staged key: rows 16 bytes apart mod 128 (no conflicts)
+static_assert(kMmaWarps * kMmaRows == kScanChunkTokens, "a block's warps cover one scan chunk");
 
-// Shared memory of attention_mma_kernel, in bytes from its start; every region a multiple of 32 bytes (WMMA).
-struct MmaShared {
-  int64_t head_dim;
-  JAMBO_HOST_DEVICE int64_t keys() const { return 0; }                                      // bf16 [kMmaKeys, hd]
-  JAMBO_HOST_DEVICE int64_t values() const { return keys() + kMmaKeys * head_dim * 2; }     // bf16 [kMmaKeys, hd]
-  JAMBO_HOST_DEVICE int64_t queries() const { return values() + kMmaKeys * head_dim * 2; }  // bf16 [warps, 16, hd]
-  JAMBO_HOST_DEVICE int64_t outputs() const { return queries() + kMmaWarps * kMmaTile * head_dim * 2; }  // f32 [warps, 16, hd]
-  JAMBO_HOST_DEVICE int64_t scores() const { return outputs() + kMmaWarps * kMmaTile * head_dim * 4; }  // f32 [warps, 16, keys]
-  JAMBO_HOST_DEVICE int64_t weights() const { return scores() + kMmaWarps * kMmaTile * kMmaKeys * 4; }  // bf16 [warps, 16, keys]
-  JAMBO_HOST_DEVICE int64_t stats() const { return weights() + kMmaWarps * kMmaTile * kMmaKeys * 2; }   // f32 [warps, 3, 16]
-  JAMBO_HOST_DEVICE int64_t num_bytes() const { return stats() + kMmaWarps * 3 * kMmaTile * 4; }
-};
+// Two fp32 values as the packed bf16 pair an mma fragment register holds (lower index in the low half).
+__device__ inline uint32_t pack_bf16(float low, float high) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// Four 8x8 bf16 matrices from shared memory, lane l giving the address of row l % 8 of matrix l / 8; `transpose`
+// hands each lane its column entries instead of its row entries.
+template <bool kTranspose>
+__device__ inline void load_matrices(uint32_t (&out)[4], const __nv_bfloat16* row) {
+  const unsigned address = unsigned(__cvta_generic_to_shared(row));
+  if constexpr (kTranspose)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
+                 : "r"(address));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
+                 : "r"(address));
+}
+
+// acc[16x8] += a[16x16] b[16x8], bf16 inputs, fp32 accumulation. Fragments (PTX ISA, lane = 4 g + c):
+// a {row g, row g + 8} x {cols 2c, 2c + 1} then the same 8 columns on; b {k 2c, 2c + 1} then k + 8, at column g;
+// acc {row g: cols 2c, 2c + 1; row g + 8: the same columns}.
+__device__ inline void mma_bf16(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The block's keys and values at positions first_key + k, k < kMmaKeys, as bf16 rows of the two tiles
+// [kMmaKeys, kMmaTileStride]; positions from num_keys on are zeros (a zero value keeps 0 * value finite).
+__device__ void stage_keys_and_values(const DeviceRows& rows, const KvLayout& layout, int64_t r, int64_t kv_head,
+                                      int64_t first_key, int64_t num_keys, const float* kv_pool, int64_t* entries,
+                                      __nv_bfloat16* keys, __nv_bfloat16* values) {
+  const int head_dim = int(layout.head_dim), quads = head_dim / 4;
+  for (int k = threadIdx.x; k < kMmaKeys; k += blockDim.x)
+    entries[k] = first_key + k < num_keys
+                     ? kv_entry(rows, layout, r, first_key + k, 0) + device_offset(kv_head, head_dim)
+                     : -1;
+  __syncthreads();
+#pragma unroll 4
+  for (int i = threadIdx.x; i < kMmaKeys * quads; i += blockDim.x) {
+    const int k = i / quads, e = 4 * (i % quads);
+    const int64_t entry = entries[k];
+    float4 key = {0.0f, 0.0f, 0.0f, 0.0f}, value = key;
+    if (entry >= 0) {  // a block's values follow its keys
+      key = *reinterpret_cast<const float4*>(kv_pool + entry + e);
+      value = *reinterpret_cast<const float4*>(kv_pool + entry + layout.half_stride() + e);
+    }
+    uint2* key_out = reinterpret_cast<uint2*>(keys + k * kMmaTileStride + e);
+    uint2* value_out = reinterpret_cast<uint2*>(values + k * kMmaTileStride + e);
+    *key_out = {pack_bf16(key.x, key.y), pack_bf16(key.z, key.w)};
+    *value_out = {pack_bf16(value.x, value.y), pack_bf16(value.z, value.w)};
+  }
+  __syncthreads();
+}
 
 __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
     attention_mma_kernel(DeviceRows rows, KvLayout layout, int64_t num_heads,
                          const float* queries,  // [T, nh*hd]
                          const float* kv_pool,  // [num_blocks, block_stride]
                          float* context) {      // [T, nh*hd]
-  using namespace nvcuda;
-  extern __shared__ __align__(128) unsigned char shared_bytes[];
-  const int head_dim = int(layout.head_dim);
-  const MmaShared at{head_dim};
-  __nv_bfloat16* keys = reinterpret_cast<__nv_bfloat16*>(shared_bytes + at.keys());
-  __nv_bfloat16* values = reinterpret_cast<__nv_bfloat16*>(shared_bytes + at.values());
+  __shared__ __align__(16) __nv_bfloat16 keys[kMmaKeys * kMmaTileStride];    // [kMmaKeys, hd (padded)]
+  __shared__ __align__(16) __nv_bfloat16 values[kMmaKeys * kMmaTileStride];  // [kMmaKeys, hd (padded)]
+  __shared__ int64_t entries[kMmaKeys];  // pool offset of each staged position's key, -1 past the last
+  const int head_dim = int(layout.head_dim), dim_tiles = head_dim / 16;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  __nv_bfloat16* query = reinterpret_cast<__nv_bfloat16*>(shared_bytes + at.queries()) + warp * kMmaTile * head_dim;
-  float* out = reinterpret_cast<float*>(shared_bytes + at.outputs()) + warp * kMmaTile * head_dim;
-  float* scores = reinterpret_cast<float*>(shared_bytes + at.scores()) + warp * kMmaTile * kMmaKeys;
-  __nv_bfloat16* weights = reinterpret_cast<__nv_bfloat16*>(shared_bytes + at.weights()) + warp * kMmaTile * kMmaKeys;
-  float* running_max = reinterpret_cast<float*>(shared_bytes + at.stats()) + warp * 3 * kMmaTile;
-  float* running_sum = running_max + kMmaTile;
-  float* rescale = running_sum + kMmaTile;
+  const int g = lane / 4, c = lane % 4;  // the fragment row and column pair of this lane
 
-  const int64_t chunk = blockIdx.x, head = blockIdx.y;
-  const int64_t kv_head = head / (num_heads / layout.num_kv_heads);
+  const int64_t chunk = rows.num_chunks - 1 - blockIdx.x;  // the longest chunks (a row's last) first
+  const int64_t head = blockIdx.y, kv_head = head / (num_heads / layout.num_kv_heads);
   const int64_t r = rows.chunk_row[chunk];
-  const int64_t row_end = rows.first_token[r] + rows.row_tokens[r];
   const int64_t chunk_first = rows.chunk_first_token[chunk];
-  const int64_t chunk_end = min(row_end, chunk_first + kScanChunkTokens);
+  const int64_t chunk_end = min(rows.first_token[r] + rows.row_tokens[r], chunk_first + kScanChunkTokens);
   const int64_t position_of_first = rows.start_position[r] - rows.first_token[r];  // + t: position of token t
-  const int64_t warp_first = chunk_first + warp * kMmaTile;
-  const int num_queries = int(max(int64_t(0), min(int64_t(kMmaTile), chunk_end - warp_first)));
-  const int64_t last_position = position_of_first + warp_first + num_queries - 1;  // of the warp's last query
+  const int64_t warp_first = chunk_first + warp * kMmaRows;
+  const int num_queries = int(max(int64_t(0), min(int64_t(kMmaRows), chunk_end - warp_first)));
+  const int64_t first_position = position_of_first + warp_first;  // of the warp's first query
+  const int64_t last_position = first_position + num_queries - 1;
   const int64_t num_keys = position_of_first + chunk_end;  // of the block: up to its last query's position
 
-  for (int i = lane; i < kMmaTile * head_dim; i += kWarpSize) {
-    const int q = i / head_dim, e = i % head_dim;
-    const float value =
-        q < num_queries ? queries[device_offset(warp_first + q, num_heads * head_dim) + device_offset(head, head_dim) + e]
-                        : 0.0f;
-    query[i] = __float2bfloat16_rn(value);
-    out[i] = 0.0f;
-  }
-  if (lane < kMmaTile) running_max[lane] = -INFINITY, running_sum[lane] = 0.0f;
-  const float scale = 1.0f / sqrtf(float(head_dim));
+  // The warp's queries as A fragments, one per 16 dimensions; rows past the warp's tokens are zeros.
+  uint32_t query[kMmaDimTiles][4];
+  const int64_t query_stride = num_heads * head_dim;
+  const float* query_row = queries + device_offset(warp_first + g, query_stride) + device_offset(head, head_dim);
+#pragma unroll
+  for (int d = 0; d < kMmaDimTiles; ++d)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i % 2), col = 16 * d + 2 * c + 8 * (i / 2);
+      float2 pair = {0.0f, 0.0f};
+      if (d < dim_tiles && row < num_queries)
+        pair = *reinterpret_cast<const float2*>(query_row + device_offset(8 * (i % 2), query_stride) + col);
+      query[d][i] = pack_bf16(pair.x, pair.y);
+    }
+
+  float out[2 * kMmaDimTiles][4] = {};  // O: 8 output dimensions per tile
+  float running_max[2] = {-INFINITY, -INFINITY}, running_sum[2] = {0.0f, 0.0f};  // rows g, g + 8 (this lane's part)
+  const float scale = 1.4426950408889634f / sqrtf(float(head_dim));  // 1/sqrt(hd) in base 2 (exp2f below)
 
   for (int64_t first_key = 0; first_key < num_keys; first_key += kMmaKeys) {
-    __syncthreads();  // the last tile's keys and values are no longer read
-    for (int k = warp; k < kMmaKeys; k += kMmaWarps) {  // a warp per key: one block-table lookup per key
-      const int64_t position = first_key + k;
-      const bool inside = position < num_keys;
-      const float* key = inside ? kv_pool + kv_entry(rows, layout, r, position, 0) + device_offset(kv_head, head_dim)
-                                : nullptr;
-      const float* value = inside ? key + layout.half_stride() : nullptr;  // a block's values follow its keys
-      for (int e = lane; e < head_dim; e += kWarpSize) {
-        keys[k * head_dim + e] = __float2bfloat16_rn(inside ? key[e] : 0.0f);
-        values[k * head_dim + e] = __float2bfloat16_rn(inside ? value[e] : 0.0f);
+    stage_keys_and_values(rows, layout, r, kv_head, first_key, num_keys, kv_pool, entries, keys, values);
+    if (num_queries > 0 && first_key <= last_position) {
+      float score[kMmaKeys / 8][4] = {};  // S = Q Kᵀ: 8 keys per tile
+#pragma unroll
+      for (int n = 0; n < kMmaKeys / 16; ++n)
+#pragma unroll
+        for (int d = 0; d < kMmaDimTiles; ++d) {
+          if (d >= dim_tiles) break;
+          uint32_t b[4];  // keys 16n .. +7 then +8 .. +15, each dimensions 16d .. +7 and +8 .. +15
+          const int m = lane / 8;
+          load_matrices<false>(b, keys + (16 * n + 8 * (m / 2) + lane % 8) * kMmaTileStride + 16 * d + 8 * (m % 2));
+          mma_bf16(score[2 * n], query[d], b[0], b[1]);
+          mma_bf16(score[2 * n + 1], query[d], b[2], b[3]);
+        }
+      const bool diagonal = first_key + kMmaKeys - 1 > first_position;  // some key follows some query
+      float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < kMmaKeys / 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int64_t key_position = first_key + 8 * n + 2 * c + i % 2;
+          const bool visible = !diagonal || key_position <= first_position + g + 8 * (i / 2);
+          score[n][i] = visible ? score[n][i] * scale : -INFINITY;
+          tile_max[i / 2] = fmaxf(tile_max[i / 2], score[n][i]);
+        }
+      float rescale[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the row's max over its four lanes; key 0 is visible to all, so finite
+        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+        const float new_max = fmaxf(running_max[h], tile_max[h]);
+        rescale[h] = exp2f(running_max[h] - new_max);  // 0 on the first tile
+        running_max[h] = new_max;
+        running_sum[h] *= rescale[h];
+      }
+      uint32_t weights[kMmaKeys / 16][4];  // P as A fragments: S's tiles 2j and 2j + 1 are k-step j's halves
+#pragma unroll
+      for (int n = 0; n < kMmaKeys / 8; ++n) {
+        float p[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          p[i] = exp2f(score[n][i] - running_max[i / 2]);
+          running_sum[i / 2] += p[i];
+        }
+        weights[n / 2][2 * (n % 2)] = pack_bf16(p[0], p[1]);
+        weights[n / 2][2 * (n % 2) + 1] = pack_bf16(p[2], p[3]);
+      }
+#pragma unroll
+      for (int t = 0; t < 2 * kMmaDimTiles; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[t][i] *= rescale[i / 2];
+#pragma unroll
+      for (int d = 0; d < kMmaDimTiles; ++d) {  // O += P V, 16 output dimensions at a time
+        if (d >= dim_tiles) break;
+#pragma unroll
+        for (int j = 0; j < kMmaKeys / 16; ++j) {
+          uint32_t b[4];  // keys 16j .. +7 then +8 .. +15 at dimensions 16d .. +7, then both at +8 .. +15
+          const int m = lane / 8;
+          load_matrices<true>(b, values + (16 * j + 8 * (m % 2) + lane % 8) * kMmaTileStride + 16 * d + 8 * (m / 2));
+          mma_bf16(out[2 * d], weights[j], b[0], b[1]);
+          mma_bf16(out[2 * d + 1], weights[j], b[2], b[3]);
+        }
       }
     }
-    __syncthreads();
-    if (num_queries == 0 || first_key > last_position) continue;  // every key of the tile is after the warp's queries
-
-    for (int n = 0; n < kMmaKeys / kMmaTile; ++n) {  // S = Q Kᵀ, 16 keys at a time
-      wmma::fragment<wmma::accumulator, kMmaTile, kMmaTile, kMmaTile, float> s;
-      wmma::fill_fragment(s, 0.0f);
-      for (int d = 0; d < head_dim; d += kMmaTile) {
-        wmma::fragment<wmma::matrix_a, kMmaTile, kMmaTile, kMmaTile, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, kMmaTile, kMmaTile, kMmaTile, __nv_bfloat16, wmma::col_major> b;
-        wmma::load_matrix_sync(a, query + d, head_dim);
-        wmma::load_matrix_sync(b, keys + n * kMmaTile * head_dim + d, head_dim);
-        wmma::mma_sync(s, a, b, s);
-      }
-      wmma::store_matrix_sync(scores + n * kMmaTile, s, kMmaKeys, wmma::mem_row_major);
-    }
-    __syncwarp();
-    for (int q = 0; q < kMmaTile; ++q) {  // the online softmax, a row at a time: two keys per lane
-      const int64_t query_position = position_of_first + warp_first + q;
-      float score[2], weight[2];
-      for (int j = 0; j < 2; ++j) {
-        const int k = lane + j * kWarpSize;
-        const bool visible = q < num_queries && first_key + k <= query_position;
-        score[j] = visible ? scores[q * kMmaKeys + k] * scale : -INFINITY;
-      }
-      const float new_max = fmaxf(running_max[q], warp_max(fmaxf(score[0], score[1])));
-      const bool none_yet = new_max == -INFINITY;  // a padding row, or no visible key so far
-      for (int j = 0; j < 2; ++j) weight[j] = none_yet ? 0.0f : expf(score[j] - new_max);
-      const float tile_sum = warp_sum(weight[0] + weight[1]);
-      for (int j = 0; j < 2; ++j) weights[q * kMmaKeys + lane + j * kWarpSize] = __float2bfloat16_rn(weight[j]);
-      __syncwarp();
-      if (lane == 0) {
-        const float factor = none_yet ? 1.0f : expf(running_max[q] - new_max);
-        rescale[q] = factor;
-        running_sum[q] = running_sum[q] * factor + tile_sum;
-        running_max[q] = new_max;
-      }
-      __syncwarp();
-    }
-    for (int i = lane; i < kMmaTile * head_dim; i += kWarpSize) out[i] *= rescale[i / head_dim];
-    __syncwarp();
-    for (int j = 0; j < head_dim; j += kMmaTile) {  // O += P V, 16 output columns at a time
-      wmma::fragment<wmma::accumulator, kMmaTile, kMmaTile, kMmaTile, float> o;
-      wmma::load_matrix_sync(o, out + j, head_dim, wmma::mem_row_major);
-      for (int k = 0; k < kMmaKeys; k += kMmaTile) {
-        wmma::fragment<wmma::matrix_a, kMmaTile, kMmaTile, kMmaTile, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, kMmaTile, kMmaTile, kMmaTile, __nv_bfloat16, wmma::row_major> b;
-        wmma::load_matrix_sync(a, weights + k, kMmaKeys);
-        wmma::load_matrix_sync(b, values + k * head_dim + j, head_dim);
-        wmma::mma_sync(o, a, b, o);
-      }
-      wmma::store_matrix_sync(out + j, o, head_dim, wmma::mem_row_major);
-    }
-    __syncwarp();
+    __syncthreads();  // the tiles are restaged next
   }
-  for (int i = lane; i < num_queries * head_dim; i += kWarpSize) {
-    const int q = i / head_dim, e = i % head_dim;
-    context[device_offset(warp_first + q, num_heads * head_dim) + device_offset(head, head_dim) + e] =
-        out[i] / running_sum[q];
+  float inverse_sum[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    running_sum[h] += __shfl_xor_sync(0xffffffffu, running_sum[h], 1);
+    running_sum[h] += __shfl_xor_sync(0xffffffffu, running_sum[h], 2);
+    inverse_sum[h] = 1.0f / running_sum[h];
   }
+  float* context_row = context + device_offset(warp_first + g, query_stride) + device_offset(head, head_dim);
+#pragma unroll
+  for (int t = 0; t < 2 * kMmaDimTiles; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (8 * t < head_dim && g + 8 * h < num_queries)
+        *reinterpret_cast<float2*>(context_row + device_offset(8 * h, query_stride) + 8 * t + 2 * c) =
+            float2{out[t][2 * h] * inverse_sum[h], out[t][2 * h + 1] * inverse_sum[h]};
 }
 
 int attention_splits(int64_t num_tokens, int64_t num_kv_heads) {
@@ -370,7 +434,7 @@ void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout, const
 }
 
 bool attention_runs_on_tensor_cores(const DeviceRows& rows, const KvLayout& layout, bool sixteen_bit) {
-  return sixteen_bit && rows.num_chunks > 0 && layout.head_dim % kMmaTile == 0 && layout.head_dim <= kMmaMaxHeadDim;
+  return sixteen_bit && rows.num_chunks > 0 && layout.head_dim % 16 == 0 && layout.head_dim <= kMmaMaxHeadDim;
 }
 
 void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads, const float* queries,
@@ -380,12 +444,10 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
   if (num_pairs == 0) return;
   const bool tensor_cores = attention_runs_on_tensor_cores(rows, layout, sixteen_bit);
   if (tensor_cores) {
-    const size_t mma_bytes = size_t(MmaShared{layout.head_dim}.num_bytes());
-    require_shared_memory(mma_bytes, "tensor-core attention of head dimension " + std::to_string(layout.head_dim));
-    [[maybe_unused]] static const bool mma_allowed = allow_max_shared_memory(attention_mma_kernel);
-    require(rows.num_chunks < 65536 && num_heads < 65536, "too many chunks or heads for one attention launch");
-    attention_mma_kernel<<<dim3(unsigned(rows.num_chunks), unsigned(num_heads)), kMmaWarps * kWarpSize, mma_bytes,
-                           stream>>>(rows, layout, num_heads, queries, kv_pool, context);
+    require(rows.num_chunks < (int64_t(1) << 31) && num_heads < 65536,
+            "too many chunks or heads for one attention launch");
+    attention_mma_kernel<<<dim3(unsigned(rows.num_chunks), unsigned(num_heads)), kMmaWarps * kWarpSize, 0, stream>>>(
+        rows, layout, num_heads, queries, kv_pool, context);
     JAMBO_CUDA_CHECK_LAUNCH(attention_mma_kernel);
   }
   require(num_pairs < (int64_t(1) << 31),
@@ -400,13 +462,11 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
       num_splits == 1 ? nullptr
                       : partial.reserve(device_offset(device_offset(rows.num_tokens, num_heads),
                                                       device_offset(num_splits, layout.head_dim + 2)));
-  attention_kernel<<<dim3(unsigned(num_pairs), unsigned(num_splits)), kThreads, shared_bytes, stream>>>(
-      rows, layout, num_heads, num_splits, tensor_cores, queries, kv_pool, context, partial_data);
-  JAMBO_CUDA_CHECK_LAUNCH(attention_kernel);
+  launch_early(attention_kernel, dim3(unsigned(num_pairs), unsigned(num_splits)), dim3(kThreads), shared_bytes, stream,
+               rows, layout, num_heads, num_splits, tensor_cores, queries, kv_pool, context, partial_data);
   if (num_splits == 1) return;
-  combine_splits_kernel<<<unsigned(device_offset(rows.num_tokens, num_heads)), kCombineThreads, 0, stream>>>(
-      rows, num_heads, layout.head_dim, num_splits, tensor_cores, partial_data, context);
-  JAMBO_CUDA_CHECK_LAUNCH(combine_splits_kernel);
+  launch_early(combine_splits_kernel, dim3(unsigned(device_offset(rows.num_tokens, num_heads))), dim3(kCombineThreads),
+               0, stream, rows, num_heads, layout.head_dim, num_splits, tensor_cores, partial_data, context);
 }
 
 }  // namespace jambo::cuda

@@ -2,12 +2,14 @@
 // block-wide reductions. Included by .cu files only.
 #pragma once
 
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/narrow16.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace jambo::cuda {
 
@@ -51,6 +53,43 @@ __device__ inline float block_max(float value, float* scratch) { return block_re
 __device__ inline void store_narrow(const Narrow16& copy, int64_t i, float value) {
   copy.data[i] = copy.dtype == DType::BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(value))
                                            : __half_as_ushort(__float2half_rn(value));
+}
+
+// Programmatic dependent launch (Hopper and later), for the chains of small kernels of a decode step: a kernel
+// started with launch_early may be scheduled before the kernel ahead of it in the stream has finished, once every
+// block of that kernel has called let_next_kernel_start() or exited, so that its launch and ramp overlap that
+// kernel's tail. It must call wait_for_previous_kernel(), which returns when that kernel has finished and its writes
+// are visible, before it reads anything that kernel or an earlier one wrote, and before it writes anything (the
+// skinny GEMMs load their first weights before it; the other kernels wait on entry). Every block of an early kernel
+// waits, so that its end implies its predecessor's. let_next_kernel_start() does nothing when the next kernel was
+// launched the usual way.
+__device__ inline void let_next_kernel_start() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+__device__ inline void wait_for_previous_kernel() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), allowed to start early (above).
+template <typename... Params, typename... Args>
+void launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                  Args&&... args) {
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  JAMBO_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
 inline unsigned num_blocks_for(int64_t count, int threads) { return unsigned((count + threads - 1) / threads); }

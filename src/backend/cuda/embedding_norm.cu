@@ -51,8 +51,26 @@ __global__ void rms_norm_kernel(const float* x,  // [num_rows, x_stride]
                                 float eps,
                                 float* out,  // [num_rows, out_stride]
                                 int64_t out_stride, Narrow16 out16) {
+  // Launched early, as the kernels around it (device_math.cuh).
+  let_next_kernel_start();
+  wait_for_previous_kernel();
   const int64_t row = blockIdx.x;
   normalize_row(x + device_offset(row, x_stride), n, weight, eps, out + device_offset(row, out_stride), out16, row);
+}
+
+struct NormSegments {
+  NormSegment segments[kMaxNormSegments];
+};
+
+// One block per (row, segment).
+__global__ void rms_norm_segments_kernel(float* x,  // [num_rows, x_stride]
+                                         int64_t x_stride, NormSegments segments, float eps) {
+  // Launched early, as the kernels around it (device_math.cuh).
+  let_next_kernel_start();
+  wait_for_previous_kernel();
+  const NormSegment& segment = segments.segments[blockIdx.y];
+  float* row = x + device_offset(blockIdx.x, x_stride) + segment.column;
+  normalize_row(row, segment.width, segment.weight, eps, row, segment.out16, blockIdx.x);
 }
 
 __global__ void add_rms_norm_kernel(float* hidden,        // [num_rows, n]
@@ -62,6 +80,9 @@ __global__ void add_rms_norm_kernel(float* hidden,        // [num_rows, n]
                                     float eps,
                                     float* normed,  // [num_rows, n]
                                     Narrow16 normed16) {
+  // Launched early, as the kernels around it (device_math.cuh).
+  let_next_kernel_start();
+  wait_for_previous_kernel();
   const int64_t first = device_offset(blockIdx.x, n);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) hidden[first + i] += update[first + i];
   if (weight == nullptr) return;
@@ -76,6 +97,9 @@ __global__ void gather_rms_norm_kernel(const int64_t* selected,  // [num_vectors
                                        float eps,
                                        float* out,  // [num_vectors, H]
                                        Narrow16 out16) {
+  // Launched early, as the kernels around it (device_math.cuh).
+  let_next_kernel_start();
+  wait_for_previous_kernel();
   const int64_t v = blockIdx.x;
   normalize_row(hidden + device_offset(selected[v], hidden_size), hidden_size, weight, eps,
                 out + device_offset(v, hidden_size), out16, v);
@@ -101,25 +125,36 @@ void gather_rows(const float* table, const int32_t* indices, int64_t num_rows, i
 void rms_norm(const float* x, int64_t x_stride, int64_t num_rows, int64_t n, const float* weight, float eps, float* out,
               int64_t out_stride, cudaStream_t stream, Narrow16 out16) {
   if (num_rows == 0) return;
-  rms_norm_kernel<<<unsigned(num_rows), norm_threads(n), 0, stream>>>(x, x_stride, n, weight, eps, out, out_stride,
-                                                                      out16);
-  JAMBO_CUDA_CHECK_LAUNCH(rms_norm_kernel);
+  launch_early(rms_norm_kernel, dim3(unsigned(num_rows)), dim3(norm_threads(n)), 0, stream, x, x_stride, n, weight, eps,
+               out, out_stride, out16);
+}
+
+void rms_norm_segments(float* x, int64_t x_stride, int64_t num_rows, std::span<const NormSegment> segments, float eps,
+                       cudaStream_t stream) {
+  require(segments.size() <= size_t(kMaxNormSegments), "rms_norm_segments takes at most 3 segments");
+  if (num_rows == 0 || segments.empty()) return;
+  NormSegments packed;
+  int64_t widest = 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    packed.segments[s] = segments[s];
+    widest = std::max(widest, segments[s].width);
+  }
+  launch_early(rms_norm_segments_kernel, dim3(unsigned(num_rows), unsigned(segments.size())),
+               dim3(norm_threads(widest)), 0, stream, x, x_stride, packed, eps);
 }
 
 void add_rms_norm(float* hidden, const float* update, int64_t num_rows, int64_t n, const float* weight, float eps,
                   float* normed, cudaStream_t stream, Narrow16 normed16) {
   if (num_rows == 0) return;
-  add_rms_norm_kernel<<<unsigned(num_rows), norm_threads(n), 0, stream>>>(hidden, update, n, weight, eps, normed,
-                                                                          normed16);
-  JAMBO_CUDA_CHECK_LAUNCH(add_rms_norm_kernel);
+  launch_early(add_rms_norm_kernel, dim3(unsigned(num_rows)), dim3(norm_threads(n)), 0, stream, hidden, update, n,
+               weight, eps, normed, normed16);
 }
 
 void gather_rms_norm(const DeviceRows& rows, const float* hidden, int64_t hidden_size, const float* weight, float eps,
                      float* out, cudaStream_t stream, Narrow16 out16) {
   if (rows.num_vectors == 0) return;
-  gather_rms_norm_kernel<<<unsigned(rows.num_vectors), norm_threads(hidden_size), 0, stream>>>(
-      rows.selected, hidden, hidden_size, weight, eps, out, out16);
-  JAMBO_CUDA_CHECK_LAUNCH(gather_rms_norm_kernel);
+  launch_early(gather_rms_norm_kernel, dim3(unsigned(rows.num_vectors)), dim3(norm_threads(hidden_size)), 0, stream,
+               rows.selected, hidden, hidden_size, weight, eps, out, out16);
 }
 
 void add_bias(float* y, int64_t num_rows, int64_t n, const float* bias, cudaStream_t stream) {

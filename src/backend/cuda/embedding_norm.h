@@ -5,6 +5,8 @@
 #include "backend/cuda/device_rows.h"
 #include "backend/cuda/narrow16.h"
 
+#include <span>
+
 namespace jambo::cuda {
 
 // out[r] = table[indices[r]]: the embedding lookup (indices = tokens) and the MoE gather of routed tokens.
@@ -23,6 +25,20 @@ void rms_norm(const float* x,  // [num_rows, x_stride], the first n columns read
               float eps,
               float* out,  // [num_rows, out_stride], the first n columns written
               int64_t out_stride, cudaStream_t stream, Narrow16 out16 = {});
+
+// Several norms over column ranges of one matrix, in place and in one launch: segment s normalizes columns
+// [column, column + width) of every row with its own weight (Mamba's dt, B and C norms of x_proj's output).
+struct NormSegment {
+  int64_t column = 0, width = 0;
+  const float* weight = nullptr;  // [width]
+  Narrow16 out16;                 // [num_rows, width], or absent
+};
+constexpr int kMaxNormSegments = 3;
+
+void rms_norm_segments(float* x,  // [num_rows, x_stride]
+                       int64_t x_stride, int64_t num_rows,
+                       std::span<const NormSegment> segments,  // at most kMaxNormSegments
+                       float eps, cudaStream_t stream);
 
 // hidden += update; then, when weight is not null, normed = rms_norm(hidden) (the residual add and the
 // next sub-layer's pre-norm in one pass).

@@ -4,22 +4,31 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/skinny_gemm.h"
 
+#include <algorithm>
+
 namespace jambo::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxExpertsPerToken = 8;
 
+// Columns along x, rows along y (striding past the grid's 65535 limit): no per-element division.
 __global__ void swiglu_kernel(const float* gate_up,  // [rows, 2I] gate, then up
                               int64_t num_rows, int64_t intermediate,
-                              float* out,        // [rows, I] silu(gate) * up
+                              float* out,        // [rows, I] silu(gate) * up, or null where out16 suffices
                               Narrow16 out16) {  // [rows, I] the same rounded, when present
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= device_offset(num_rows, intermediate)) return;
-  const float* row = gate_up + device_offset(i / intermediate, 2 * intermediate) + i % intermediate;
-  const float value = silu(row[0]) * row[intermediate];
-  out[i] = value;
-  if (out16.present()) store_narrow(out16, i, value);
+  // Launched early, as the kernels around it (device_math.cuh).
+  let_next_kernel_start();
+  wait_for_previous_kernel();
+  const int64_t column = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (column >= intermediate) return;
+  for (int64_t row = blockIdx.y; row < num_rows; row += gridDim.y) {
+    const float* gate = gate_up + device_offset(row, 2 * intermediate) + column;
+    const float value = silu(gate[0]) * gate[intermediate];
+    const int64_t i = device_offset(row, intermediate) + column;
+    if (out != nullptr) out[i] = value;
+    if (out16.present()) store_narrow(out16, i, value);
+  }
 }
 
 // One thread per token: softmax over the experts in index order, then top-k by repeated arg-max (ties to the
@@ -109,9 +118,9 @@ __global__ void combine_kernel(const float* expert_output,  // [T*k, H]
 
 void swiglu(const float* gate_up, int64_t num_rows, int64_t intermediate, float* out, cudaStream_t stream,
             const Narrow16& out16 = {}) {
-  swiglu_kernel<<<num_blocks_for(device_offset(num_rows, intermediate), kThreads), kThreads, 0, stream>>>(
-      gate_up, num_rows, intermediate, out, out16);
-  JAMBO_CUDA_CHECK_LAUNCH(swiglu_kernel);
+  if (num_rows == 0) return;
+  const dim3 grid(num_blocks_for(intermediate, kThreads), unsigned(std::min<int64_t>(num_rows, 65535)));
+  launch_early(swiglu_kernel, grid, dim3(kThreads), 0, stream, gate_up, num_rows, intermediate, out, out16);
 }
 
 // The rows' buffers of one MLP: gate_up [rows, 2I]; activation [rows, I], and its copy rounded for a 16-bit
@@ -141,7 +150,9 @@ void run_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, const Narrow16& x
   linear(gemm, x, num_rows, mlp.gate_up, buffers.gate_up, x16);
   const Narrow16 activation16 =
       mlp.down_proj.dtype == DType::F32 ? Narrow16{} : Narrow16{buffers.activation16, mlp.down_proj.dtype};
-  swiglu(buffers.gate_up, num_rows, intermediate, buffers.activation, stream, activation16);
+  // A 16-bit down_proj reads only the rounded copy (gemm.h), so the fp32 activation is not written then.
+  swiglu(buffers.gate_up, num_rows, intermediate, activation16.present() ? nullptr : buffers.activation, stream,
+         activation16);
   linear(gemm, buffers.activation, num_rows, mlp.down_proj, out, activation16);
 }
 

@@ -65,8 +65,9 @@ void linear(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w,
   run_linear(gemm, x, w.cols, num_rows, w, y, x16);
 }
 
-void linear_strided(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y) {
-  run_linear(gemm, x, x_stride, num_rows, w, y, {});
+void linear_strided(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y,
+                    const Narrow16& x16) {
+  run_linear(gemm, x, x_stride, num_rows, w, y, x16);
 }
 
 }  // namespace jambo::cuda

@@ -51,11 +51,13 @@ void linear(Gemm& gemm,
             float* y,               // [num_rows, w.rows]
             const Narrow16& x16 = {});
 
-// The same where consecutive rows of x lie x_stride floats apart (a column slice of a wider matrix).
+// The same where consecutive rows of x lie x_stride floats apart (a column slice of a wider matrix); x16, when
+// present, is contiguous: [num_rows, w.cols].
 void linear_strided(Gemm& gemm,
                     const float* x,  // [num_rows, x_stride], the first w.cols columns read
                     int64_t x_stride, int64_t num_rows,
                     const DeviceMatrix& w,  // [N, K]
-                    float* y);              // [num_rows, w.rows]
+                    float* y,               // [num_rows, w.rows]
+                    const Narrow16& x16 = {});
 
 }  // namespace jambo::cuda

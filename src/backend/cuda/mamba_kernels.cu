@@ -23,34 +23,64 @@ __device__ inline StateValues slot_tail(const DeviceRows& rows, const MambaState
   return state_pool + (rows.state_offset[r] + layout.layer_offset + device_offset(c, layout.kernel_size - 1));
 }
 
+// A block per (kConvThreads channels, kConvTokens consecutive step tokens). Its first threads look up the
+// tokens' rows once, into shared memory; every thread then walks the tokens for its channel. Blocks of one token
+// spent most of their time in that chain of dependent lookups, and there were as many blocks as tokens (H200, 3B
+// shape, per layer: 8192-token prefill 0.48 ms with a thread per (token, channel) and 64-bit index division, 0.31
+// now; batch-256 decode 26 us, 24 now; reading every token's window before the first store was slower, 28).
 // A row of one token (decode) has one thread per channel here, the only reader of the channel's tail: it shifts
 // the tail in place after its output (conv_tail_kernel leaves such rows alone, and a decode step skips it).
-__global__ void conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
-                                    const float* projected,    // [T, 2*Di]
-                                    const float* conv_weight,  // [Di, K]
-                                    const float* conv_bias,    // [Di] or null
-                                    StateValues state_pool,    // [num_slots, elements_per_slot]
-                                    float* activated) {        // [T, Di]
-  const int64_t num_channels = layout.num_channels;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= device_offset(rows.num_tokens, num_channels)) return;
-  const int64_t t = i / num_channels, c = i % num_channels;
-  const int64_t r = rows.token_row[t];
-  const int64_t first = rows.first_token[r];
-  const int64_t tail_size = layout.kernel_size - 1;
-  const StateValues tail = slot_tail(rows, layout, state_pool, r, c);
-  const int64_t u_stride = 2 * num_channels;
-  const float* u_first = projected + device_offset(first, u_stride) + c;
-  const bool reads_state = rows.reads_state[r] != 0;
-  const int64_t index = t - first;
-  float sum = 0.0f;
-  for (int64_t j = 0; j < layout.kernel_size; ++j)
-    sum += conv_weight[device_offset(c, layout.kernel_size) + j] *
-           window_at(index + j, tail_size, reads_state, tail, u_first, u_stride);
-  activated[i] = silu(sum + (conv_bias == nullptr ? 0.0f : conv_bias[c]));
-  if (rows.row_tokens[r] != 1) return;
-  for (int64_t j = 0; j < tail_size; ++j)  // entry j reads window index 1 + j > j, not yet overwritten
-    tail.set(j, window_at(1 + j, tail_size, reads_state, tail, u_first, u_stride));
+constexpr int kConvThreads = 128;
+constexpr int kConvTokens = 8;
+
+__global__ void __launch_bounds__(kConvThreads)
+    conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
+                        const float* projected,    // [T, 2*Di]
+                        const float* conv_weight,  // [Di, K]
+                        const float* conv_bias,    // [Di] or null
+                        StateValues state_pool,    // [num_slots, elements_per_slot]
+                        float* activated,          // [T, Di]
+                        Narrow16 activated16) {    // [T, Di] or absent
+  // Launched early, as the kernels around it (device_math.cuh).
+  let_next_kernel_start();
+  wait_for_previous_kernel();
+  struct TokenView {
+    int64_t index;            // in its row
+    const float* u_first;     // the row's first input u of channel 0
+    void* tail;               // the row's conv tail of channel 0 in its slot (plain data: no shared initializers)
+    bool reads_state, alone;  // alone: the row's only token
+  };
+  __shared__ TokenView views[kConvTokens];
+  const int64_t first_token = int64_t(blockIdx.x) * kConvTokens;
+  const int num_tokens = int(min(int64_t(kConvTokens), rows.num_tokens - first_token));
+  const int64_t u_stride = 2 * layout.num_channels;
+  if (threadIdx.x < num_tokens) {
+    const int64_t t = first_token + threadIdx.x, r = rows.token_row[t], first = rows.first_token[r];
+    views[threadIdx.x] = {t - first, projected + device_offset(first, u_stride),
+                          slot_tail(rows, layout, state_pool, r, 0).data, rows.reads_state[r] != 0,
+                          rows.row_tokens[r] == 1};
+  }
+  __syncthreads();
+  const int num_channels = int(layout.num_channels);
+  const int c = int(blockIdx.y) * kConvThreads + threadIdx.x;
+  if (c >= num_channels) return;
+  const int kernel_size = int(layout.kernel_size), tail_size = kernel_size - 1;
+  const float* weight = conv_weight + device_offset(c, kernel_size);
+  const float bias = conv_bias == nullptr ? 0.0f : conv_bias[c];
+  for (int j = 0; j < num_tokens; ++j) {
+    const TokenView& view = views[j];
+    const StateValues tail = StateValues{view.tail, state_pool.dtype} + device_offset(c, tail_size);
+    const float* u_first = view.u_first + c;
+    float sum = 0.0f;
+    for (int k = 0; k < kernel_size; ++k)
+      sum += weight[k] * window_at(view.index + k, tail_size, view.reads_state, tail, u_first, u_stride);
+    const int64_t i = device_offset(first_token + j, num_channels) + c;
+    activated[i] = silu(sum + bias);
+    if (activated16.present()) store_narrow(activated16, i, activated[i]);
+    if (!view.alone) continue;
+    for (int k = 0; k < tail_size; ++k)  // entry k reads window index 1 + k > k, not yet overwritten
+      tail.set(k, window_at(1 + k, tail_size, view.reads_state, tail, u_first, u_stride));
+  }
 }
 
 // After every output has read the old tails: each (row, channel) keeps the last K-1 window entries. In place:
@@ -124,10 +154,25 @@ __device__ inline StateValues slot_h(const ScanParams& p, int64_t row, int64_t c
           device_offset(p.layout.num_channels, p.layout.kernel_size - 1) + device_offset(c, p.layout.state_size));
 }
 
-// h <- the scan of tokens [first, end) of channel c from h; returns the sum of their deltas. With outputs, each
-// token's gated output is written too.
+// The B and C of a chunk's tokens, which every channel of the chunk reads: [kScanChunkTokens, 2 N] in shared
+// memory, staged once per block (a load per entry per block rather than per thread).
+struct StagedSelective {
+  float values[kScanChunkTokens * 2 * kMaxStateSize];
+};
+
+// Stages the B and C of tokens [first, end) into `staged`; every thread of the block calls it.
+__device__ void stage_selective(const ScanParams& p, int64_t first, int64_t end, StagedSelective& staged) {
+  const int width = 2 * int(p.layout.state_size), count = int(end - first) * width;
+  for (int i = threadIdx.x; i < count; i += blockDim.x)
+    staged.values[i] = p.selective[device_offset(first + i / width, p.selective_stride) + p.b_column + i % width];
+  __syncthreads();
+}
+
+// h <- the scan of tokens [first, end) of channel c from h, B and C read from `staged`; returns the sum of their
+// deltas. With outputs, each token's gated output is written too.
 template <int kStateSize, bool kOutputs>
-__device__ float scan_tokens(const ScanParams& p, int64_t c, int64_t first, int64_t end, float (&h)[kMaxStateSize]) {
+__device__ float scan_tokens(const ScanParams& p, int64_t c, int64_t first, int64_t end, const StagedSelective& staged,
+                             float (&h)[kMaxStateSize]) {
   const int64_t num_channels = p.layout.num_channels;
   const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
   float a[kMaxStateSize];
@@ -135,23 +180,35 @@ __device__ float scan_tokens(const ScanParams& p, int64_t c, int64_t first, int6
   for (int n = 0; n < kMaxStateSize; ++n)
     if (n < state_size) a[n] = p.a[device_offset(c, state_size) + n];
   const float bias = p.dt_bias[c], skip = p.d[c];
+  // A token's own inputs, loaded one token ahead: the compiler cannot move them above the previous token's store
+  // of its output (it cannot tell the buffers apart), so without this every token would wait for its loads.
+  struct Inputs {
+    float delta_raw = 0.0f, u = 0.0f, z = 0.0f;
+  };
+  const auto load = [&](int64_t t) {
+    Inputs in;
+    if (t >= end) return in;
+    in.delta_raw = p.delta_raw[device_offset(t, num_channels) + c];
+    in.u = p.activated[device_offset(t, num_channels) + c];
+    if (kOutputs) in.z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
+    return in;
+  };
+  Inputs next = load(first);
   float delta_sum = 0.0f;
   for (int64_t t = first; t < end; ++t) {
-    const float step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + bias);
-    const float u = p.activated[device_offset(t, num_channels) + c];
-    const float* b = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
+    const Inputs in = next;
+    next = load(t + 1);
+    const float step = softplus(in.delta_raw + bias), u = in.u;
+    const float* b = staged.values + (t - first) * 2 * state_size;  // B [N], then C [N]
     delta_sum += step;
     float y = 0.0f;
 #pragma unroll
     for (int n = 0; n < kMaxStateSize; ++n) {
       if (n >= state_size) continue;
-      h[n] = expf(step * a[n]) * h[n] + step * __ldg(b + n) * u;
-      if (kOutputs) y += h[n] * __ldg(b + state_size + n);
+      h[n] = expf(step * a[n]) * h[n] + step * b[n] * u;
+      if (kOutputs) y += h[n] * b[state_size + n];
     }
-    if (kOutputs) {
-      const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
-      store_gated(p, device_offset(t, num_channels) + c, (y + skip * u) * silu(z));
-    }
+    if (kOutputs) store_gated(p, device_offset(t, num_channels) + c, (y + skip * u) * silu(in.z));
   }
   return delta_sum;
 }
@@ -160,13 +217,15 @@ __device__ float scan_tokens(const ScanParams& p, int64_t c, int64_t first, int6
 // zero state and keeps its last h and the sum of its deltas (then h_end = exp(A * delta_sum) * h_start + that h).
 template <int kStateSize>
 __global__ void __launch_bounds__(kScanThreads) chunk_end_kernel(const ScanParams p) {
+  __shared__ __align__(16) StagedSelective staged;
   const int64_t chunk = blockIdx.y, c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= p.layout.num_channels) return;
   const ChunkView view = chunk_view(p.rows, chunk);
   if (view.is_last) return;
+  stage_selective(p, view.first, view.end, staged);
+  if (c >= p.layout.num_channels) return;
   const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
   float h[kMaxStateSize] = {};
-  const float delta_sum = scan_tokens<kStateSize, false>(p, c, view.first, view.end, h);
+  const float delta_sum = scan_tokens<kStateSize, false>(p, c, view.first, view.end, staged, h);
   float* end_h = p.chunk_end + device_offset(device_offset(chunk, p.layout.num_channels) + c, state_size);
 #pragma unroll
   for (int n = 0; n < kMaxStateSize; ++n)
@@ -199,16 +258,20 @@ __global__ void chunk_start_kernel(const ScanParams p) {
 // row's last chunk leaves its h in the slot.
 template <int kStateSize>
 __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const ScanParams p) {
+  // out_proj, a skinny GEMM for a step of two tokens, may start early (device_math.cuh).
+  let_next_kernel_start();
+  __shared__ __align__(16) StagedSelective staged;
   const int64_t chunk = blockIdx.y, c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= p.layout.num_channels) return;
   const ChunkView view = chunk_view(p.rows, chunk);
+  stage_selective(p, view.first, view.end, staged);
+  if (c >= p.layout.num_channels) return;
   const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
   const float* start_h = p.chunk_start + device_offset(device_offset(chunk, p.layout.num_channels) + c, state_size);
   float h[kMaxStateSize];
 #pragma unroll
   for (int n = 0; n < kMaxStateSize; ++n)
     if (n < state_size) h[n] = start_h[n];
-  scan_tokens<kStateSize, true>(p, c, view.first, view.end, h);
+  scan_tokens<kStateSize, true>(p, c, view.first, view.end, staged, h);
   if (!view.is_last) return;
   const StateValues saved = slot_h(p, view.row, c);
 #pragma unroll
@@ -217,26 +280,35 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const ScanPara
 }
 
 constexpr int kUpdateThreads = 256;
-constexpr int kLanesPerChannel = 4;  // threads sharing one channel's N state entries in the one-token update
+// The one-token update's shape, chosen by timing variants at batch 256 (3B shape, H200, standalone copies of
+// the kernel): 2 lanes of 8 entries and 2 channels per thread took 57 us a layer; 4 lanes of 4 and 1 channel, 61; 4 and
+// 4 channels, 66; an in-place read-modify-write of the same state bytes and nothing else, 47. In the engine the
+// kernel takes 68 us (ncu), 69 with 4 lanes and 1 channel.
+constexpr int kLanesPerChannel = 2;  // threads sharing one channel's N state entries in the one-token update
+constexpr int kUpdatePasses = 2;     // channels per thread in the one-token update
+constexpr int kUpdateChannels = kUpdateThreads / kLanesPerChannel * kUpdatePasses;  // per block
 
 // Lane `part`'s kSlots entries of a channel's N values (its state, or its row of A; State is a storage type of
-// state_values.h). With N known at compile time (Jamba's 16: kStateSize) they are the contiguous four from
-// 4 * part, moved in one 16-byte (fp32) or 8-byte (bf16) access, which needs the values 4-aligned; otherwise
-// n = part, part + 4, ..., one at a time.
+// state_values.h). With N known at compile time (Jamba's 16: kStateSize) they are the contiguous kSlots from
+// kSlots * part, moved four at a time in 16-byte (fp32) or 8-byte (bf16) accesses, which needs the values
+// 4-aligned; otherwise n = part, part + kLanesPerChannel, ..., one at a time.
 template <typename State, int kStateSize>
 struct LaneEntries {
   static constexpr int kSlots = (kStateSize > 0 ? kStateSize : kMaxStateSize) / kLanesPerChannel;
-  static constexpr bool kContiguous = kStateSize == 4 * kLanesPerChannel;
+  static constexpr bool kContiguous = kStateSize > 0 && kSlots % 4 == 0;
   using Quad = std::conditional_t<sizeof(State) == 4, uint4, uint2>;  // four State values
 
   __device__ static int entry(int part, int k) { return kContiguous ? part * kSlots + k : part + k * kLanesPerChannel; }
 
   __device__ static void load(const State* values, int part, int state_size, float (&out)[kSlots]) {
     if constexpr (kContiguous) {
-      const Quad quad = *reinterpret_cast<const Quad*>(values + part * kSlots);
-      const State* four = reinterpret_cast<const State*>(&quad);
 #pragma unroll
-      for (int k = 0; k < kSlots; ++k) out[k] = widen_state(four[k]);
+      for (int q = 0; q < kSlots / 4; ++q) {
+        const Quad quad = *reinterpret_cast<const Quad*>(values + part * kSlots + 4 * q);
+        const State* four = reinterpret_cast<const State*>(&quad);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) out[4 * q + k] = widen_state(four[k]);
+      }
     } else {
 #pragma unroll
       for (int k = 0; k < kSlots; ++k)
@@ -246,11 +318,14 @@ struct LaneEntries {
 
   __device__ static void store(State* values, int part, int state_size, const float (&in)[kSlots]) {
     if constexpr (kContiguous) {
-      Quad quad;
-      State* four = reinterpret_cast<State*>(&quad);
 #pragma unroll
-      for (int k = 0; k < kSlots; ++k) narrow_state(in[k], four[k]);
-      *reinterpret_cast<Quad*>(values + part * kSlots) = quad;
+      for (int q = 0; q < kSlots / 4; ++q) {
+        Quad quad;
+        State* four = reinterpret_cast<State*>(&quad);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) narrow_state(in[4 * q + k], four[k]);
+        *reinterpret_cast<Quad*>(values + part * kSlots + 4 * q) = quad;
+      }
     } else {
 #pragma unroll
       for (int k = 0; k < kSlots; ++k)
@@ -259,66 +334,90 @@ struct LaneEntries {
   }
 };
 
-// The scan of the rows of one token (decode), in place in the slot: a block per (row, 64 channels), four lanes per
-// channel, each taking its LaneEntries of the state and of A; the lanes' shares of h · C meet by two shuffles. A
-// warp's access then covers 8 channels' 16 entries, 512 contiguous bytes of fp32 state. The kernel is bound by
-// instructions issued (ncu: 78% of issue slots, half of them integer address arithmetic), hence the vector
-// accesses and the state's type fixed at compile time. Longer rows are the chunk kernels'.
+// The scan of the rows of one token (decode), in place in the slot: a block per (row, kUpdateChannels channels),
+// kLanesPerChannel lanes per channel, each taking its LaneEntries of the state and of A; the lanes' shares of h · C
+// meet by shuffles. A warp's access covers 16 channels' 16 entries, 1 KB of contiguous fp32 state. Each thread
+// takes kUpdatePasses channels a block's width of lanes apart and issues all their loads before it computes (the
+// kernel is bound by the bytes it keeps in flight); the row's values (its slot, B and C) are read once.
+// Longer rows are the chunk kernels'.
 template <typename State, int kStateSize>
 __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(const ScanParams p) {
+  // Launched early, as the kernels around it (device_math.cuh).
+  let_next_kernel_start();
+  wait_for_previous_kernel();
   using Lane = LaneEntries<State, kStateSize>;
   constexpr int kSlots = Lane::kSlots;
+  constexpr int kPassChannels = kUpdateThreads / kLanesPerChannel;
   const DeviceRows& rows = p.rows;
   const int64_t r = blockIdx.y;
   if (rows.row_tokens[r] != 1) return;
   const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
   const int64_t num_channels = p.layout.num_channels;
-  const int64_t c = int64_t(blockIdx.x) * (kUpdateThreads / kLanesPerChannel) + threadIdx.x / kLanesPerChannel;
   const int part = threadIdx.x % kLanesPerChannel;
-  const bool active = c < num_channels;  // inactive lanes still take part in the shuffles
+  const int64_t first_channel = int64_t(blockIdx.x) * kUpdateChannels + threadIdx.x / kLanesPerChannel;
   const int64_t t = rows.first_token[r];
-  const float* b = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
-  float step = 0.0f, u = 0.0f, y = 0.0f;
-  if (active) {
-    step = softplus(p.delta_raw[device_offset(t, num_channels) + c] + p.dt_bias[c]);
-    u = p.activated[device_offset(t, num_channels) + c];
-    State* saved = static_cast<State*>(slot_h(p, r, c).data);  // [N]
-    float h[kSlots] = {}, a[kSlots];
-    if (rows.reads_state[r] != 0) Lane::load(saved, part, state_size, h);  // law 1: else from zero
-    LaneEntries<float, kStateSize>::load(p.a + device_offset(c, state_size), part, state_size, a);
+  const bool reads_state = rows.reads_state[r] != 0;
+  State* slot = static_cast<State*>(slot_h(p, r, 0).data);                                   // [Di, N]
+  const float* selective = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
+  float b[kSlots], c[kSlots];  // this lane's entries of B and C, the same for every channel of the row
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-      const int n = Lane::entry(part, k);
-      if (n >= state_size) continue;
-      h[k] = expf(step * a[k]) * h[k] + step * __ldg(b + n) * u;
-      y += h[k] * __ldg(b + state_size + n);
-    }
-    Lane::store(saved, part, state_size, h);
+  for (int k = 0; k < kSlots; ++k) {
+    const int n = Lane::entry(part, k);
+    b[k] = n < state_size ? __ldg(selective + n) : 0.0f;
+    c[k] = n < state_size ? __ldg(selective + state_size + n) : 0.0f;
   }
-  for (int offset = 1; offset < kLanesPerChannel; offset *= 2) y += __shfl_xor_sync(0xffffffffu, y, offset);
-  if (!active || part != 0) return;
-  const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
-  store_gated(p, device_offset(t, num_channels) + c, (y + p.d[c] * u) * silu(z));
+  float step[kUpdatePasses], u[kUpdatePasses], h[kUpdatePasses][kSlots] = {}, a[kUpdatePasses][kSlots];
+#pragma unroll
+  for (int j = 0; j < kUpdatePasses; ++j) {
+    const int64_t channel = first_channel + j * kPassChannels;
+    if (channel >= num_channels) break;
+    step[j] = p.delta_raw[device_offset(t, num_channels) + channel] + p.dt_bias[channel];
+    u[j] = p.activated[device_offset(t, num_channels) + channel];
+    if (reads_state) Lane::load(slot + device_offset(channel, state_size), part, state_size, h[j]);  // law 1
+    LaneEntries<float, kStateSize>::load(p.a + device_offset(channel, state_size), part, state_size, a[j]);
+  }
+#pragma unroll
+  for (int j = 0; j < kUpdatePasses; ++j) {
+    const int64_t channel = first_channel + j * kPassChannels;
+    const bool active = channel < num_channels;  // inactive lanes still take part in the shuffles
+    float y = 0.0f;
+    if (active) {
+      const float delta = softplus(step[j]);
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        if (Lane::entry(part, k) >= state_size) continue;
+        h[j][k] = expf(delta * a[j][k]) * h[j][k] + delta * b[k] * u[j];
+        y += h[j][k] * c[k];
+      }
+      Lane::store(slot + device_offset(channel, state_size), part, state_size, h[j]);
+    }
+    for (int offset = 1; offset < kLanesPerChannel; offset *= 2) y += __shfl_xor_sync(0xffffffffu, y, offset);
+    if (!active || part != 0) continue;
+    const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + channel];
+    store_gated(p, device_offset(t, num_channels) + channel, (y + p.d[channel] * u[j]) * silu(z));
+  }
 }
 
 template <int kStateSize>
 void launch_state_update(const ScanParams& params, dim3 grid, cudaStream_t stream) {
   if (params.state_pool.dtype == DType::F32)
-    selective_state_update_kernel<float, kStateSize><<<grid, kUpdateThreads, 0, stream>>>(params);
+    launch_early(selective_state_update_kernel<float, kStateSize>, grid, dim3(kUpdateThreads), 0, stream, params);
   else
-    selective_state_update_kernel<uint16_t, kStateSize><<<grid, kUpdateThreads, 0, stream>>>(params);
+    launch_early(selective_state_update_kernel<uint16_t, kStateSize>, grid, dim3(kUpdateThreads), 0, stream, params);
 }
 
 }  // namespace
 
 void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const float* projected,
                    const float* conv_weight, const float* conv_bias, StateValues state_pool, float* activated,
-                   cudaStream_t stream) {
+                   const Narrow16& activated16, cudaStream_t stream) {
   const int64_t num_outputs = device_offset(rows.num_tokens, layout.num_channels);
   if (num_outputs == 0) return;
-  conv_outputs_kernel<<<num_blocks_for(num_outputs, kThreads), kThreads, 0, stream>>>(
-      rows, layout, projected, conv_weight, conv_bias, state_pool, activated);
-  JAMBO_CUDA_CHECK_LAUNCH(conv_outputs_kernel);
+  require(layout.num_channels < (int64_t(1) << 31) && num_blocks_for(layout.num_channels, kConvThreads) < 65536,
+          "the CUDA conv supports up to 65535 * 128 Mamba channels, got " + std::to_string(layout.num_channels));
+  const dim3 grid(num_blocks_for(rows.num_tokens, kConvTokens), num_blocks_for(layout.num_channels, kConvThreads));
+  launch_early(conv_outputs_kernel, grid, dim3(kConvThreads), 0, stream, rows, layout, projected, conv_weight,
+               conv_bias, state_pool, activated, activated16);
   if (rows.num_tokens == rows.num_rows) return;  // every row one token: its tail is shifted already
   const int64_t num_tails = device_offset(rows.num_rows, layout.num_channels);
   conv_tail_kernel<<<num_blocks_for(num_tails, kThreads), kThreads, 0, stream>>>(rows, layout, projected, state_pool);
@@ -350,8 +449,7 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
   // size (the backend's slot offsets, and the test-only wrap modulus, which must be a multiple of it), and slot and
   // layer offsets are multiples of Di: a multiple of 4 channels (and a 4-aligned layer offset) make them so.
   const bool aligned_state = layout.num_channels % 4 == 0 && layout.layer_offset % 4 == 0;
-  const dim3 update_grid(num_blocks_for(layout.num_channels, kUpdateThreads / kLanesPerChannel),
-                         unsigned(rows.num_rows));
+  const dim3 update_grid(num_blocks_for(layout.num_channels, kUpdateChannels), unsigned(rows.num_rows));
   if (jamba_state && aligned_state)
     launch_state_update<16>(params, update_grid, stream);
   else

@@ -23,13 +23,14 @@ struct MambaStateLayout {
 // its row and window is the row's conv tail (zeros without state) followed by the row's inputs u. Then the last
 // K-1 entries of each row's window become its new tail. One launch for the outputs of every (token, channel),
 // which also shifts the tails of rows of one token, then, unless every row has one token (decode), one for the
-// tails of the longer rows.
+// tails of the longer rows. activated16, when present, gets activated rounded for a 16-bit x_proj (narrow16.h).
 void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout,
-                   const float* projected,    // [T, 2*Di]; columns 0..Di-1 are u
-                   const float* conv_weight,  // [Di, K]
-                   const float* conv_bias,    // [Di] or null
-                   StateValues state_pool,    // [num_slots, elements_per_slot]
-                   float* activated,          // [T, Di]
+                   const float* projected,       // [T, 2*Di]; columns 0..Di-1 are u
+                   const float* conv_weight,     // [Di, K]
+                   const float* conv_bias,       // [Di] or null
+                   StateValues state_pool,       // [num_slots, elements_per_slot]
+                   float* activated,             // [T, Di]
+                   const Narrow16& activated16,  // [T, Di] or absent
                    cudaStream_t stream);
 
 // Scratch of the chunked scan, grown on demand.

@@ -19,21 +19,24 @@ void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const JambaConfig& config, co
   float* selective = scratch.selective.reserve(element_offset(num_tokens, selective_width));
   float* delta = scratch.delta.reserve(element_offset(num_tokens, inner));
   float* gated = scratch.gated.reserve(element_offset(num_tokens, inner));
-  const Narrow16 gated16 = w.out_proj.dtype == DType::F32
-                               ? Narrow16{}
-                               : Narrow16{scratch.gated16.reserve(element_offset(num_tokens, inner)), w.out_proj.dtype};
+  // The producers of x_proj's, dt_proj's and out_proj's inputs write their 16-bit copies (narrow16.h).
+  const auto narrow_copy = [](DeviceBuffer<uint16_t>& buffer, int64_t num_elements, const DeviceMatrix& consumer) {
+    return consumer.dtype == DType::F32 ? Narrow16{} : Narrow16{buffer.reserve(num_elements), consumer.dtype};
+  };
+  const Narrow16 activated16 = narrow_copy(scratch.activated16, element_offset(num_tokens, inner), w.x_proj);
+  const Narrow16 dt16 = narrow_copy(scratch.dt16, element_offset(num_tokens, dt_rank), w.dt_proj);
+  const Narrow16 gated16 = narrow_copy(scratch.gated16, element_offset(num_tokens, inner), w.out_proj);
 
   linear(gemm, x, num_tokens, w.in_proj, projected, x16);
   add_bias(projected, num_tokens, 2 * inner, w.in_proj_bias, stream);
-  causal_conv1d(rows, layout, projected, w.conv_weight, w.conv_bias, state_pool, activated, stream);
-  linear(gemm, activated, num_tokens, w.x_proj, selective);
-  rms_norm(selective, selective_width, num_tokens, dt_rank, w.dt_norm, eps, selective, selective_width, stream);
-  rms_norm(selective + dt_rank, selective_width, num_tokens, state_size, w.b_norm, eps, selective + dt_rank,
-           selective_width, stream);
-  rms_norm(selective + dt_rank + state_size, selective_width, num_tokens, state_size, w.c_norm, eps,
-           selective + dt_rank + state_size, selective_width, stream);
-  // dt_proj reads the normalized dt columns in place: a strided GEMM input, no copy.
-  linear_strided(gemm, selective, selective_width, num_tokens, w.dt_proj, delta);
+  causal_conv1d(rows, layout, projected, w.conv_weight, w.conv_bias, state_pool, activated, activated16, stream);
+  linear(gemm, activated, num_tokens, w.x_proj, selective, activated16);
+  const NormSegment norms[] = {{0, dt_rank, w.dt_norm, dt16},
+                               {dt_rank, state_size, w.b_norm, {}},
+                               {dt_rank + state_size, state_size, w.c_norm, {}}};
+  rms_norm_segments(selective, selective_width, num_tokens, norms, eps, stream);
+  // dt_proj reads the normalized dt columns in place (a strided GEMM input, no copy), or their 16-bit copy.
+  linear_strided(gemm, selective, selective_width, num_tokens, w.dt_proj, delta, dt16);
   selective_scan(rows, layout, activated, delta, w.dt_proj_bias, selective, selective_width, dt_rank, projected, w.a,
                  w.d, state_pool, gated, gated16, scratch.scan, stream);
   linear(gemm, gated, num_tokens, w.out_proj, out, gated16);

@@ -13,12 +13,14 @@ namespace jambo::cuda {
 
 // Intermediates of the Mamba mixer, grown on demand.
 struct MambaScratch {
-  DeviceBuffer<float> projected;   // [T, 2*Di] in_proj: u then z
-  DeviceBuffer<float> activated;   // [T, Di] u after the conv and SiLU
-  DeviceBuffer<float> selective;   // [T, R + 2N] x_proj output (dt, B, C), normalized in place
-  DeviceBuffer<float> delta;       // [T, Di] dt_proj output, before its bias
-  DeviceBuffer<float> gated;       // [T, Di] the scan's output
-  DeviceBuffer<uint16_t> gated16;  // [T, Di] the same rounded for a 16-bit out_proj
+  DeviceBuffer<float> projected;       // [T, 2*Di] in_proj: u then z
+  DeviceBuffer<float> activated;       // [T, Di] u after the conv and SiLU
+  DeviceBuffer<uint16_t> activated16;  // [T, Di] the same rounded for a 16-bit x_proj
+  DeviceBuffer<float> selective;       // [T, R + 2N] x_proj output (dt, B, C), normalized in place
+  DeviceBuffer<uint16_t> dt16;         // [T, R] its normalized dt rounded for a 16-bit dt_proj
+  DeviceBuffer<float> delta;           // [T, Di] dt_proj output, before its bias
+  DeviceBuffer<float> gated;           // [T, Di] the scan's output
+  DeviceBuffer<uint16_t> gated16;      // [T, Di] the same rounded for a 16-bit out_proj
   ScanScratch scan;
 };
 

@@ -56,8 +56,14 @@ __device__ inline void accumulate(const SkinnyGemm& p, int64_t first_row, int nu
 // One warp per (output n, group); the block's warps take consecutive outputs. Passes of kRows rows of x; each
 // lane has kLoadsInFlight 16-byte loads in flight, the last batch of a row predicated rather than issued one by
 // one (a row of 2560 bf16 weights is 10 loads per lane: one batch of 8 and one of 2, not 8, 1 and 1).
+// Launched to start early (device_math.cuh): the weights are no kernel's output, so the first batch of them is in
+// flight before the wait for the previous kernel, whose end then overlaps this one's start. Groups wait first:
+// their row counts are the previous kernel's output.
 template <typename Weight, int kRows, int kLoadsInFlight, bool kNarrowX>
 __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(const SkinnyGemm p) {
+  let_next_kernel_start();
+  bool waited = p.group_rows != nullptr;
+  if (waited) wait_for_previous_kernel();
   using Load = WeightLoad<Weight>;
   const int group = int(blockIdx.y);
   const int64_t first = p.group_rows == nullptr ? 0 : p.group_rows[group];
@@ -77,6 +83,7 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
 #pragma unroll
       for (int u = 0; u < kLoadsInFlight; ++u)  // streamed once
         packed[u] = whole || load + u * kWarpSize < num_loads ? __ldcs(w_row + load + u * kWarpSize) : uint4{};
+      if (!waited) wait_for_previous_kernel(), waited = true;
 #pragma unroll
       for (int u = 0; u < kLoadsInFlight; ++u)
         if (whole || load + u * kWarpSize < num_loads)
@@ -86,6 +93,7 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
     int64_t load = lane;
     for (; load + (kLoadsInFlight - 1) * kWarpSize < num_loads; load += kLoadsInFlight * kWarpSize) batch(load, true);
     if (load < num_loads) batch(load, false);
+    if (!waited) wait_for_previous_kernel(), waited = true;  // a lane past the row's loads, before lane 0 writes
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       if (m >= num_rows) continue;
@@ -100,11 +108,11 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
 template <typename Weight>
 void launch(const SkinnyGemm& p, dim3 grid, int threads, cudaStream_t stream) {
   if (p.group_rows == nullptr && p.num_rows <= 2 && p.x16 != nullptr)
-    skinny_gemm_kernel<Weight, 2, 8, true><<<grid, threads, 0, stream>>>(p);
+    launch_early(skinny_gemm_kernel<Weight, 2, 8, true>, grid, dim3(threads), 0, stream, p);
   else if (p.group_rows == nullptr && p.num_rows <= 2)
-    skinny_gemm_kernel<Weight, 2, 8, false><<<grid, threads, 0, stream>>>(p);
+    launch_early(skinny_gemm_kernel<Weight, 2, 8, false>, grid, dim3(threads), 0, stream, p);
   else
-    skinny_gemm_kernel<Weight, kSkinnyRows, 4, false><<<grid, threads, 0, stream>>>(p);
+    launch_early(skinny_gemm_kernel<Weight, kSkinnyRows, 4, false>, grid, dim3(threads), 0, stream, p);
 }
 
 }  // namespace
