@@ -44,8 +44,11 @@ inline std::vector<TestModelSpec> test_model_specs() {
   moe_gqa4.num_attention_heads = 8;
   specs.push_back({"moe_gqa4_conv4_f32", moe_gqa4, DType::F32});
 
-  JambaConfig dense_mqa = small_config();  // dense, MQA, d_conv 2, projection biases, no conv bias
+  // dense, MQA, d_conv 2, projection biases, no conv bias, an intermediate size that is no multiple of 4 (no vector
+  // loads along it on the GPU)
+  JambaConfig dense_mqa = small_config();
   dense_mqa.num_key_value_heads = 1;
+  dense_mqa.intermediate_size = 50;
   dense_mqa.num_experts = 1;
   dense_mqa.mamba_d_conv = 2;
   dense_mqa.mamba_proj_bias = true;

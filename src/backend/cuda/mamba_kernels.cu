@@ -350,14 +350,15 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
   constexpr int kPassChannels = kUpdateThreads / kLanesPerChannel;
   const DeviceRows& rows = p.rows;
   const int64_t r = blockIdx.y;
-  if (rows.row_tokens[r] != 1) return;
+  // The row's values, loaded together before the branch on them (a load after it would wait for the first).
+  const int64_t row_tokens = rows.row_tokens[r], t = rows.first_token[r];
+  const bool reads_state = rows.reads_state[r] != 0;
+  State* slot = static_cast<State*>(slot_h(p, r, 0).data);  // [Di, N]
+  if (row_tokens != 1) return;
   const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
   const int64_t num_channels = p.layout.num_channels;
   const int part = threadIdx.x % kLanesPerChannel;
   const int64_t first_channel = int64_t(blockIdx.x) * kUpdateChannels + threadIdx.x / kLanesPerChannel;
-  const int64_t t = rows.first_token[r];
-  const bool reads_state = rows.reads_state[r] != 0;
-  State* slot = static_cast<State*>(slot_h(p, r, 0).data);                                   // [Di, N]
   const float* selective = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
   float b[kSlots], c[kSlots];  // this lane's entries of B and C, the same for every channel of the row
 #pragma unroll
