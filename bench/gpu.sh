@@ -21,6 +21,10 @@
 # H200, copy ceiling 4.26 TB/s, final build): decode batch 1: 336 (2.98 ms/step), 8: 2438, 64: 14,607, 256: 32,109
 # (7.97 ms/step; 32,993 and, with a bf16 state, 33,155 in a run of the build before: same kernels at that batch);
 # prefill 512 tokens 37,200 (57,500-59,500 packed), 8192 tokens 43,100.
+# Session 6 (flash-attention-style prefill attention, conv and scan restructured, producers writing the 16-bit
+# GEMM inputs, programmatic dependent launch through the decode chain; H200, copy ceiling 4.23 TB/s, final build):
+# decode batch 1: 420 (2.38 ms/step, 2.54 TB/s of weights), 8: 2406, 64: 14,818, 256: 33,869 (7.56 ms/step);
+# prefill 512 tokens 50,800 (68,000-69,800 packed), 8192 tokens 65,300.
 # Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
 # ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
 #   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
@@ -30,6 +34,8 @@
 #   85.9-89.4, 8: 287-301, 64: 1590-1661, 256: 5071-5084 tok/s; prefill 512 tokens 8,900 (16,200-16,700 packed).
 #   Session 5 (final build): decode batch 1: 98.3, 8: 288, 64: 1767, 256: 5473 tok/s; prefill 512 tokens 9,300
 #   (17,000-17,400 packed, the build before).
+#   Session 6 (final build): decode batch 1: 100.5, 8: 299, 64: 1911, 256: 5860 tok/s; prefill 512 tokens 10,500
+#   (18,700-19,400 packed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
