@@ -81,21 +81,16 @@ inline float to_float(f16 value) {
   } else if (mantissa == 0) {
     bits = sign;
   } else {  // subnormal: value = mantissa * 2^-24
-    float magnitude = float(mantissa) * (1.0f / 16777216.0f);
-    std::memcpy(&bits, &magnitude, 4);
-    bits |= sign;
+    bits = float_bits(float(mantissa) * (1.0f / 16777216.0f)) | sign;
   }
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
+  return float_from_bits(bits);
 }
 
 inline bf16 to_bf16(float value) { return bf16{float_to_bf16_bits(value)}; }
 
 // IEEE half from float, rounding to nearest even (subnormals, overflow to inf, NaN kept).
 inline f16 to_f16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
+  const uint32_t bits = float_bits(value);
   const uint16_t sign = uint16_t((bits >> 16) & 0x8000);
   const uint32_t magnitude = bits & 0x7fffffffu;
   if (magnitude > 0x7f800000u) return f16{uint16_t(sign | 0x7e00)};

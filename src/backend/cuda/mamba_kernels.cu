@@ -147,11 +147,9 @@ __device__ inline ChunkView chunk_view(const DeviceRows& rows, int64_t chunk) {
   return view;
 }
 
-// The SSM state of `row` in its slot, from channel c on: [Di - c, N].
+// The SSM state of `row` in its slot, from channel c on: [Di - c, N]. It follows the layer's Di conv tails.
 __device__ inline StateValues slot_h(const ScanParams& p, int64_t row, int64_t c) {
-  return p.state_pool +
-         (p.rows.state_offset[row] + p.layout.layer_offset +
-          device_offset(p.layout.num_channels, p.layout.kernel_size - 1) + device_offset(c, p.layout.state_size));
+  return slot_tail(p.rows, p.layout, p.state_pool, row, p.layout.num_channels) + device_offset(c, p.layout.state_size);
 }
 
 // The B and C of a chunk's tokens, which every channel of the chunk reads: [kScanChunkTokens, 2 N] in shared
@@ -415,7 +413,8 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const
   const int64_t num_outputs = device_offset(rows.num_tokens, layout.num_channels);
   if (num_outputs == 0) return;
   require(layout.num_channels < (int64_t(1) << 31) && num_blocks_for(layout.num_channels, kConvThreads) < 65536,
-          "the CUDA conv supports up to 65535 * 128 Mamba channels, got " + std::to_string(layout.num_channels));
+          "the CUDA conv supports up to " + std::to_string(65535 * kConvThreads) + " Mamba channels, got " +
+              std::to_string(layout.num_channels));
   const dim3 grid(num_blocks_for(rows.num_tokens, kConvTokens), num_blocks_for(layout.num_channels, kConvThreads));
   launch_early(conv_outputs_kernel, grid, dim3(kConvThreads), 0, stream, rows, layout, projected, conv_weight,
                conv_bias, state_pool, activated, activated16);
