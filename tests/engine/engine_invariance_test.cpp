@@ -34,7 +34,8 @@ TEST_P(EngineInvarianceTest, EveryRequestMatchesItsRunAlone) {
   options.max_num_batched_tokens = setting.max_num_batched_tokens;
   options.slot_policy = setting.slot_policy;
   options.slot_seed = 3;
-  options.trace_path = trace_path_for_this_test();
+  const TestTraceFile trace;
+  options.trace_path = trace.path();
   Engine engine(model_, nullptr, options);
 
   const Outputs outputs = run_to_end(engine, specs);

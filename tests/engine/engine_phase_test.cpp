@@ -18,7 +18,8 @@ PhaseRun run_traced(const Model& model, const std::vector<RequestSpec>& specs, i
                                                /*max_model_len=*/32);
   options.max_num_batched_tokens = max_num_batched_tokens;
   options.slot_policy = SlotPolicy::Lowest;  // a freed slot is handed out again at once
-  options.trace_path = trace_path_for_this_test();
+  const TestTraceFile trace;
+  options.trace_path = trace.path();
   PhaseRun run;
   {
     Engine engine(model, nullptr, options);

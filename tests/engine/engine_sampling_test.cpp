@@ -186,7 +186,8 @@ TEST_F(EngineSamplingTest, AbortReturnsTheSampleAndFreesItsMemory) {
 TEST_F(EngineSamplingTest, CountersAndTraceFollowEveryToken) {
   EngineOptions options = small_options(model_);
   options.max_num_batched_tokens = 3;
-  options.trace_path = trace_path_for_this_test();
+  const TestTraceFile trace;
+  options.trace_path = trace.path();
   std::vector<RequestSpec> specs = {request("a", {1, 2, 3, 4, 5, 6, 7}, 5), request("b", {9}, 3)};
   specs[1].n = 3;
   EngineCounters counters;

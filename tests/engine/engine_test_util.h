@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
@@ -83,15 +84,26 @@ inline std::vector<RequestSpec> random_workload(const Model& model, int64_t num_
   return specs;
 }
 
-// The lines of a JSONL trace whose "type" is `type` ("step" or "event").
-// A trace file of the running test alone: ctest runs the tests of one program in parallel processes.
-inline std::string trace_path_for_this_test() {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string(info->test_suite_name()) + "." + info->name();
-  std::replace(name.begin(), name.end(), '/', '_');
-  return ::testing::TempDir() + name + "." + std::to_string(getpid()) + ".trace.jsonl";
-}
+// A trace file of the running test alone (ctest runs the tests of one program in parallel processes), in the
+// test temp folder and removed when the test is done with it.
+class TestTraceFile {
+ public:
+  TestTraceFile() {
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "." + info->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    path_ = ::testing::TempDir() + name + "." + std::to_string(getpid()) + ".trace.jsonl";
+  }
+  ~TestTraceFile() { std::remove(path_.c_str()); }
+  TestTraceFile(const TestTraceFile&) = delete;
+  TestTraceFile& operator=(const TestTraceFile&) = delete;
+  const std::string& path() const { return path_; }
 
+ private:
+  std::string path_;
+};
+
+// The lines of a JSONL trace whose "type" is `type` ("step" or "event").
 inline std::vector<nlohmann::json> read_trace(const std::string& path, const std::string& type) {
   std::vector<nlohmann::json> lines;
   std::ifstream trace(path);
