@@ -339,13 +339,13 @@ class StreamTest : public GpuTest {
 
 class GemmTest : public StreamTest {};
 
-// 16-bit weights: linear() (skinny_gemm up to kMaxSkinnyGemmRows rows, cuBLAS beyond and for K not a multiple of 8)
-// equals the product of x rounded to the weight's type with the weights, summed in double, to fp32 accumulation order.
+// 16-bit weights: linear() (skinny_gemm up to kMaxSkinnyGemmRows rows, cuBLAS beyond and for K not a multiple of 8;
+// skinny_gemm with four warps per output below 1056 outputs, one warp from there) equals the product of x rounded to the weight's type with the weights, summed in double, to fp32 accumulation order.
 TEST_F(GemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
   cuda::Gemm gemm(stream_, /*pedantic=*/false);
   TensorStore store(31);
   for (const DType dtype : {DType::BF16, DType::F16})
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 64}, {1000, 2560}, {5, 8}, {24, 20}}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 64}, {1000, 2560}, {5, 8}, {24, 20}, {1100, 136}}) {
       const TensorView w = store.make({n, k}, dtype, 1.0f);
       DeviceBuffer<uint16_t> device_w(n * k);
       ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(n * k) * 2, cudaMemcpyHostToDevice), cudaSuccess);

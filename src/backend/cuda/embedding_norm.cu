@@ -8,12 +8,34 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Threads of a one-row norm block: one element per thread up to 1024, so that a decode step's single row makes
-// few serial passes (H200, 2026-11-29, ncu: a 2560-wide add + norm took 10.4 us with 256 threads, 5.1 with 1024;
-// batch-1 decode of the Reasoning-3B shape went from 4.66 to 4.53 ms per step).
+// A norm block holds its row in registers, up to kNormValuesPerThread values a thread, so that every load of the
+// row is in flight at once and the row is read once. Threads: about four values each, so that a decode step's
+// single row takes a short chain (H200, 3B shape, ncu, a 2560-wide add + norm: one row 10.4 us with 256 threads
+// and two passes over the row, 5.1-5.7 with 1024, 4.8-5.0 with 640 in registers; 256 rows 6.4 us, then 5.7).
+constexpr int kNormValuesPerThread = 8;
+constexpr int64_t kMaxNormWidth = int64_t(kNormValuesPerThread) * 1024;
+
 unsigned norm_threads(int64_t n) {
-  return unsigned(std::clamp<int64_t>((n + kWarpSize - 1) / kWarpSize * kWarpSize, kWarpSize, 1024));
+  require(n <= kMaxNormWidth, "the CUDA RMSNorm takes rows of up to " + std::to_string(kMaxNormWidth) +
+                                  " values, got " + std::to_string(n));
+  return unsigned(std::clamp<int64_t>((n + 4 * kWarpSize - 1) / (4 * kWarpSize) * kWarpSize, kWarpSize, 1024));
 }
+
+// A row's values as the block holds them: thread i has entries i, i + blockDim.x, ...; zeros past the row's end.
+struct RowValues {
+  float values[kNormValuesPerThread];
+
+  template <typename Load>  // Load: float(int64_t i), called for each entry i < n
+  __device__ static RowValues load(int64_t n, Load load) {
+    RowValues row;
+#pragma unroll
+    for (int j = 0; j < kNormValuesPerThread; ++j) {
+      const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+      row.values[j] = i < n ? load(i) : 0.0f;
+    }
+    return row;
+  }
+};
 
 __global__ void gather_rows_kernel(const float* table,      // [any, W]
                                    const int32_t* indices,  // [R]
@@ -27,7 +49,7 @@ __global__ void gather_rows_kernel(const float* table,      // [any, W]
 
 // One block per row: out = weight * x * rsqrt(mean(x^2) + eps), as vector_ops.cpp (1 / sqrt, not rsqrtf); row
 // `row` of out16 gets the same values rounded, when it is present.
-__device__ void normalize_row(const float* x,  // [n]
+__device__ void normalize_row(const RowValues& x,  // [n]
                               int64_t n,
                               const float* weight,  // [n]
                               float eps,
@@ -35,11 +57,15 @@ __device__ void normalize_row(const float* x,  // [n]
                               const Narrow16& out16, int64_t row) {  // [rows, n]
   __shared__ float scratch[kWarpSize];
   float sum_of_squares = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum_of_squares += x[i] * x[i];
+#pragma unroll
+  for (int j = 0; j < kNormValuesPerThread; ++j) sum_of_squares += x.values[j] * x.values[j];
   sum_of_squares = block_sum(sum_of_squares, scratch);
   const float inverse_rms = 1.0f / sqrtf(sum_of_squares / float(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float value = weight[i] * (x[i] * inverse_rms);
+#pragma unroll
+  for (int j = 0; j < kNormValuesPerThread; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i >= n) break;
+    const float value = weight[i] * (x.values[j] * inverse_rms);
     out[i] = value;
     if (out16.present()) store_narrow(out16, device_offset(row, n) + i, value);
   }
@@ -55,7 +81,9 @@ __global__ void rms_norm_kernel(const float* x,  // [num_rows, x_stride]
   let_next_kernel_start();
   wait_for_previous_kernel();
   const int64_t row = blockIdx.x;
-  normalize_row(x + device_offset(row, x_stride), n, weight, eps, out + device_offset(row, out_stride), out16, row);
+  const float* in = x + device_offset(row, x_stride);
+  normalize_row(RowValues::load(n, [&](int64_t i) { return in[i]; }), n, weight, eps,
+                out + device_offset(row, out_stride), out16, row);
 }
 
 struct NormSegments {
@@ -70,7 +98,8 @@ __global__ void rms_norm_segments_kernel(float* x,  // [num_rows, x_stride]
   wait_for_previous_kernel();
   const NormSegment& segment = segments.segments[blockIdx.y];
   float* row = x + device_offset(blockIdx.x, x_stride) + segment.column;
-  normalize_row(row, segment.width, segment.weight, eps, row, segment.out16, blockIdx.x);
+  normalize_row(RowValues::load(segment.width, [&](int64_t i) { return row[i]; }), segment.width, segment.weight, eps,
+                row, segment.out16, blockIdx.x);
 }
 
 __global__ void add_rms_norm_kernel(float* hidden,        // [num_rows, n]
@@ -84,10 +113,13 @@ __global__ void add_rms_norm_kernel(float* hidden,        // [num_rows, n]
   let_next_kernel_start();
   wait_for_previous_kernel();
   const int64_t first = device_offset(blockIdx.x, n);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) hidden[first + i] += update[first + i];
-  if (weight == nullptr) return;
-  __syncthreads();
-  normalize_row(hidden + first, n, weight, eps, normed + first, normed16, blockIdx.x);
+  const RowValues sum = RowValues::load(n, [&](int64_t i) { return hidden[first + i] + update[first + i]; });
+#pragma unroll
+  for (int j = 0; j < kNormValuesPerThread; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i < n) hidden[first + i] = sum.values[j];
+  }
+  if (weight != nullptr) normalize_row(sum, n, weight, eps, normed + first, normed16, blockIdx.x);
 }
 
 __global__ void gather_rms_norm_kernel(const int64_t* selected,  // [num_vectors]
@@ -101,7 +133,8 @@ __global__ void gather_rms_norm_kernel(const int64_t* selected,  // [num_vectors
   let_next_kernel_start();
   wait_for_previous_kernel();
   const int64_t v = blockIdx.x;
-  normalize_row(hidden + device_offset(selected[v], hidden_size), hidden_size, weight, eps,
+  const float* in = hidden + device_offset(selected[v], hidden_size);
+  normalize_row(RowValues::load(hidden_size, [&](int64_t i) { return in[i]; }), hidden_size, weight, eps,
                 out + device_offset(v, hidden_size), out16, v);
 }
 

@@ -23,17 +23,19 @@ __device__ inline StateValues slot_tail(const DeviceRows& rows, const MambaState
   return state_pool + (rows.state_offset[r] + layout.layer_offset + device_offset(c, layout.kernel_size - 1));
 }
 
-// A block per (kConvThreads channels, kConvTokens consecutive step tokens). Its first threads look up the
-// tokens' rows once, into shared memory; every thread then walks the tokens for its channel. Blocks of one token
-// spent most of their time in that chain of dependent lookups, and there were as many blocks as tokens (H200, 3B
-// shape, per layer: 8192-token prefill 0.48 ms with a thread per (token, channel) and 64-bit index division, 0.31
-// now; batch-256 decode 26 us, 24 now; reading every token's window before the first store was slower, 28).
+// A block per (kConvThreads channels, kConvTokens consecutive step tokens), a thread per (token, channel). Its
+// first threads look up the tokens' rows once, into shared memory. Every thread loads its whole window before it
+// stores anything, so that all its loads are in flight at once: the stores may alias them as far as the compiler
+// knows (H200, 3B shape, ncu, per layer: batch-256 decode 26 us with a thread per (token, channel) and 64-bit
+// index division, 24 with a thread walking 8 tokens and storing each before loading the next, 18.9 now).
 // A row of one token (decode) has one thread per channel here, the only reader of the channel's tail: it shifts
-// the tail in place after its output (conv_tail_kernel leaves such rows alone, and a decode step skips it).
+// the tail in place after its output, from the window it holds (conv_tail_kernel leaves such rows alone, and a
+// decode step skips it).
 constexpr int kConvThreads = 128;
-constexpr int kConvTokens = 8;
+constexpr int kConvTokens = 4;
+constexpr int kMaxConvTaps = 8;  // K: the window is held in registers
 
-__global__ void __launch_bounds__(kConvThreads)
+__global__ void __launch_bounds__(kConvThreads* kConvTokens)
     conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
                         const float* projected,    // [T, 2*Di]
                         const float* conv_weight,  // [Di, K]
@@ -52,9 +54,8 @@ __global__ void __launch_bounds__(kConvThreads)
   };
   __shared__ TokenView views[kConvTokens];
   const int64_t first_token = int64_t(blockIdx.x) * kConvTokens;
-  const int num_tokens = int(min(int64_t(kConvTokens), rows.num_tokens - first_token));
   const int64_t u_stride = 2 * layout.num_channels;
-  if (threadIdx.x < num_tokens) {
+  if (threadIdx.y == 0 && threadIdx.x < kConvTokens && first_token + threadIdx.x < rows.num_tokens) {
     const int64_t t = first_token + threadIdx.x, r = rows.token_row[t], first = rows.first_token[r];
     views[threadIdx.x] = {t - first, projected + device_offset(first, u_stride),
                           slot_tail(rows, layout, state_pool, r, 0).data, rows.reads_state[r] != 0,
@@ -63,24 +64,29 @@ __global__ void __launch_bounds__(kConvThreads)
   __syncthreads();
   const int num_channels = int(layout.num_channels);
   const int c = int(blockIdx.y) * kConvThreads + threadIdx.x;
-  if (c >= num_channels) return;
+  const int64_t t = first_token + threadIdx.y;
+  if (c >= num_channels || t >= rows.num_tokens) return;
+  const TokenView& view = views[threadIdx.y];
   const int kernel_size = int(layout.kernel_size), tail_size = kernel_size - 1;
+  const StateValues tail = StateValues{view.tail, state_pool.dtype} + device_offset(c, tail_size);
+  const float* u_first = view.u_first + c;
   const float* weight = conv_weight + device_offset(c, kernel_size);
+  float window[kMaxConvTaps];
   const float bias = conv_bias == nullptr ? 0.0f : conv_bias[c];
-  for (int j = 0; j < num_tokens; ++j) {
-    const TokenView& view = views[j];
-    const StateValues tail = StateValues{view.tail, state_pool.dtype} + device_offset(c, tail_size);
-    const float* u_first = view.u_first + c;
-    float sum = 0.0f;
-    for (int k = 0; k < kernel_size; ++k)
-      sum += weight[k] * window_at(view.index + k, tail_size, view.reads_state, tail, u_first, u_stride);
-    const int64_t i = device_offset(first_token + j, num_channels) + c;
-    activated[i] = silu(sum + bias);
-    if (activated16.present()) store_narrow(activated16, i, activated[i]);
-    if (!view.alone) continue;
-    for (int k = 0; k < tail_size; ++k)  // entry k reads window index 1 + k > k, not yet overwritten
-      tail.set(k, window_at(1 + k, tail_size, view.reads_state, tail, u_first, u_stride));
-  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMaxConvTaps; ++k)
+    if (k < kernel_size) window[k] = window_at(view.index + k, tail_size, view.reads_state, tail, u_first, u_stride);
+#pragma unroll
+  for (int k = 0; k < kMaxConvTaps; ++k)
+    if (k < kernel_size) sum += weight[k] * window[k];
+  const int64_t i = device_offset(t, num_channels) + c;
+  activated[i] = silu(sum + bias);
+  if (activated16.present()) store_narrow(activated16, i, activated[i]);
+  if (!view.alone) return;
+#pragma unroll
+  for (int k = 0; k + 1 < kMaxConvTaps; ++k)
+    if (k < tail_size) tail.set(k, window[1 + k]);
 }
 
 // After every output has read the old tails: each (row, channel) keeps the last K-1 window entries. In place:
@@ -340,9 +346,10 @@ struct LaneEntries {
 // Longer rows are the chunk kernels'.
 template <typename State, int kStateSize>
 __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(const ScanParams p) {
-  // Launched early, as the kernels around it (device_math.cuh).
+  // Launched early, as the kernels around it (device_math.cuh). The rows' data, the slot's state and A are no
+  // kernel's output in this step (a step's own writes to the state are this kernel's), so they are loaded before
+  // the wait; the scan's inputs after it.
   let_next_kernel_start();
-  wait_for_previous_kernel();
   using Lane = LaneEntries<State, kStateSize>;
   constexpr int kSlots = Lane::kSlots;
   constexpr int kPassChannels = kUpdateThreads / kLanesPerChannel;
@@ -352,11 +359,20 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
   const int64_t row_tokens = rows.row_tokens[r], t = rows.first_token[r];
   const bool reads_state = rows.reads_state[r] != 0;
   State* slot = static_cast<State*>(slot_h(p, r, 0).data);  // [Di, N]
-  if (row_tokens != 1) return;
+  if (row_tokens != 1) return wait_for_previous_kernel();  // every block waits (device_math.cuh)
   const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
   const int64_t num_channels = p.layout.num_channels;
   const int part = threadIdx.x % kLanesPerChannel;
   const int64_t first_channel = int64_t(blockIdx.x) * kUpdateChannels + threadIdx.x / kLanesPerChannel;
+  float step[kUpdatePasses], u[kUpdatePasses], h[kUpdatePasses][kSlots] = {}, a[kUpdatePasses][kSlots];
+#pragma unroll
+  for (int j = 0; j < kUpdatePasses; ++j) {
+    const int64_t channel = first_channel + j * kPassChannels;
+    if (channel >= num_channels) break;
+    if (reads_state) Lane::load(slot + device_offset(channel, state_size), part, state_size, h[j]);  // law 1
+    LaneEntries<float, kStateSize>::load(p.a + device_offset(channel, state_size), part, state_size, a[j]);
+  }
+  wait_for_previous_kernel();
   const float* selective = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
   float b[kSlots], c[kSlots];  // this lane's entries of B and C, the same for every channel of the row
 #pragma unroll
@@ -365,15 +381,12 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
     b[k] = n < state_size ? __ldg(selective + n) : 0.0f;
     c[k] = n < state_size ? __ldg(selective + state_size + n) : 0.0f;
   }
-  float step[kUpdatePasses], u[kUpdatePasses], h[kUpdatePasses][kSlots] = {}, a[kUpdatePasses][kSlots];
 #pragma unroll
   for (int j = 0; j < kUpdatePasses; ++j) {
     const int64_t channel = first_channel + j * kPassChannels;
     if (channel >= num_channels) break;
     step[j] = p.delta_raw[device_offset(t, num_channels) + channel] + p.dt_bias[channel];
     u[j] = p.activated[device_offset(t, num_channels) + channel];
-    if (reads_state) Lane::load(slot + device_offset(channel, state_size), part, state_size, h[j]);  // law 1
-    LaneEntries<float, kStateSize>::load(p.a + device_offset(channel, state_size), part, state_size, a[j]);
   }
 #pragma unroll
   for (int j = 0; j < kUpdatePasses; ++j) {
@@ -415,8 +428,10 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const
   require(layout.num_channels < (int64_t(1) << 31) && num_blocks_for(layout.num_channels, kConvThreads) < 65536,
           "the CUDA conv supports up to " + std::to_string(65535 * kConvThreads) + " Mamba channels, got " +
               std::to_string(layout.num_channels));
+  require(layout.kernel_size <= kMaxConvTaps, "the CUDA conv supports d_conv up to " + std::to_string(kMaxConvTaps) +
+                                                  ", got " + std::to_string(layout.kernel_size));
   const dim3 grid(num_blocks_for(rows.num_tokens, kConvTokens), num_blocks_for(layout.num_channels, kConvThreads));
-  launch_early(conv_outputs_kernel, grid, dim3(kConvThreads), 0, stream, rows, layout, projected, conv_weight,
+  launch_early(conv_outputs_kernel, grid, dim3(kConvThreads, kConvTokens), 0, stream, rows, layout, projected, conv_weight,
                conv_bias, state_pool, activated, activated16);
   if (rows.num_tokens == rows.num_rows) return;  // every row one token: its tail is shifted already
   const int64_t num_tails = device_offset(rows.num_rows, layout.num_channels);

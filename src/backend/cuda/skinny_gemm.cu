@@ -53,14 +53,37 @@ __device__ inline void accumulate(const SkinnyGemm& p, int64_t first_row, int nu
   }
 }
 
-// One warp per (output n, group); the block's warps take consecutive outputs. Passes of kRows rows of x; each
-// lane has kLoadsInFlight 16-byte loads in flight, the last batch of a row predicated rather than issued one by
-// one (a row of 2560 bf16 weights is 10 loads per lane: one batch of 8 and one of 2, not 8, 1 and 1).
+// The sum over an output's kWarpsPerOutput warps (all of the block's when more than one), for its first lane.
+template <int kWarpsPerOutput>
+__device__ inline float output_sum(float value) {
+  value = warp_sum(value);
+  if constexpr (kWarpsPerOutput == 1) {
+    return value;
+  } else {
+    static_assert(kWarpsPerOutput == kSkinnyWarps, "several warps per output take the whole block");
+    __shared__ float partial[kSkinnyWarps];
+    if (threadIdx.x % kWarpSize == 0) partial[threadIdx.x / kWarpSize] = value;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kSkinnyWarps; ++w) total += partial[w];
+    __syncthreads();  // partial is rewritten by the next row of x
+    return total;
+  }
+}
+
+// kWarpsPerOutput warps per (output n, group); the block's warps take consecutive outputs. Passes of kRows rows
+// of x; each lane has kLoadsInFlight 16-byte loads in flight, the last batch of a row predicated rather than
+// issued one by one (a row of 2560 bf16 weights is 10 loads per lane: one batch of 8 and one of 2, not 8, 1 and
+// 1). A GEMM of few outputs (x_proj: 192) takes the block's four warps per output, so that it has blocks for every
+// SM and fewer loads per lane; their sums meet in shared memory, in warp order (H200, ncu: the 3B shape's x_proj at
+// batch 1 took 7.3 us with a warp per output, 5.4 with four).
 // Launched to start early (device_math.cuh): the weights are no kernel's output, so the first batch of them is in
 // flight before the wait for the previous kernel, whose end then overlaps this one's start. Groups wait first:
 // their row counts are the previous kernel's output.
-template <typename Weight, int kRows, int kLoadsInFlight, bool kNarrowX>
+template <typename Weight, int kRows, int kLoadsInFlight, bool kNarrowX, int kWarpsPerOutput>
 __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(const SkinnyGemm p) {
+  constexpr int kLanes = kWarpsPerOutput * kWarpSize;  // along one output's row of weights
   let_next_kernel_start();
   bool waited = p.group_rows != nullptr;
   if (waited) wait_for_previous_kernel();
@@ -68,9 +91,9 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
   const int group = int(blockIdx.y);
   const int64_t first = p.group_rows == nullptr ? 0 : p.group_rows[group];
   const int64_t count = p.group_rows == nullptr ? p.num_rows : p.group_rows[group + 1] - first;
-  const int64_t n = int64_t(blockIdx.x) * kSkinnyWarps + threadIdx.x / kWarpSize;
-  if (count == 0 || n >= p.n) return;
-  const int lane = threadIdx.x % kWarpSize;
+  const int64_t n = int64_t(blockIdx.x) * (kSkinnyWarps / kWarpsPerOutput) + threadIdx.x / kLanes;
+  if (count == 0 || n >= p.n) return;  // the same for all warps of an output
+  const int lane = threadIdx.x % kLanes;
   const void* weight = p.weights == nullptr ? p.weight : p.weights[group];
   const uint4* w_row = reinterpret_cast<const uint4*>(static_cast<const Weight*>(weight) + device_offset(n, p.k));
   const int64_t num_loads = p.k / Load::kCount;  // 16-byte loads along the row
@@ -82,37 +105,54 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
       uint4 packed[kLoadsInFlight];
 #pragma unroll
       for (int u = 0; u < kLoadsInFlight; ++u)  // streamed once
-        packed[u] = whole || load + u * kWarpSize < num_loads ? __ldcs(w_row + load + u * kWarpSize) : uint4{};
+        packed[u] = whole || load + u * kLanes < num_loads ? __ldcs(w_row + load + u * kLanes) : uint4{};
       if (!waited) wait_for_previous_kernel(), waited = true;
 #pragma unroll
       for (int u = 0; u < kLoadsInFlight; ++u)
-        if (whole || load + u * kWarpSize < num_loads)
-          accumulate<Weight, kRows, kNarrowX>(p, first + row0, num_rows, (load + u * kWarpSize) * Load::kCount,
+        if (whole || load + u * kLanes < num_loads)
+          accumulate<Weight, kRows, kNarrowX>(p, first + row0, num_rows, (load + u * kLanes) * Load::kCount,
                                               packed[u], sums);
     };
     int64_t load = lane;
-    for (; load + (kLoadsInFlight - 1) * kWarpSize < num_loads; load += kLoadsInFlight * kWarpSize) batch(load, true);
+    for (; load + (kLoadsInFlight - 1) * kLanes < num_loads; load += kLoadsInFlight * kLanes) batch(load, true);
     if (load < num_loads) batch(load, false);
     if (!waited) wait_for_previous_kernel(), waited = true;  // a lane past the row's loads, before lane 0 writes
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       if (m >= num_rows) continue;
-      const float total = warp_sum(sums[m]);
+      const float total = output_sum<kWarpsPerOutput>(sums[m]);
       if (lane == 0) p.y[device_offset(first + row0 + m, p.n) + n] = total;
     }
   }
 }
 
+// Below this many blocks of one warp per output, a dense GEMM takes the block's warps per output: an H200 has 132
+// SMs.
+constexpr unsigned kMinBlocksOfOneWarp = 264;
+
 // A dense GEMM of one or two rows: one pass, eight loads deep, x read as its 16-bit copy where there is one;
 // groups (experts): passes of kSkinnyRows.
-template <typename Weight>
-void launch(const SkinnyGemm& p, dim3 grid, int threads, cudaStream_t stream) {
-  if (p.group_rows == nullptr && p.num_rows <= 2 && p.x16 != nullptr)
-    launch_early(skinny_gemm_kernel<Weight, 2, 8, true>, grid, dim3(threads), 0, stream, p);
-  else if (p.group_rows == nullptr && p.num_rows <= 2)
-    launch_early(skinny_gemm_kernel<Weight, 2, 8, false>, grid, dim3(threads), 0, stream, p);
+template <typename Weight, int kWarpsPerOutput>
+void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream) {
+  const dim3 grid(num_blocks_for(p.n, kSkinnyWarps / kWarpsPerOutput), num_groups), block(kSkinnyWarps * kWarpSize);
+  if (p.x16 != nullptr)
+    launch_early(skinny_gemm_kernel<Weight, 2, 8, true, kWarpsPerOutput>, grid, block, 0, stream, p);
   else
-    launch_early(skinny_gemm_kernel<Weight, kSkinnyRows, 4, false>, grid, dim3(threads), 0, stream, p);
+    launch_early(skinny_gemm_kernel<Weight, 2, 8, false, kWarpsPerOutput>, grid, block, 0, stream, p);
+}
+
+template <typename Weight>
+void launch(const SkinnyGemm& p, cudaStream_t stream) {
+  const unsigned num_groups = unsigned(p.num_groups);
+  if (p.group_rows == nullptr && p.num_rows <= 2) {
+    if (num_blocks_for(p.n, kSkinnyWarps) < kMinBlocksOfOneWarp)
+      launch_dense<Weight, kSkinnyWarps>(p, num_groups, stream);
+    else
+      launch_dense<Weight, 1>(p, num_groups, stream);
+    return;
+  }
+  const dim3 grid(num_blocks_for(p.n, kSkinnyWarps), num_groups), block(kSkinnyWarps * kWarpSize);
+  launch_early(skinny_gemm_kernel<Weight, kSkinnyRows, 4, false, 1>, grid, block, 0, stream, p);
 }
 
 }  // namespace
@@ -133,14 +173,12 @@ void skinny_gemm(const SkinnyGemm& p, cudaStream_t stream) {
   require(skinny_gemm_applies(p), "skinny_gemm called on operands it does not take (please report this)");
   require(p.num_groups > 0 && p.num_groups < 65536,
           "a skinny GEMM takes 1 to 65535 groups, got " + std::to_string(p.num_groups));
-  const dim3 grid(num_blocks_for(p.n, kSkinnyWarps), unsigned(p.num_groups));
-  const int threads = kSkinnyWarps * kWarpSize;
   if (p.dtype == DType::F32)
-    launch<float>(p, grid, threads, stream);
+    launch<float>(p, stream);
   else if (p.dtype == DType::BF16)
-    launch<__nv_bfloat16>(p, grid, threads, stream);
+    launch<__nv_bfloat16>(p, stream);
   else
-    launch<__half>(p, grid, threads, stream);
+    launch<__half>(p, stream);
   JAMBO_CUDA_CHECK_LAUNCH(skinny_gemm_kernel);
 }
 
