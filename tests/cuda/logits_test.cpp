@@ -53,10 +53,11 @@ std::vector<TokenChoice> choice_mix(std::mt19937_64& random) {
   return choices;
 }
 
-// Rows of 1 to 5 tokens over one logits buffer: some score targets with top-K, some choose, some copy.
-Case make_case(int64_t vocab_size, std::mt19937_64& random) {
+// Rows of 1 to 5 tokens over one logits buffer: some score targets with top-K, some choose, some copy. Six rows
+// make fewer than 32 vectors (each vector's statistics split over several blocks), forty make more (one block each).
+Case make_case(int64_t vocab_size, std::mt19937_64& random, int64_t num_rows = 6) {
   Case c;
-  for (int64_t r = 0; r < 6; ++r) {
+  for (int64_t r = 0; r < num_rows; ++r) {
     const int64_t num_tokens = 1 + r % 5;
     c.tokens.emplace_back(static_cast<size_t>(num_tokens), 1);
     c.targets.emplace_back();
@@ -143,11 +144,12 @@ class LogitsOutputsTest : public GpuParamTest<int64_t> {};
 TEST_P(LogitsOutputsTest, EqualTheCpuTwinOnPeakedAndFlatLogits) {
   const int64_t vocab_size = GetParam();
   std::mt19937_64 random{uint64_t(vocab_size)};
-  for (const double spread : {4.0, 0.3}) {
-    SCOPED_TRACE("logit spread " + std::to_string(spread));
-    const Case c = make_case(vocab_size, random);
-    expect_gpu_equals_cpu(c, random_logits(num_vectors(c.rows) * vocab_size, spread, random), vocab_size);
-  }
+  for (const int64_t num_rows : {6, 40})
+    for (const double spread : {4.0, 0.3}) {
+      SCOPED_TRACE("logit spread " + std::to_string(spread) + ", rows " + std::to_string(num_rows));
+      const Case c = make_case(vocab_size, random, num_rows);
+      expect_gpu_equals_cpu(c, random_logits(num_vectors(c.rows) * vocab_size, spread, random), vocab_size);
+    }
 }
 
 TEST_P(LogitsOutputsTest, TiesAndMinusInfinityFollowTheCpu) {

@@ -49,10 +49,22 @@ __device__ inline float block_reduce(float value, float* scratch) {
 __device__ inline float block_sum(float value, float* scratch) { return block_reduce<false>(value, scratch); }
 __device__ inline float block_max(float value, float* scratch) { return block_reduce<true>(value, scratch); }
 
-// value rounded to nearest even in the copy's 16-bit type, stored at index i.
+// value rounded to nearest even in the copy's 16-bit type.
+__device__ inline uint16_t narrow_bits(const Narrow16& copy, float value) {
+  return copy.dtype == DType::BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(value))
+                                   : __half_as_ushort(__float2half_rn(value));
+}
+
+// value rounded, stored at index i.
 __device__ inline void store_narrow(const Narrow16& copy, int64_t i, float value) {
-  copy.data[i] = copy.dtype == DType::BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(value))
-                                           : __half_as_ushort(__float2half_rn(value));
+  copy.data[i] = narrow_bits(copy, value);
+}
+
+// Four values rounded, stored at i .. i + 3 in one 8-byte store: i must be a multiple of 4.
+__device__ inline void store_narrow4(const Narrow16& copy, int64_t i, const float (&values)[4]) {
+  const uint2 packed{narrow_bits(copy, values[0]) | uint32_t(narrow_bits(copy, values[1])) << 16,
+                     narrow_bits(copy, values[2]) | uint32_t(narrow_bits(copy, values[3])) << 16};
+  *reinterpret_cast<uint2*>(copy.data + i) = packed;
 }
 
 // Programmatic dependent launch (Hopper and later), for the chains of small kernels of a decode step: a kernel

@@ -31,12 +31,17 @@ __global__ void swiglu_kernel(const float* gate_up,  // [rows, 2I] gate, then up
     const Columns gates = *reinterpret_cast<const Columns*>(gate);
     const Columns ups = *reinterpret_cast<const Columns*>(gate + intermediate);
     const int64_t i = device_offset(row, intermediate) + column;
+    float values[kColumns];
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) {
-      const float value = silu(reinterpret_cast<const float*>(&gates)[j]) * reinterpret_cast<const float*>(&ups)[j];
-      if (out != nullptr) out[i + j] = value;
-      if (out16.present()) store_narrow(out16, i + j, value);
+      values[j] = silu(reinterpret_cast<const float*>(&gates)[j]) * reinterpret_cast<const float*>(&ups)[j];
+      if (out != nullptr) out[i + j] = values[j];
     }
+    if (!out16.present()) continue;
+    if constexpr (kColumns == 4)
+      store_narrow4(out16, i, values);
+    else
+      store_narrow(out16, i, values[0]);
   }
 }
 
