@@ -295,7 +295,9 @@ constexpr int kUpdateChannels = kUpdateThreads / kLanesPerChannel * kUpdatePasse
 // Lane `part`'s kSlots entries of a channel's N values (its state, or its row of A; State is a storage type of
 // state_values.h). With N known at compile time (Jamba's 16: kStateSize) they are the contiguous kSlots from
 // kSlots * part, moved four at a time in 16-byte (fp32) or 8-byte (bf16) accesses, which needs the values
-// 4-aligned; otherwise n = part, part + kLanesPerChannel, ..., one at a time.
+// 4-aligned; otherwise n = part, part + kLanesPerChannel, ..., one at a time. The state is streamed (kStreamed
+// loads and every store evict first from L2): a batch-256 layer moves 84 MB of state through the 50 MB L2 each way,
+// which would otherwise evict A and the step's inputs, read by every row.
 template <typename State, int kStateSize>
 struct LaneEntries {
   static constexpr int kSlots = (kStateSize > 0 ? kStateSize : kMaxStateSize) / kLanesPerChannel;
@@ -304,11 +306,13 @@ struct LaneEntries {
 
   __device__ static int entry(int part, int k) { return kContiguous ? part * kSlots + k : part + k * kLanesPerChannel; }
 
+  template <bool kStreamed>
   __device__ static void load(const State* values, int part, int state_size, float (&out)[kSlots]) {
     if constexpr (kContiguous) {
 #pragma unroll
       for (int q = 0; q < kSlots / 4; ++q) {
-        const Quad quad = *reinterpret_cast<const Quad*>(values + part * kSlots + 4 * q);
+        const Quad* address = reinterpret_cast<const Quad*>(values + part * kSlots + 4 * q);
+        const Quad quad = kStreamed ? __ldcs(address) : *address;
         const State* four = reinterpret_cast<const State*>(&quad);
 #pragma unroll
         for (int k = 0; k < 4; ++k) out[4 * q + k] = widen_state(four[k]);
@@ -328,7 +332,7 @@ struct LaneEntries {
         State* four = reinterpret_cast<State*>(&quad);
 #pragma unroll
         for (int k = 0; k < 4; ++k) narrow_state(in[4 * q + k], four[k]);
-        *reinterpret_cast<Quad*>(values + part * kSlots + 4 * q) = quad;
+        __stcs(reinterpret_cast<Quad*>(values + part * kSlots + 4 * q), quad);
       }
     } else {
 #pragma unroll
@@ -359,7 +363,7 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
   const int64_t row_tokens = rows.row_tokens[r], t = rows.first_token[r];
   const bool reads_state = rows.reads_state[r] != 0;
   State* slot = static_cast<State*>(slot_h(p, r, 0).data);  // [Di, N]
-  if (row_tokens != 1) return wait_for_previous_kernel();  // every block waits (device_math.cuh)
+  if (row_tokens != 1) return wait_for_previous_kernel();   // every block waits (device_math.cuh)
   const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
   const int64_t num_channels = p.layout.num_channels;
   const int part = threadIdx.x % kLanesPerChannel;
@@ -369,8 +373,10 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
   for (int j = 0; j < kUpdatePasses; ++j) {
     const int64_t channel = first_channel + j * kPassChannels;
     if (channel >= num_channels) break;
-    if (reads_state) Lane::load(slot + device_offset(channel, state_size), part, state_size, h[j]);  // law 1
-    LaneEntries<float, kStateSize>::load(p.a + device_offset(channel, state_size), part, state_size, a[j]);
+    if (reads_state)  // law 1
+      Lane::template load<true>(slot + device_offset(channel, state_size), part, state_size, h[j]);
+    LaneEntries<float, kStateSize>::template load<false>(p.a + device_offset(channel, state_size), part, state_size,
+                                                         a[j]);
   }
   wait_for_previous_kernel();
   const float* selective = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
@@ -431,8 +437,8 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const
   require(layout.kernel_size <= kMaxConvTaps, "the CUDA conv supports d_conv up to " + std::to_string(kMaxConvTaps) +
                                                   ", got " + std::to_string(layout.kernel_size));
   const dim3 grid(num_blocks_for(rows.num_tokens, kConvTokens), num_blocks_for(layout.num_channels, kConvThreads));
-  launch_early(conv_outputs_kernel, grid, dim3(kConvThreads, kConvTokens), 0, stream, rows, layout, projected, conv_weight,
-               conv_bias, state_pool, activated, activated16);
+  launch_early(conv_outputs_kernel, grid, dim3(kConvThreads, kConvTokens), 0, stream, rows, layout, projected,
+               conv_weight, conv_bias, state_pool, activated, activated16);
   if (rows.num_tokens == rows.num_rows) return;  // every row one token: its tail is shifted already
   const int64_t num_tails = device_offset(rows.num_rows, layout.num_channels);
   conv_tail_kernel<<<num_blocks_for(num_tails, kThreads), kThreads, 0, stream>>>(rows, layout, projected, state_pool);

@@ -110,8 +110,8 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
 #pragma unroll
       for (int u = 0; u < kLoadsInFlight; ++u)
         if (whole || load + u * kLanes < num_loads)
-          accumulate<Weight, kRows, kNarrowX>(p, first + row0, num_rows, (load + u * kLanes) * Load::kCount,
-                                              packed[u], sums);
+          accumulate<Weight, kRows, kNarrowX>(p, first + row0, num_rows, (load + u * kLanes) * Load::kCount, packed[u],
+                                              sums);
     };
     int64_t load = lane;
     for (; load + (kLoadsInFlight - 1) * kLanes < num_loads; load += kLoadsInFlight * kLanes) batch(load, true);
