@@ -73,8 +73,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 struct RunTimes {
   double prefill_seconds = 0;
-  double decode_seconds = 0;  // forward calls only (each returns its greedy tokens on the host)
-  uint64_t logits_hash = 0;   // of the last row's final logits
+  double decode_seconds = 0;      // forward calls only (each returns its greedy tokens on the host)
+  double decode_gpu_seconds = 0;  // of which the GPU spent in the layers (CUDA backend; 0 otherwise)
+  uint64_t logits_hash = 0;       // of the last row's final logits
 };
 
 // The batch's sequences: sequence i owns slot i and a contiguous range of KV blocks.
@@ -135,8 +136,10 @@ class BatchBench {
         rows.push_back(row(s, std::span(tokens[s]).last(1), int64_t(tokens[s].size()) - 1));
       rows.back().copy_logits = LogitsCopy::Last;  // for the hash
       const auto start = std::chrono::steady_clock::now();
+      const double gpu_before = layers_gpu_seconds();
       backend_.forward(rows, output_);
       times.decode_seconds += seconds_since(start);
+      times.decode_gpu_seconds += layers_gpu_seconds() - gpu_before;
       for (int64_t s = 0; s < batch; ++s) tokens[s].push_back(output_.rows[s].chosen[0].token);
       rows.clear();
     }
@@ -146,6 +149,14 @@ class BatchBench {
   }
 
  private:
+  double layers_gpu_seconds() const {
+#ifdef JAMBO_WITH_CUDA
+    return cuda_layers_gpu_seconds(backend_);
+#else
+    return 0.0;
+#endif
+  }
+
   // Captures the prefill steps or the decode steps.
   void profiler_capture([[maybe_unused]] std::string_view steps, [[maybe_unused]] bool on) const {
 #ifdef JAMBO_WITH_CUDA
@@ -216,10 +227,11 @@ void run_bench(const BenchOptions& options) {
 #endif
   std::vector<svg::Bar> decode_bars;
   for (const int64_t batch : options.batches) {
-    RunTimes best{1e30, 1e30, 0};
+    RunTimes best{1e30, 1e30, 0, 0};
     for (int64_t repeat = 0; repeat < options.num_repeats; ++repeat) {
       const RunTimes times = bench.run(batch);
       best.prefill_seconds = std::min(best.prefill_seconds, times.prefill_seconds);
+      if (times.decode_seconds < best.decode_seconds) best.decode_gpu_seconds = times.decode_gpu_seconds;
       best.decode_seconds = std::min(best.decode_seconds, times.decode_seconds);
       best.logits_hash = times.logits_hash;
     }
@@ -232,8 +244,9 @@ void run_bench(const BenchOptions& options) {
     fmt::print("batch {:3}  decode  {:3} x {:5} tokens {:10.1f} tok/s  {:8.3f} ms/step  {:7.1f} GB/s of weights", batch,
                batch, options.num_decode_tokens, decode_rate, step_seconds * 1e3, weight_gb_per_s);
     if (on_gpu)
-      fmt::print(" = {:.1f}% of 4.8 TB/s (copy ceiling {:.0f} GB/s)", 100.0 * weight_gb_per_s / kH200BandwidthGbPerS,
-                 copy_gb_per_s);
+      fmt::print(" = {:.1f}% of 4.8 TB/s (copy ceiling {:.0f} GB/s); GPU in the layers {:.3f} ms/step",
+                 100.0 * weight_gb_per_s / kH200BandwidthGbPerS, copy_gb_per_s,
+                 best.decode_gpu_seconds / double(options.num_decode_tokens) * 1e3);
     fmt::print("\nbatch {:3}  final logits hash {:016x} (best of {} runs)\n", batch, best.logits_hash,
                options.num_repeats);
     const std::string bandwidth =

@@ -44,6 +44,7 @@ class CudaBackend final : public Backend {
   void poison_state(int64_t slot) override;
   int64_t state_elements_per_slot() const override { return slot_stride_; }
   int64_t graph_replays() const { return graphs_ == nullptr ? 0 : graphs_->counts().num_replays; }
+  double layers_gpu_seconds() const { return layers_gpu_seconds_; }
   void inject_faults(const FaultInjection& faults) override {
     require_state_offset_modulus(faults.state_offset_modulus, slot_stride_, cache_.num_state_slots);
     faults_ = faults;
@@ -82,6 +83,8 @@ class CudaBackend final : public Backend {
   LogitsOutputs logits_outputs_;
   std::unique_ptr<StepGraphs> graphs_;  // null: every step runs launch by launch
   DType narrow_dtype_ = DType::F32;     // the 16-bit GEMM weights' type (bf16 mode), F32 for none
+  cudaEvent_t layers_start_ = nullptr, layers_end_ = nullptr;  // around each step's layers
+  double layers_gpu_seconds_ = 0.0;
 };
 
 std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
@@ -124,10 +127,14 @@ CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMod
   JAMBO_CUDA_CHECK(cudaMemsetAsync(kv_cache_.data(), 0, size_t(element_offset(kv_elements, 4)), stream_));
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (decode_graphs) graphs_ = std::make_unique<StepGraphs>(stream_);
+  JAMBO_CUDA_CHECK(cudaEventCreate(&layers_start_));
+  JAMBO_CUDA_CHECK(cudaEventCreate(&layers_end_));
 }
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (layers_start_ != nullptr) cudaEventDestroy(layers_start_);
+  if (layers_end_ != nullptr) cudaEventDestroy(layers_end_);
   graphs_.reset();
   gemm_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -211,11 +218,16 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
   }
   const DeviceRows device_rows = uploader_.upload(rows, state_offsets, reads_state, stream_);
   reserve_activations(device_rows.num_tokens, device_rows.num_vectors);
+  JAMBO_CUDA_CHECK(cudaEventRecord(layers_start_, stream_));
   if (runs_as_graph(device_rows))
     graphs_->run(device_rows.num_rows, [&] { enqueue_layers(device_rows); });
   else
     enqueue_layers(device_rows);
-  logits_outputs_.compute(rows, activations_.logits.data(), config_.vocab_size, stream_, output);
+  JAMBO_CUDA_CHECK(cudaEventRecord(layers_end_, stream_));
+  logits_outputs_.compute(rows, activations_.logits.data(), config_.vocab_size, stream_, output);  // synchronizes
+  float layers_ms = 0.0f;
+  JAMBO_CUDA_CHECK(cudaEventElapsedTime(&layers_ms, layers_start_, layers_end_));
+  layers_gpu_seconds_ += double(layers_ms) * 1e-3;
 }
 
 // Decode steps (every row one token): for a given number of rows they launch the same kernels on the same
@@ -285,6 +297,11 @@ std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig
 int64_t cuda_graph_replays(const Backend& backend) {
   const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
   return cuda_backend == nullptr ? 0 : cuda_backend->graph_replays();
+}
+
+double cuda_layers_gpu_seconds(const Backend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda_backend == nullptr ? 0.0 : cuda_backend->layers_gpu_seconds();
 }
 
 int64_t cuda_weight_bytes(const Model& model, const std::string& weights) {

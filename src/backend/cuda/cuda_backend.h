@@ -24,6 +24,11 @@ std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig
 // How many steps of a CUDA backend ran as a CUDA graph's launch (0 for any other backend): for tests.
 int64_t cuda_graph_replays(const Backend& backend);
 
+// The GPU time, summed over a CUDA backend's steps so far, from the first launch of a step's layers (the embedding)
+// to the end of its last (lm_head), measured by CUDA events (0 for any other backend): what remains of a step's
+// wall time is the host's work and the sampling. For benchmarks.
+double cuda_layers_gpu_seconds(const Backend& backend);
+
 // The bytes the CUDA backend's weights take on the GPU in that mode (the f32 mode holds 16-bit checkpoints
 // at twice their size), for memory plans; needs no GPU.
 int64_t cuda_weight_bytes(const Model& model, const std::string& weights);
