@@ -54,9 +54,15 @@ def run(jambo, model, backend):
         streamed = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1]
                            if json.loads(e)["choices"])
         return completions, streamed, seconds
-    finally:
+    except (OSError, ValueError, KeyError) as error:  # a dropped connection or a malformed answer
         process.terminate()
-        process.wait(timeout=60)
+        output = process.communicate(timeout=60)[0]
+        sys.exit(f"serve_smoke: the {backend} server failed a request ({error!r}); exit code {process.returncode}, "
+                 f"its output ends:\n{output[-4000:]}")
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=60)
 
 
 def main():
