@@ -25,6 +25,11 @@
 # GEMM inputs, programmatic dependent launch through the decode chain; H200, copy ceiling 4.23 TB/s, final build):
 # decode batch 1: 420 (2.38 ms/step, 2.54 TB/s of weights), 8: 2406, 64: 14,818, 256: 33,869 (7.56 ms/step);
 # prefill 512 tokens 50,800 (68,000-69,800 packed), 8192 tokens 65,300.
+# Session 7 (conv window loaded before its stores, norms in registers, x_proj on four warps per output, logits
+# statistics split over clusters, packed SwiGLU stores, the state streamed past L2; H200, copy ceiling 4.23 TB/s,
+# final build): decode batch 1: 439 (2.28 ms/step, of which the GPU spends 2.16 in the layers), 8: 2638,
+# 64: 16,077, 256: 37,159 (6.89 ms/step; 6.57 in the layers); prefill 512 tokens 52,200 (68,900-71,000 packed),
+# 8192 tokens 66,000.
 # Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
 # ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
 #   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
@@ -36,6 +41,8 @@
 #   (17,000-17,400 packed, the build before).
 #   Session 6 (final build): decode batch 1: 100.5, 8: 299, 64: 1911, 256: 5860 tok/s; prefill 512 tokens 10,500
 #   (18,700-19,400 packed).
+#   Session 7 (final build): decode batch 1: 103.2, 8: 305, 64: 1958, 256: 5998 tok/s; prefill 512 tokens 10,800
+#   (19,200-19,600 packed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
