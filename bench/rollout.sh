@@ -67,6 +67,9 @@ computed=$(figure 'prompt tokens computed')
 seconds=$(sed -nE 's|.* in ([0-9.]+) s: .*|\1|p' <<<"$summary")
 generated_per_s=$(figure 'generated tok/s')
 preemptions=$(figure preemptions)
+forward_seconds=$(sed -nE "s|.*\(([0-9.]+) s in the backend's forward calls.*|\1|p" <<<"$summary")
+host_ms=$(figure 'ms a step outside them')
+steps=$(figure 'steps')
 expected=$((PROMPTS * N * MAX_TOKENS))
 if [[ $requests -ne $PROMPTS || $generated -ne $expected ]]; then
   echo "the engine ran $requests of $PROMPTS requests and generated $generated of $expected tokens" >&2
@@ -84,3 +87,6 @@ printf 'total tok/s:      %.1f (prompt + generated tokens of the workload over t
   "$(awk -v rate="$generated_per_s" -v prompts="$prompt_tokens" -v generated="$generated" \
        'BEGIN { print rate * (prompts + generated) / generated }')"
 printf 'preemptions:      %d\n' "$preemptions"
+printf 'steps:            %d: %.1f s in the backend'"'"'s forward calls, %.2f ms a step outside them (scheduling,\n' \
+  "$steps" "$forward_seconds" "$host_ms"
+printf '                  state copies for forks, outputs)\n'

@@ -273,6 +273,7 @@ void Engine::Impl::update_counters() {
   counters.highest_slot_used = slots.highest_used();
   counters.preemptions = scheduler.num_preemptions();
   counters.law_violations = runner.num_law_violations();
+  counters.forward_seconds = runner.forward_seconds();
 }
 
 Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options)

@@ -92,6 +92,7 @@ struct EngineCounters {
   int64_t decode_tokens = 0;
   int64_t law_violations = 0;
   int64_t steps = 0;
+  double forward_seconds = 0.0;  // wall time inside the backend's forward calls; the rest of a step is the host's
 };
 
 class Engine {

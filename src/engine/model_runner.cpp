@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace jambo {
 
@@ -85,7 +86,9 @@ const StepOutput& ModelRunner::run(const std::vector<ScheduledRow>& rows) {
     if (checked_) check_owner(*rows[r].sequence);
     rows_.push_back(make_row(rows[r], r));
   }
+  const auto start = std::chrono::steady_clock::now();
   backend_.forward(rows_, output_);
+  forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (checked_) check_finite(rows);
   return output_;
 }

@@ -19,6 +19,7 @@ class ModelRunner {
   ModelRunner(Backend& backend, const SlotPool& slots, bool checked);
 
   int64_t num_law_violations() const { return num_law_violations_; }
+  double forward_seconds() const { return forward_seconds_; }  // wall time inside the backend's forward, in all
 
   // Runs the rows; throws jambo::Error naming the request and slot on a law 2 violation (checked mode).
   // Row r's output holds a prompt logprob for each prompt token its tokens predict, and the token chosen
@@ -39,6 +40,7 @@ class ModelRunner {
   const SlotPool& slots_;
   bool checked_;
   int64_t num_law_violations_ = 0;
+  double forward_seconds_ = 0.0;
   std::vector<BatchRow> rows_;
   std::vector<std::vector<int32_t>> targets_;      // [rows] prompt tokens each row's vectors predict
   std::vector<std::vector<Sequence*>> choosers_;   // [rows]

@@ -200,6 +200,7 @@ TEST_F(EngineSamplingTest, CountersAndTraceFollowEveryToken) {
   EXPECT_EQ(counters.decode_tokens, (5 - 1) + 3 * (3 - 1));  // the last token of a sample is never fed
   EXPECT_EQ(counters.preemptions, 0);
   EXPECT_EQ(counters.num_running + counters.num_waiting + counters.slots_used + counters.kv_blocks_used, 0);
+  EXPECT_GT(counters.forward_seconds, 0.0);  // the backend's share of the steps' time
 
   std::map<std::string, int64_t> events;
   for (const auto& event : read_trace(options.trace_path, "event"))
