@@ -129,6 +129,8 @@ for name in jambo_num_requests_running jambo_num_requests_waiting jambo_kv_block
             jambo_law_violations_total; do
   grep -q "^$name [0-9]" "$work/body" && pass "/metrics has $name" || fail "/metrics lacks $name"
 done
+grep -q '^jambo_nonfinite_logit_rows_total 0$' "$work/body" && pass "/metrics counts no rows of non-finite logits" \
+  || fail "/metrics lacks jambo_nonfinite_logit_rows_total 0: $(grep nonfinite "$work/body")"
 grep -q '^jambo_http_requests_total{status="400"} [1-9]' "$work/body" && pass "/metrics counts 400s" \
   || fail "/metrics does not count the 400s: $(grep http_requests "$work/body")"
 

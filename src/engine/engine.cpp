@@ -274,6 +274,7 @@ void Engine::Impl::update_counters() {
   counters.preemptions = scheduler.num_preemptions();
   counters.law_violations = runner.num_law_violations();
   counters.forward_seconds = runner.forward_seconds();
+  counters.nonfinite_rows = runner.num_nonfinite_rows();
 }
 
 Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options)

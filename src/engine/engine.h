@@ -93,6 +93,9 @@ struct EngineCounters {
   int64_t law_violations = 0;
   int64_t steps = 0;
   double forward_seconds = 0.0;  // wall time inside the backend's forward calls; the rest of a step is the host's
+  // Rows whose logits held a NaN or an infinity: their tokens were chosen from them and their logprobs are NaN.
+  // Counted in every mode (the checked mode also refuses them as law 2 violations, a poisoned slot's read).
+  int64_t nonfinite_rows = 0;
 };
 
 class Engine {

@@ -89,6 +89,7 @@ const StepOutput& ModelRunner::run(const std::vector<ScheduledRow>& rows) {
   const auto start = std::chrono::steady_clock::now();
   backend_.forward(rows_, output_);
   forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const RowOutput& row : output_.rows) num_nonfinite_rows_ += !row.finite;
   if (checked_) check_finite(rows);
   return output_;
 }

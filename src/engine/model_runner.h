@@ -20,6 +20,7 @@ class ModelRunner {
 
   int64_t num_law_violations() const { return num_law_violations_; }
   double forward_seconds() const { return forward_seconds_; }  // wall time inside the backend's forward, in all
+  int64_t num_nonfinite_rows() const { return num_nonfinite_rows_; }  // rows whose logits were not all finite
 
   // Runs the rows; throws jambo::Error naming the request and slot on a law 2 violation (checked mode).
   // Row r's output holds a prompt logprob for each prompt token its tokens predict, and the token chosen
@@ -41,6 +42,7 @@ class ModelRunner {
   bool checked_;
   int64_t num_law_violations_ = 0;
   double forward_seconds_ = 0.0;
+  int64_t num_nonfinite_rows_ = 0;
   std::vector<BatchRow> rows_;
   std::vector<std::vector<int32_t>> targets_;      // [rows] prompt tokens each row's vectors predict
   std::vector<std::vector<Sequence*>> choosers_;   // [rows]

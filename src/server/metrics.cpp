@@ -92,6 +92,8 @@ std::string ServerMetrics::render(const EngineCounters& engine, bool engine_aliv
   text += metric("jambo_law_violations_total", "counter", "rows refused by the checked mode (law 2)",
                  engine.law_violations);
   text += metric("jambo_engine_steps_total", "counter", "forward steps run", engine.steps);
+  text += metric("jambo_nonfinite_logit_rows_total", "counter",
+                 "step rows whose logits held NaN or infinity (their logprobs are NaN)", engine.nonfinite_rows);
   std::lock_guard lock(mutex_);
   text += metric("jambo_prompt_tokens_total", "counter", "prompt tokens of finished requests", num_prompt_tokens_);
   text += metric("jambo_generation_tokens_total", "counter", "tokens generated for finished requests",

@@ -183,6 +183,25 @@ TEST_F(EngineSamplingTest, AbortReturnsTheSampleAndFreesItsMemory) {
   EXPECT_EQ(engine.counters().slots_used + engine.counters().kv_blocks_used, 0);
 }
 
+// Logits that are not finite (a NaN in the final norm's weight makes every logit NaN) are counted in every mode:
+// unchecked, the samples go on, but the counter says how many rows were NaN; checked, the first is refused.
+TEST_F(EngineSamplingTest, NonFiniteLogitsAreCountedInEveryMode) {
+  Model model = make_random_model(model_.config, DType::F32, /*seed=*/3);
+  const_cast<float*>(static_cast<const float*>(model.weights.final_norm.data))[0] = NAN;
+  EngineOptions options = small_options(model);
+  options.checked = false;
+  {
+    Engine engine(model, nullptr, options);
+    run_to_end(engine, {request("nan", {1, 2, 3}, 4)});
+    EXPECT_EQ(engine.counters().nonfinite_rows, 4);  // the prompt's row and three decode rows
+    EXPECT_EQ(engine.counters().law_violations, 0);
+  }
+  options.checked = true;
+  Engine engine(model, nullptr, options);
+  EXPECT_THROW(run_to_end(engine, {request("nan", {1, 2, 3}, 4)}), Error);
+  EXPECT_EQ(engine.counters().nonfinite_rows, 1);
+}
+
 TEST_F(EngineSamplingTest, CountersAndTraceFollowEveryToken) {
   EngineOptions options = small_options(model_);
   options.max_num_batched_tokens = 3;
