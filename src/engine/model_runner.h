@@ -19,7 +19,7 @@ class ModelRunner {
   ModelRunner(Backend& backend, const SlotPool& slots, bool checked);
 
   int64_t num_law_violations() const { return num_law_violations_; }
-  double forward_seconds() const { return forward_seconds_; }  // wall time inside the backend's forward, in all
+  double forward_seconds() const { return forward_seconds_; }         // wall time inside the backend's forward, in all
   int64_t num_nonfinite_rows() const { return num_nonfinite_rows_; }  // rows whose logits were not all finite
 
   // Runs the rows; throws jambo::Error naming the request and slot on a law 2 violation (checked mode).
