@@ -2,6 +2,7 @@
 
 #include "backend/backend_factory.h"
 #include "backend/row_validation.h"
+#include "backend/state_layout.h"
 
 #include <algorithm>
 #include <charconv>
@@ -33,7 +34,7 @@ int64_t bytes_per_unit(std::string_view suffix, const std::string& text) {
 std::string format_bytes(int64_t bytes) { return fmt::format("{} bytes ({:.1f} MiB)", bytes, bytes / 1048576.0); }
 
 int64_t state_bytes_per_slot(const JambaConfig& config, DType state_dtype) {
-  return state_elements_per_slot(config) * dtype_size(state_dtype);
+  return StateSlotLayout(config).pool_bytes(1, state_dtype);
 }
 
 // Keys and values [2, kv_block_size, nkv, hd] of every attention layer, fp32.
@@ -44,10 +45,7 @@ int64_t kv_bytes_per_block(const JambaConfig& config, int64_t kv_block_size) {
 
 }  // namespace
 
-int64_t state_elements_per_slot(const JambaConfig& config) {
-  const int64_t elements_per_layer = config.mamba_d_inner * (config.mamba_d_conv - 1 + config.mamba_d_state);
-  return config.num_mamba_layers() * elements_per_layer;
-}
+int64_t state_elements_per_slot(const JambaConfig& config) { return StateSlotLayout(config).slot_stride; }
 
 int64_t parse_memory_budget(const std::string& text, const std::string& backend_name) {
   double value = 0;

@@ -26,12 +26,9 @@ MappedMemory::~MappedMemory() {
 
 StatePool::StatePool(const JambaConfig& config, int64_t num_slots, DType state_dtype)
     : num_slots_(num_slots),
-      conv_tail_size_(config.mamba_d_inner * (config.mamba_d_conv - 1)),
-      layer_stride_(config.mamba_d_inner * (config.mamba_d_conv - 1 + config.mamba_d_state)),
-      slot_stride_(config.num_mamba_layers() * layer_stride_),
+      layout_(config),
       dtype_(state_dtype),
-      memory_(element_offset(element_offset(num_slots, slot_stride_), dtype_size(state_dtype)),
-              "recurrent-state pool") {
+      memory_(layout_.pool_bytes(num_slots, state_dtype), "recurrent-state pool") {
   JAMBO_REQUIRE(num_slots > 0, "the recurrent-state pool needs at least one slot, got {}", num_slots);
   require_state_dtype(state_dtype);
 }
@@ -39,35 +36,34 @@ StatePool::StatePool(const JambaConfig& config, int64_t num_slots, DType state_d
 void StatePool::require_slot(int64_t slot, const char* action) const { require_state_slot(slot, num_slots_, action); }
 
 StateValues StatePool::slot_begin(int64_t slot) {
-  const int64_t offset = element_offset(slot, slot_stride_);
+  const int64_t offset = element_offset(slot, layout_.slot_stride);
   return StateValues{memory_.data(), dtype_} + (offset_modulus_ > 0 ? offset % offset_modulus_ : offset);
 }
 
 void StatePool::wrap_offsets_at(int64_t modulus) {
-  require_state_offset_modulus(modulus, slot_stride_, num_slots_);
+  require_state_offset_modulus(modulus, layout_.slot_stride, num_slots_);
   offset_modulus_ = modulus;
 }
 
 StateValues StatePool::conv_tail(int64_t slot, int64_t mamba_layer) {
-  return slot_begin(slot) + element_offset(mamba_layer, layer_stride_);
+  return slot_begin(slot) + element_offset(mamba_layer, layout_.layer_stride);
 }
 
 StateValues StatePool::ssm_state(int64_t slot, int64_t mamba_layer) {
-  return conv_tail(slot, mamba_layer) + conv_tail_size_;
+  return conv_tail(slot, mamba_layer) + layout_.conv_tail_size;
 }
 
 void StatePool::copy(int64_t from_slot, int64_t to_slot) {
   require_slot(from_slot, "copy_state");
   require_slot(to_slot, "copy_state");
   if (from_slot == to_slot) return;
-  std::memcpy(slot_begin(to_slot).data, slot_begin(from_slot).data,
-              size_t(element_offset(slot_stride_, dtype_size(dtype_))));
+  std::memcpy(slot_begin(to_slot).data, slot_begin(from_slot).data, size_t(layout_.pool_bytes(1, dtype_)));
 }
 
 void StatePool::poison(int64_t slot) {
   require_slot(slot, "poison_state");
   const StateValues values = slot_begin(slot);
-  for (int64_t i = 0; i < slot_stride_; ++i) values.set(i, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < layout_.slot_stride; ++i) values.set(i, std::numeric_limits<float>::quiet_NaN());
 }
 
 KvCache::KvCache(const JambaConfig& config, const CacheConfig& cache)

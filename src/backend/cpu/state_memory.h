@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/state_layout.h"
 #include "backend/state_values.h"
 #include "model/config.h"
 
@@ -37,7 +38,7 @@ class StatePool {
   StateValues ssm_state(int64_t slot, int64_t mamba_layer);  // [Di, N]
   void copy(int64_t from_slot, int64_t to_slot);
   void poison(int64_t slot);  // fills the slot with NaN
-  int64_t elements_per_slot() const { return slot_stride_; }
+  int64_t elements_per_slot() const { return layout_.slot_stride; }
   // Test-only (FaultInjection): slot offsets wrap at this many elements; 0 turns wrapping off.
   void wrap_offsets_at(int64_t modulus);
 
@@ -46,9 +47,7 @@ class StatePool {
   void require_slot(int64_t slot, const char* action) const;
 
   int64_t num_slots_;
-  int64_t conv_tail_size_;      // Di * (K-1)
-  int64_t layer_stride_;        // Di * (K-1 + N)
-  int64_t slot_stride_;         // num_mamba_layers * layer_stride_
+  StateSlotLayout layout_;
   int64_t offset_modulus_ = 0;  // test-only fault; 0: offsets never wrap
   DType dtype_;
   MappedMemory memory_;  // [num_slots, num_mamba_layers, Di * (K-1 + N)] of dtype_

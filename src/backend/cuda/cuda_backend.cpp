@@ -8,6 +8,7 @@
 #include "backend/cuda/step_graphs.h"
 #include "backend/cuda/step_rows.h"
 #include "backend/row_validation.h"
+#include "backend/state_layout.h"
 
 #include <cuda_profiler_api.h>
 
@@ -42,11 +43,11 @@ class CudaBackend final : public Backend {
   void copy_state(int64_t from_slot, int64_t to_slot) override;
   void copy_kv_block(int64_t from_block, int64_t to_block) override;
   void poison_state(int64_t slot) override;
-  int64_t state_elements_per_slot() const override { return slot_stride_; }
+  int64_t state_elements_per_slot() const override { return slot_layout_.slot_stride; }
   int64_t graph_replays() const { return graphs_ == nullptr ? 0 : graphs_->counts().num_replays; }
   double layers_gpu_seconds() const { return layers_gpu_seconds_; }
   void inject_faults(const FaultInjection& faults) override {
-    require_state_offset_modulus(faults.state_offset_modulus, slot_stride_, cache_.num_state_slots);
+    require_state_offset_modulus(faults.state_offset_modulus, slot_layout_.slot_stride, cache_.num_state_slots);
     faults_ = faults;
   }
 
@@ -54,7 +55,7 @@ class CudaBackend final : public Backend {
   int64_t slot_offset(int64_t slot) const;  // element offset of a slot, through the test-only wrap
   StateValues state_pool() const { return {states_.data(), cache_.state_dtype}; }
   StateValues slot_values(int64_t slot) const { return state_pool() + slot_offset(slot); }  // from its first element
-  int64_t slot_bytes() const { return element_offset(slot_stride_, dtype_size(cache_.state_dtype)); }
+  int64_t slot_bytes() const { return slot_layout_.pool_bytes(1, cache_.state_dtype); }
   void reserve_activations(int64_t num_tokens, int64_t num_vectors);
   bool runs_as_graph(const DeviceRows& rows) const;
   void enqueue_layers(const DeviceRows& rows);  // embedding to logits: launches only, no host synchronization
@@ -69,12 +70,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<DeviceWeights> weights_;
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
-  int64_t layer_stride_ = 0;            // Di * (K-1 + N): one Mamba layer's state in a slot
-  int64_t slot_stride_ = 0;             // num_mamba_layers * layer_stride_
-  DeviceBuffer<std::byte> states_;      // [num_slots, num_mamba_layers, Di * (K-1 + N)] of cache_.state_dtype
-  int64_t kv_block_stride_ = 0;         // num_attention_layers * 2 * kv_block_size * nkv * hd
-  DeviceBuffer<float> kv_cache_;        // [num_kv_blocks, num_attention_layers, 2, kv_block_size, nkv, hd]
-  FaultInjection faults_;               // test-only; none by default
+  StateSlotLayout slot_layout_;
+  DeviceBuffer<std::byte> states_;  // [num_slots, num_mamba_layers, Di * (K-1 + N)] of cache_.state_dtype
+  int64_t kv_block_stride_ = 0;     // num_attention_layers * 2 * kv_block_size * nkv * hd
+  DeviceBuffer<float> kv_cache_;    // [num_kv_blocks, num_attention_layers, 2, kv_block_size, nkv, hd]
+  FaultInjection faults_;           // test-only; none by default
   StepRowsUploader uploader_;
   Activations activations_;
   MambaScratch mamba_scratch_;
@@ -96,7 +96,10 @@ std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
 }
 
 CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs)
-    : config_(model.config), cache_(cache), index_in_kind_(indices_within_kind(model.config)) {
+    : config_(model.config),
+      cache_(cache),
+      index_in_kind_(indices_within_kind(model.config)),
+      slot_layout_(model.config) {
   JAMBO_REQUIRE(cache.num_state_slots > 0, "the recurrent-state pool needs at least one slot, got {}",
                 cache.num_state_slots);
   JAMBO_REQUIRE(cache.kv_block_size > 0, "kv_block_size must be positive, got {}", cache.kv_block_size);
@@ -113,11 +116,8 @@ CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMod
   narrow_dtype_ =
       config_.mixer_kinds.front() == MixerKind::Attention ? first.attention.q_proj.dtype : first.mamba.in_proj.dtype;
 
-  layer_stride_ = config_.mamba_d_inner * (config_.mamba_d_conv - 1 + config_.mamba_d_state);
-  slot_stride_ = config_.num_mamba_layers() * layer_stride_;
   require_state_dtype(cache.state_dtype);
-  const int64_t state_bytes =
-      element_offset(element_offset(cache.num_state_slots, slot_stride_), dtype_size(cache.state_dtype));
+  const int64_t state_bytes = slot_layout_.pool_bytes(cache.num_state_slots, cache.state_dtype);
   states_ = DeviceBuffer<std::byte>(state_bytes);
   JAMBO_CUDA_CHECK(cudaMemsetAsync(states_.data(), 0, size_t(state_bytes), stream_));
   kv_block_stride_ =
@@ -141,7 +141,7 @@ CudaBackend::~CudaBackend() {
 }
 
 int64_t CudaBackend::slot_offset(int64_t slot) const {
-  const int64_t offset = element_offset(slot, slot_stride_);
+  const int64_t offset = element_offset(slot, slot_layout_.slot_stride);
   return faults_.state_offset_modulus > 0 ? offset % faults_.state_offset_modulus : offset;
 }
 
@@ -158,7 +158,7 @@ KvLayout CudaBackend::kv_layout(int64_t attention_layer) const {
 void CudaBackend::copy_state(int64_t from_slot, int64_t to_slot) {
   require_state_slot(from_slot, cache_.num_state_slots, "copy_state");
   require_state_slot(to_slot, cache_.num_state_slots, "copy_state");
-  if (from_slot == to_slot || slot_stride_ == 0) return;
+  if (from_slot == to_slot || slot_layout_.slot_stride == 0) return;
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(slot_values(to_slot).data, slot_values(from_slot).data, size_t(slot_bytes()),
                                    cudaMemcpyDeviceToDevice, stream_));
 }
@@ -175,7 +175,7 @@ void CudaBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
 // NaN is all-ones bytes (0xffffffff is a quiet fp32 NaN, 0xffff a bf16 one), so one memset poisons the slot.
 void CudaBackend::poison_state(int64_t slot) {
   require_state_slot(slot, cache_.num_state_slots, "poison_state");
-  if (slot_stride_ == 0) return;
+  if (slot_layout_.slot_stride == 0) return;
   JAMBO_CUDA_CHECK(cudaMemsetAsync(slot_values(slot).data, 0xff, size_t(slot_bytes()), stream_));
 }
 
@@ -197,7 +197,7 @@ Narrow16 CudaBackend::narrow_copy(DeviceBuffer<uint16_t>& buffer) const {
 
 void CudaBackend::run_mamba(int64_t layer, const DeviceRows& rows) {
   const MambaStateLayout layout{config_.mamba_d_inner, config_.mamba_d_conv, config_.mamba_d_state,
-                                element_offset(index_in_kind_[layer], layer_stride_)};
+                                element_offset(index_in_kind_[layer], slot_layout_.layer_stride)};
   mamba_mixer(*gemm_, weights_->layers[layer].mamba, config_, layout, rows, activations_.normed.data(), state_pool(),
               activations_.update.data(), mamba_scratch_, stream_, narrow_copy(activations_.normed16));
 }
