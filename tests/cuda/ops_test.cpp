@@ -340,7 +340,8 @@ class StreamTest : public GpuTest {
 class GemmTest : public StreamTest {};
 
 // 16-bit weights: linear() (skinny_gemm up to kMaxSkinnyGemmRows rows, cuBLAS beyond and for K not a multiple of 8;
-// skinny_gemm with four warps per output below 1056 outputs, one warp from there) equals the product of x rounded to the weight's type with the weights, summed in double, to fp32 accumulation order.
+// skinny_gemm with four warps per output below 1056 outputs, one warp from there) equals the product of x rounded to
+// the weight's type with the weights, summed in double, to fp32 accumulation order.
 TEST_F(GemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
   cuda::Gemm gemm(stream_, /*pedantic=*/false);
   TensorStore store(31);
@@ -374,6 +375,40 @@ TEST_F(GemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
                      1e-5);
       }
     }
+}
+
+class NormTest : public StreamTest {};
+
+// The RMSNorms hold a row in registers, up to 8 values a thread of up to 1024 threads (embedding_norm.cu): widths
+// from part of a warp's worth to the widest, alone and fused with the residual add, against the CPU twin; a wider
+// row is refused with an error.
+TEST_F(NormTest, RowsUpTo8192WideEqualTheCpuTwin) {
+  TensorStore store(47);
+  constexpr int64_t kRows = 3;
+  constexpr float kEps = 1e-6f;
+  for (const int64_t width : {int64_t(33), int64_t(2560), int64_t(5000), int64_t(8192)}) {
+    SCOPED_TRACE("width " + std::to_string(width));
+    const int64_t count = kRows * width;
+    const TensorView weight = store.make({width}, DType::F32, 1.0f);
+    DeviceBuffer<float> device_weight = upload(static_cast<const float*>(weight.data), width);
+    const Matrix hidden = store.matrix(kRows, width, 1.0f), update = store.matrix(kRows, width, 1.0f);
+    Matrix sum = hidden;
+    cpu::add_in_place(sum, update);
+    Matrix expected;
+    cpu::rms_norm_rows(sum, weight, kEps, expected);
+
+    DeviceBuffer<float> device_hidden = upload(hidden.data(), count), device_update = upload(update.data(), count);
+    DeviceBuffer<float> normed(count), alone(count);
+    cuda::add_rms_norm(device_hidden.data(), device_update.data(), kRows, width, device_weight.data(), kEps,
+                       normed.data(), stream_);
+    cuda::rms_norm(device_hidden.data(), width, kRows, width, device_weight.data(), kEps, alone.data(), width, stream_);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    expect_close(download(device_hidden.data(), count), sum.data(), "add_rms_norm's sum");
+    expect_close(download(normed.data(), count), expected.data(), "add_rms_norm");
+    expect_close(download(alone.data(), count), expected.data(), "rms_norm");
+  }
+  DeviceBuffer<float> wide(8193);
+  EXPECT_THROW(cuda::rms_norm(wide.data(), 8193, 1, 8193, wide.data(), kEps, wide.data(), 8193, stream_), Error);
 }
 
 class TensorCoreAttentionTest : public StreamTest {};
