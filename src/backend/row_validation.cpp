@@ -48,10 +48,17 @@ void validate_row(const BatchRow& row, const JambaConfig& config, const CacheExt
   validate_outputs(row, vocab_size);
 }
 
+// The logical blocks [first, end) that hold the row's positions of this step, those it writes into; the row reads
+// blocks [0, end).
+std::pair<int64_t, int64_t> written_blocks(const BatchRow& row, int64_t block_size) {
+  const int64_t end_position = row.start_position + int64_t(row.tokens.size());
+  return {row.start_position / block_size, (end_position + block_size - 1) / block_size};
+}
+
 void validate_block_table(const BatchRow& row, const CacheExtent& extent) {
   const int64_t id = row.request_id;
   const int64_t end_position = row.start_position + int64_t(row.tokens.size());
-  const int64_t num_blocks_needed = (end_position + extent.kv_block_size - 1) / extent.kv_block_size;
+  const int64_t num_blocks_needed = written_blocks(row, extent.kv_block_size).second;
   JAMBO_REQUIRE(int64_t(row.block_table.size()) >= num_blocks_needed,
                 "request {}: block table has {} blocks but positions up to {} need {}", id, row.block_table.size(),
                 end_position, num_blocks_needed);
@@ -59,12 +66,6 @@ void validate_block_table(const BatchRow& row, const CacheExtent& extent) {
     JAMBO_REQUIRE(row.block_table[i] >= 0 && row.block_table[i] < extent.num_kv_blocks,
                   "request {}: KV block {} (logical block {}) is out of range [0, {})", id, row.block_table[i], i,
                   extent.num_kv_blocks);
-}
-
-// The step's rows' positions [start, end) in blocks of `block_size`: the logical blocks `row` writes into.
-std::pair<int64_t, int64_t> written_blocks(const BatchRow& row, int64_t block_size) {
-  const int64_t end_position = row.start_position + int64_t(row.tokens.size());
-  return {row.start_position / block_size, (end_position + block_size - 1) / block_size};
 }
 
 // A block this step writes into must belong to that row alone; blocks that are only read (a shared

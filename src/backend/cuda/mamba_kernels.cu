@@ -287,7 +287,7 @@ constexpr int kUpdateThreads = 256;
 // The one-token update's shape, chosen by timing variants at batch 256 (3B shape, H200, standalone copies of
 // the kernel): 2 lanes of 8 entries and 2 channels per thread took 57 us a layer; 4 lanes of 4 and 1 channel, 61; 4 and
 // 4 channels, 66; an in-place read-modify-write of the same state bytes and nothing else, 47. In the engine the
-// kernel takes 68 us (ncu), 69 with 4 lanes and 1 channel.
+// kernel took 68 us (ncu), 69 with 4 lanes and 1 channel; streaming the state (LaneEntries) brought it to 63.
 constexpr int kLanesPerChannel = 2;  // threads sharing one channel's N state entries in the one-token update
 constexpr int kUpdatePasses = 2;     // channels per thread in the one-token update
 constexpr int kUpdateChannels = kUpdateThreads / kLanesPerChannel * kUpdatePasses;  // per block

@@ -130,8 +130,7 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
 // SMs.
 constexpr unsigned kMinBlocksOfOneWarp = 264;
 
-// A dense GEMM of one or two rows: one pass, eight loads deep, x read as its 16-bit copy where there is one;
-// groups (experts): passes of kSkinnyRows.
+// A dense GEMM of one or two rows: one pass, eight loads deep, x read as its 16-bit copy where there is one.
 template <typename Weight, int kWarpsPerOutput>
 void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream) {
   const dim3 grid(num_blocks_for(p.n, kSkinnyWarps / kWarpsPerOutput), num_groups), block(kSkinnyWarps * kWarpSize);
@@ -141,6 +140,8 @@ void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream)
     launch_early(skinny_gemm_kernel<Weight, 2, 8, false, kWarpsPerOutput>, grid, block, 0, stream, p);
 }
 
+// Dense GEMMs of few outputs take the block's warps per output; groups (experts): passes of kSkinnyRows, four
+// loads deep, a warp per output.
 template <typename Weight>
 void launch(const SkinnyGemm& p, cudaStream_t stream) {
   const unsigned num_groups = unsigned(p.num_groups);
