@@ -15,6 +15,7 @@
 #include "backend/cuda/embedding_norm.h"
 #include "backend/cuda/ffn.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/mamba_kernels.h"
 #include "backend/cuda/mixers.h"
 #include "backend/cuda/step_rows.h"
 #include "cuda_test_util.h"
@@ -321,6 +322,75 @@ TEST_P(OpsTest, GroupedExpertGemmsEqualPerExpertGemmsInBf16Mode) {
   }
 }
 
+// A decode step's conv run by the in_proj GEMM (DecodeConv) equals in_proj and then the conv kernel bit for bit: the
+// same GEMM sums feed the same conv_output. Outputs, their 16-bit copies, z and the slots' new tails and states, for
+// one row and for two (one without state, law 1), with 16-bit weights; the model's own width takes four warps per
+// in_proj output, a hidden size of 512 one warp.
+TEST_P(OpsTest, DecodeConvInTheGemmEqualsTheConvKernel) {
+  const int64_t layer = first_layer(MixerKind::Mamba);
+  if (layer < 0) GTEST_SKIP() << "no Mamba layer";
+  for (const int64_t hidden_size : {config_.hidden_size, int64_t(512)}) {
+    SCOPED_TRACE("hidden size " + std::to_string(hidden_size));
+    JambaConfig config = config_;
+    config.hidden_size = hidden_size;
+    config.mamba_d_inner = config.mamba_expand * hidden_size;
+    config.mamba_dt_rank = (hidden_size + 15) / 16;
+    const Model model = make_random_model(config, DType::BF16, 31);
+    const cuda::DeviceWeights weights(model, cuda::WeightMode::Bf16, stream_);
+    const cuda::DeviceMamba& mamba = weights.layers[layer].mamba;
+    cuda::Gemm gemm(stream_, /*pedantic=*/false);
+    const int64_t num_slots = 2, inner = config.mamba_d_inner;
+    const int64_t slot_stride = cpu::StatePool(config, num_slots, DType::F32).elements_per_slot();
+    const Matrix earlier_state = store_.matrix(1, num_slots * slot_stride, 0.5f);
+    const cuda::MambaStateLayout layout{inner, config.mamba_d_conv, config.mamba_d_state, 0};
+    for (const StepSpec& spec : {StepSpec{{1}, {3}, {1}, {1}}, StepSpec{{1, 1}, {5, 2}, {0, 1}, {0, 1}}}) {
+      const int64_t rows_count = int64_t(spec.num_tokens.size());
+      const Matrix x = store_.matrix(rows_count, hidden_size, 1.0f);
+      DeviceBuffer<float> device_x = upload(x.data(), rows_count * hidden_size);
+      const cuda::DeviceRows rows = upload_rows(spec, slot_stride);
+      std::vector<std::vector<float>> results;  // per way: pool, activated, z
+      std::vector<std::vector<uint16_t>> copies;
+      for (const bool fused : {false, true}) {
+        DeviceBuffer<float> pool = upload(earlier_state.data(), num_slots * slot_stride);
+        DeviceBuffer<float> projected(rows_count * 2 * inner), activated(rows_count * inner);
+        DeviceBuffer<uint16_t> activated16(rows_count * inner);
+        // NaN (all bits set) wherever a way leaves an output unwritten, rather than an earlier buffer's values.
+        ASSERT_EQ(cudaMemset(projected.data(), 0xff, size_t(rows_count * 2 * inner) * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(activated.data(), 0xff, size_t(rows_count * inner) * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(activated16.data(), 0xff, size_t(rows_count * inner) * 2), cudaSuccess);
+        const cuda::Narrow16 copy{activated16.data(), DType::BF16};
+        const StateValues state{pool.data(), DType::F32};
+        const cuda::DecodeConv conv{rows, layout, mamba.conv_weight, mamba.conv_bias, state, activated.data(), copy};
+        ASSERT_TRUE(cuda::linear_conv_fuses(device_x.data(), rows_count, mamba.in_proj, {}, conv));
+        if (fused) {
+          cuda::linear_conv(gemm, device_x.data(), rows_count, mamba.in_proj, {}, projected.data(), conv);
+        } else {
+          cuda::linear(gemm, device_x.data(), rows_count, mamba.in_proj, projected.data());
+          cuda::causal_conv1d(rows, layout, projected.data(), mamba.conv_weight, mamba.conv_bias, state,
+                              activated.data(), copy, stream_);
+        }
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        std::vector<float> z;
+        const std::vector<float> all = download(projected.data(), rows_count * 2 * inner);
+        for (int64_t r = 0; r < rows_count; ++r)
+          z.insert(z.end(), all.begin() + (2 * r + 1) * inner, all.begin() + (2 * r + 2) * inner);
+        results.push_back(download(pool.data(), num_slots * slot_stride));
+        results.push_back(download(activated.data(), rows_count * inner));
+        results.push_back(z);
+        copies.emplace_back(size_t(rows_count * inner));
+        ASSERT_EQ(
+            cudaMemcpy(copies.back().data(), activated16.data(), copies.back().size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+      }
+      const std::string where = std::to_string(rows_count) + " rows";
+      EXPECT_EQ(results[3], results[0]) << "slots (tails and states), " << where;
+      EXPECT_EQ(results[4], results[1]) << "conv outputs, " << where;
+      EXPECT_EQ(results[5], results[2]) << "z, " << where;
+      EXPECT_EQ(copies[1], copies[0]) << "16-bit conv outputs, " << where;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TestModels, OpsTest, ::testing::ValuesIn(test_model_specs()), spec_name);
 
 // A GPU test with a stream of its own, destroyed after the test body's buffers.
@@ -375,6 +445,54 @@ TEST_F(GemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
                      1e-5);
       }
     }
+}
+
+// SwiGLU fused into the skinny GEMM of stacked gate and up weights (decode): the fp32 output equals SwiGLU of the
+// unfused GEMM's outputs (to the device's and the host's expf), and the 16-bit copy is that output rounded; for one
+// and two rows, bf16 and f16 weights, intermediate sizes odd and even; not taken for three rows or fp32 weights.
+TEST_F(GemmTest, SwiGluFusedIntoTheSkinnyGemmEqualsGemmThenSwiGlu) {
+  cuda::Gemm gemm(stream_, /*pedantic=*/false);
+  TensorStore store(37);
+  constexpr int64_t kWidth = 264;  // K: a multiple of one 16-byte load of 16-bit weights
+  for (const DType dtype : {DType::BF16, DType::F16})
+    for (const int64_t intermediate : {int64_t(50), int64_t(1024)}) {
+      const int64_t n = 2 * intermediate;
+      const TensorView w = store.make({n, kWidth}, dtype, 1.0f);
+      DeviceBuffer<uint16_t> device_w(n * kWidth);
+      ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(n * kWidth) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      const cuda::DeviceMatrix matrix{device_w.data(), dtype, n, kWidth};
+      for (const int64_t rows : {int64_t(1), cuda::kMaxSkinnyGemmRows}) {
+        const std::string where = std::string(dtype_name(dtype)) + ", I " + std::to_string(intermediate) + ", " +
+                                  std::to_string(rows) + " rows";
+        const Matrix x = store.matrix(rows, kWidth, 1.0f);
+        DeviceBuffer<float> device_x = upload(x.data(), rows * kWidth);
+        ASSERT_TRUE(cuda::linear_swiglu_fuses(device_x.data(), rows, matrix, {})) << where;
+        DeviceBuffer<float> gate_up(rows * n), fused(rows * intermediate);
+        DeviceBuffer<uint16_t> fused16(rows * intermediate);
+        cuda::linear(gemm, device_x.data(), rows, matrix, gate_up.data());
+        cuda::linear_swiglu(gemm, device_x.data(), rows, matrix, {}, fused.data(), {fused16.data(), dtype});
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        const std::vector<float> sums = download(gate_up.data(), rows * n),
+                                 out = download(fused.data(), rows * intermediate);
+        std::vector<float> expected(size_t(rows * intermediate));
+        for (int64_t m = 0; m < rows; ++m)
+          for (int64_t i = 0; i < intermediate; ++i) {
+            const float gate = sums[size_t(m * n + i)], up = sums[size_t(m * n + intermediate + i)];
+            expected[size_t(m * intermediate + i)] = gate / (1.0f + std::exp(-gate)) * up;
+          }
+        expect_close(out, expected.data(), "fused SwiGLU, " + where, 1e-6);
+        std::vector<uint16_t> copy(size_t(rows * intermediate));
+        ASSERT_EQ(cudaMemcpy(copy.data(), fused16.data(), copy.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (size_t i = 0; i < copy.size(); ++i) {
+          const uint16_t rounded = dtype == DType::BF16 ? to_bf16(out[i]).bits : to_f16(out[i]).bits;
+          ASSERT_EQ(copy[i], rounded) << "16-bit copy at " << i << ", " << where;
+        }
+      }
+      DeviceBuffer<float> three_rows(3 * kWidth);
+      EXPECT_FALSE(cuda::linear_swiglu_fuses(three_rows.data(), 3, matrix, {}));
+    }
+  DeviceBuffer<float> weights(8 * 8), x(8);
+  EXPECT_FALSE(cuda::linear_swiglu_fuses(x.data(), 1, {weights.data(), DType::F32, 8, 8}, {}));
 }
 
 class NormTest : public StreamTest {};

@@ -166,12 +166,16 @@ MlpBuffers reserve_mlp_buffers(FfnWorkspace& workspace, int64_t num_rows, int64_
 void run_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, const Narrow16& x16, int64_t num_rows, float* out,
              const MlpBuffers& buffers, cudaStream_t stream) {
   const int64_t intermediate = mlp.down_proj.cols;
-  linear(gemm, x, num_rows, mlp.gate_up, buffers.gate_up, x16);
   const Narrow16 activation16 =
       mlp.down_proj.dtype == DType::F32 ? Narrow16{} : Narrow16{buffers.activation16, mlp.down_proj.dtype};
   // A 16-bit down_proj reads only the rounded copy (gemm.h), so the fp32 activation is not written then.
-  swiglu(buffers.gate_up, num_rows, intermediate, activation16.present() ? nullptr : buffers.activation, stream,
-         activation16);
+  float* activation = activation16.present() ? nullptr : buffers.activation;
+  if (linear_swiglu_fuses(x, num_rows, mlp.gate_up, x16)) {
+    linear_swiglu(gemm, x, num_rows, mlp.gate_up, x16, activation, activation16);
+  } else {
+    linear(gemm, x, num_rows, mlp.gate_up, buffers.gate_up, x16);
+    swiglu(buffers.gate_up, num_rows, intermediate, activation, stream, activation16);
+  }
   linear(gemm, buffers.activation, num_rows, mlp.down_proj, out, activation16);
 }
 

@@ -23,6 +23,30 @@ Gemm::~Gemm() {
 
 namespace {
 
+// The skinny GEMM's operands for y = x · wᵀ (16-bit weights), x16 used where it has the weights' type.
+SkinnyGemm skinny_params(const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y,
+                         const Narrow16& x16) {
+  SkinnyGemm skinny;
+  skinny.x = x, skinny.x_stride = x_stride, skinny.num_rows = num_rows;
+  skinny.weight = w.data, skinny.dtype = w.dtype, skinny.n = w.rows, skinny.k = w.cols, skinny.y = y;
+  if (x16.present() && x16.dtype == w.dtype) skinny.x16 = x16.data;
+  return skinny;
+}
+
+SkinnyGemm swiglu_params(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16, float* out,
+                         const Narrow16& out16) {
+  SkinnyGemm skinny = skinny_params(x, w.cols, num_rows, w, out, x16);
+  skinny.swiglu = true, skinny.y16 = out16;
+  return skinny;
+}
+
+SkinnyGemm conv_params(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16, float* y,
+                       const DecodeConv& conv) {
+  SkinnyGemm skinny = skinny_params(x, w.cols, num_rows, w, y, x16);
+  skinny.conv = conv;
+  return skinny;
+}
+
 void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y,
                 const Narrow16& x16) {
   if (num_rows == 0) return;
@@ -38,10 +62,7 @@ void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, 
     return;
   }
   if (num_rows <= kMaxSkinnyGemmRows) {
-    SkinnyGemm skinny;
-    skinny.x = x, skinny.x_stride = x_stride, skinny.num_rows = num_rows;
-    skinny.weight = w.data, skinny.dtype = w.dtype, skinny.n = w.rows, skinny.k = w.cols, skinny.y = y;
-    if (x16.present() && x16.dtype == w.dtype) skinny.x16 = x16.data;
+    const SkinnyGemm skinny = skinny_params(x, x_stride, num_rows, w, y, x16);
     if (skinny_gemm_applies(skinny)) {
       skinny_gemm(skinny, gemm.stream());
       return;
@@ -68,6 +89,33 @@ void linear(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w,
 void linear_strided(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y,
                     const Narrow16& x16) {
   run_linear(gemm, x, x_stride, num_rows, w, y, x16);
+}
+
+bool linear_swiglu_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16) {
+  return w.dtype != DType::F32 && num_rows >= 1 && num_rows <= kMaxSkinnyGemmRows &&
+         skinny_gemm_applies(swiglu_params(x, num_rows, w, x16, nullptr, {}));
+}
+
+void linear_swiglu(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16, float* out,
+                   const Narrow16& out16) {
+  require(linear_swiglu_fuses(x, num_rows, w, x16),
+          "linear_swiglu called on operands it does not take (please report this)");
+  skinny_gemm(swiglu_params(x, num_rows, w, x16, out, out16), gemm.stream());
+}
+
+bool linear_conv_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16,
+                       const DecodeConv& conv) {
+  return w.dtype != DType::F32 && num_rows >= 1 && num_rows <= kMaxSkinnyGemmRows && conv.rows.num_chunks == 0 &&
+         conv.rows.num_tokens == num_rows && w.rows == 2 * conv.layout.num_channels && conv.layout.kernel_size >= 1 &&
+         conv.layout.kernel_size <= kMaxConvTaps &&
+         skinny_gemm_applies(conv_params(x, num_rows, w, x16, nullptr, conv));
+}
+
+void linear_conv(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16, float* y,
+                 const DecodeConv& conv) {
+  require(linear_conv_fuses(x, num_rows, w, x16, conv),
+          "linear_conv called on operands it does not take (please report this)");
+  skinny_gemm(conv_params(x, num_rows, w, x16, y, conv), gemm.stream());
 }
 
 }  // namespace jambo::cuda

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/mamba_kernels.h"
 #include "backend/cuda/narrow16.h"
 
 #include <cublas_v2.h>
@@ -59,5 +60,31 @@ void linear_strided(Gemm& gemm,
                     const DeviceMatrix& w,  // [N, K]
                     float* y,               // [num_rows, w.rows]
                     const Narrow16& x16 = {});
+
+// SwiGLU fused into the GEMM of a row or two (decode): out[m, i] = silu(y[m, i]) * y[m, I + i] for y = x · wᵀ,
+// w's first I rows the gates and its last I the ups; out16, when present, gets out rounded, and out may then be
+// null. linear_swiglu_fuses says whether the operands take it (16-bit weights, the skinny GEMM; I even); where
+// not, the caller runs linear and then SwiGLU.
+bool linear_swiglu_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16);
+void linear_swiglu(Gemm& gemm,
+                   const float* x,  // [num_rows, w.cols]
+                   int64_t num_rows,
+                   const DeviceMatrix& w,  // [2I, K]
+                   const Narrow16& x16,
+                   float* out,              // [num_rows, I] or null
+                   const Narrow16& out16);  // [num_rows, I] or absent
+
+// A decode step's Mamba in_proj with the conv fused (DecodeConv, mamba_kernels.h): y = x · wᵀ where outputs
+// [0, Di), the conv's inputs u, go through the conv instead of into y. linear_conv_fuses says whether the operands
+// take it (16-bit weights, the skinny GEMM, every row one token); where not, the caller runs linear, then the conv.
+bool linear_conv_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16,
+                       const DecodeConv& conv);
+void linear_conv(Gemm& gemm,
+                 const float* x,  // [num_rows, w.cols]
+                 int64_t num_rows,
+                 const DeviceMatrix& w,  // [2*Di, K]
+                 const Narrow16& x16,
+                 float* y,  // [num_rows, 2*Di]; columns Di.. written
+                 const DecodeConv& conv);
 
 }  // namespace jambo::cuda

@@ -1,4 +1,4 @@
-#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/conv_step.cuh"
 #include "backend/cuda/mamba_kernels.h"
 
 #include <type_traits>
@@ -17,12 +17,6 @@ __device__ inline float window_at(int64_t index, int64_t tail_size, bool reads_s
   return reads_state ? tail.get(index) : 0.0f;
 }
 
-// Row r's conv tail of channel c in its slot: [K-1], oldest input first.
-__device__ inline StateValues slot_tail(const DeviceRows& rows, const MambaStateLayout& layout, StateValues state_pool,
-                                        int64_t r, int64_t c) {
-  return state_pool + (rows.state_offset[r] + layout.layer_offset + device_offset(c, layout.kernel_size - 1));
-}
-
 // A block per (kConvThreads channels, kConvTokens consecutive step tokens), a thread per (token, channel). Its
 // first threads look up the tokens' rows once, into shared memory. Every thread loads its whole window before it
 // stores anything, so that all its loads are in flight at once: the stores may alias them as far as the compiler
@@ -33,7 +27,6 @@ __device__ inline StateValues slot_tail(const DeviceRows& rows, const MambaState
 // decode step skips it).
 constexpr int kConvThreads = 128;
 constexpr int kConvTokens = 4;
-constexpr int kMaxConvTaps = 8;  // K: the window is held in registers
 
 __global__ void __launch_bounds__(kConvThreads* kConvTokens)
     conv_outputs_kernel(DeviceRows rows, MambaStateLayout layout,
@@ -73,15 +66,12 @@ __global__ void __launch_bounds__(kConvThreads* kConvTokens)
   const float* weight = conv_weight + device_offset(c, kernel_size);
   float window[kMaxConvTaps];
   const float bias = conv_bias == nullptr ? 0.0f : conv_bias[c];
-  float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < kMaxConvTaps; ++k)
     if (k < kernel_size) window[k] = window_at(view.index + k, tail_size, view.reads_state, tail, u_first, u_stride);
-#pragma unroll
-  for (int k = 0; k < kMaxConvTaps; ++k)
-    if (k < kernel_size) sum += weight[k] * window[k];
   const int64_t i = device_offset(t, num_channels) + c;
-  activated[i] = silu(sum + bias);
+  activated[i] = conv_output(
+      kernel_size, bias, [&](int k) { return weight[k]; }, [&](int k) { return window[k]; });
   if (activated16.present()) store_narrow(activated16, i, activated[i]);
   if (!view.alone) return;
 #pragma unroll

@@ -7,6 +7,7 @@
 #include "backend/cuda/device_rows.h"
 #include "backend/cuda/narrow16.h"
 #include "backend/state_values.h"
+#include "core/host_device.h"
 
 namespace jambo::cuda {
 
@@ -17,6 +18,21 @@ struct MambaStateLayout {
   int64_t state_size = 0;    // N
   int64_t layer_offset = 0;  // elements from a slot's start to this layer's conv tail [Di, K-1];
                              // its SSM state [Di, N] follows the tail
+};
+
+constexpr int64_t kMaxConvTaps = 8;  // K (d_conv): a channel's window is held in registers
+
+// A decode step's conv run by the in_proj GEMM as it finishes each input u (SkinnyGemm::conv, conv_step.cuh): the
+// same outputs, new tails and 16-bit copies as causal_conv1d, without its launch. Every row is one token.
+struct DecodeConv {
+  DeviceRows rows;
+  MambaStateLayout layout;
+  const float* weight = nullptr;  // [Di, K]
+  const float* bias = nullptr;    // [Di] or null
+  StateValues state_pool;         // [num_slots, elements_per_slot]
+  float* activated = nullptr;     // [T, Di]
+  Narrow16 activated16;           // [T, Di] or absent
+  JAMBO_HOST_DEVICE bool present() const { return weight != nullptr; }
 };
 
 // activated[t, c] = silu(conv_bias[c] + sum_j conv_weight[c, j] * window[i + j]) where i is the token's index in

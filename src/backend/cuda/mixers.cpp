@@ -27,9 +27,15 @@ void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const JambaConfig& config, co
   const Narrow16 dt16 = narrow_copy(scratch.dt16, element_offset(num_tokens, dt_rank), w.dt_proj);
   const Narrow16 gated16 = narrow_copy(scratch.gated16, element_offset(num_tokens, inner), w.out_proj);
 
-  linear(gemm, x, num_tokens, w.in_proj, projected, x16);
-  add_bias(projected, num_tokens, 2 * inner, w.in_proj_bias, stream);
-  causal_conv1d(rows, layout, projected, w.conv_weight, w.conv_bias, state_pool, activated, activated16, stream);
+  // Decode steps of few rows run the conv in in_proj's GEMM (DecodeConv) where in_proj has no bias to add first.
+  const DecodeConv conv{rows, layout, w.conv_weight, w.conv_bias, state_pool, activated, activated16};
+  if (w.in_proj_bias == nullptr && linear_conv_fuses(x, num_tokens, w.in_proj, x16, conv)) {
+    linear_conv(gemm, x, num_tokens, w.in_proj, x16, projected, conv);
+  } else {
+    linear(gemm, x, num_tokens, w.in_proj, projected, x16);
+    add_bias(projected, num_tokens, 2 * inner, w.in_proj_bias, stream);
+    causal_conv1d(rows, layout, projected, w.conv_weight, w.conv_bias, state_pool, activated, activated16, stream);
+  }
   linear(gemm, activated, num_tokens, w.x_proj, selective, activated16);
   const NormSegment norms[] = {{0, dt_rank, w.dt_norm, dt16},
                                {dt_rank, state_size, w.b_norm, {}},

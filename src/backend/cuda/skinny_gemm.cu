@@ -1,4 +1,4 @@
-#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/conv_step.cuh"
 #include "backend/cuda/skinny_gemm.h"
 
 #include <cuda_bf16.h>
@@ -8,6 +8,10 @@ namespace jambo::cuda {
 namespace {
 
 constexpr int kSkinnyWarps = 4;  // output rows of w per block
+
+// What the kernel does with an output's sum: stores it into y, or pairs gates with ups (SkinnyGemm::swiglu), or
+// runs the conv of the inputs u among them (SkinnyGemm::conv).
+enum class Epilogue { kStore, kSwiGlu, kConv };
 
 // What one 16-byte load of weights holds, widened, and x rounded to the weights' type: Weight is float (kept as
 // it is) or a 16-bit type (__nv_bfloat16, __half), whose conversions from float round to nearest even.
@@ -72,7 +76,34 @@ __device__ inline float output_sum(float value) {
   }
 }
 
-// kWarpsPerOutput warps per (output n, group); the block's warps take consecutive outputs. Passes of kRows rows
+// SwiGLU's epilogue (SkinnyGemm::swiglu): warps 0 and 1 hold the gates of outputs i and i + 1, warps 2 and 3 their
+// ups; the ups meet the gates in shared memory. The same products as the unfused GEMM and SwiGLU kernel.
+template <int kRows>
+__device__ inline void store_swiglu(const SkinnyGemm& p, int64_t first_row, int num_rows, int64_t i, int lane,
+                                    const float (&sums)[kRows]) {
+  __shared__ float ups[2][kRows];
+  const int warp = int(threadIdx.x) / kWarpSize;
+  float totals[kRows];
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    totals[m] = m < num_rows ? warp_sum(sums[m]) : 0.0f;
+    if (warp >= 2 && lane == 0) ups[warp - 2][m] = totals[m];
+  }
+  __syncthreads();
+  const int64_t half = p.n / 2;
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    if (m >= num_rows || warp >= 2 || lane != 0) continue;
+    const float value = silu(totals[m]) * ups[warp][m];
+    const int64_t at = device_offset(first_row + m, half) + i;
+    if (p.y != nullptr) p.y[at] = value;
+    if (p.y16.present()) store_narrow(p.y16, at, value);
+  }
+  __syncthreads();  // ups is rewritten by the next pass
+}
+
+// kWarpsPerOutput warps per (output n, group); the block's warps take consecutive outputs (with kSwiGlu: warp w
+// takes output i + w % 2 of the gates, then of the ups, for the block's pair i). Passes of kRows rows
 // of x; each lane has kLoadsInFlight 16-byte loads in flight, the last batch of a row predicated rather than
 // issued one by one (a row of 2560 bf16 weights is 10 loads per lane: one batch of 8 and one of 2, not 8, 1 and
 // 1). A GEMM of few outputs (x_proj: 192) takes the block's four warps per output, so that it has blocks for every
@@ -81,9 +112,13 @@ __device__ inline float output_sum(float value) {
 // Launched to start early (device_math.cuh): the weights are no kernel's output, so the first batch of them is in
 // flight before the wait for the previous kernel, whose end then overlaps this one's start. Groups wait first:
 // their row counts are the previous kernel's output.
-template <typename Weight, int kRows, int kLoadsInFlight, bool kNarrowX, int kWarpsPerOutput>
+template <typename Weight, int kRows, int kLoadsInFlight, bool kNarrowX, int kWarpsPerOutput,
+          Epilogue kEpilogue = Epilogue::kStore>
 __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(const SkinnyGemm p) {
   constexpr int kLanes = kWarpsPerOutput * kWarpSize;  // along one output's row of weights
+  constexpr bool kSwiGlu = kEpilogue == Epilogue::kSwiGlu;
+  static_assert(!kSwiGlu || (kWarpsPerOutput == 1 && kSkinnyWarps == 4), "SwiGLU pairs two gates with two ups");
+  static_assert(kEpilogue != Epilogue::kConv || kRows <= ConvOperandLanes::kMaxRows, "the conv takes one pass");
   let_next_kernel_start();
   bool waited = p.group_rows != nullptr;
   if (waited) wait_for_previous_kernel();
@@ -91,9 +126,16 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
   const int group = int(blockIdx.y);
   const int64_t first = p.group_rows == nullptr ? 0 : p.group_rows[group];
   const int64_t count = p.group_rows == nullptr ? p.num_rows : p.group_rows[group + 1] - first;
-  const int64_t n = int64_t(blockIdx.x) * (kSkinnyWarps / kWarpsPerOutput) + threadIdx.x / kLanes;
-  if (count == 0 || n >= p.n) return;  // the same for all warps of an output
+  const int warp = int(threadIdx.x) / kLanes;
+  const int64_t pair = 2 * int64_t(blockIdx.x) + warp % 2;  // kSwiGlu: the output i of silu(gate) * up
+  const int64_t n =
+      kSwiGlu ? pair + warp / 2 * (p.n / 2) : int64_t(blockIdx.x) * (kSkinnyWarps / kWarpsPerOutput) + warp;
+  if (count == 0 || n >= p.n) return;  // the same for all warps of an output (of the block, with kSwiGlu)
   const int lane = threadIdx.x % kLanes;
+  // The same for all warps of an output.
+  const bool runs_conv = kEpilogue == Epilogue::kConv && n < p.conv.layout.num_channels;
+  const float conv_operand =
+      runs_conv ? ConvOperandLanes::load(p.conv, first, int(count), n, int(threadIdx.x) % kWarpSize) : 0.0f;
   const void* weight = p.weights == nullptr ? p.weight : p.weights[group];
   const uint4* w_row = reinterpret_cast<const uint4*>(static_cast<const Weight*>(weight) + device_offset(n, p.k));
   const int64_t num_loads = p.k / Load::kCount;  // 16-byte loads along the row
@@ -117,11 +159,19 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
     for (; load + (kLoadsInFlight - 1) * kLanes < num_loads; load += kLoadsInFlight * kLanes) batch(load, true);
     if (load < num_loads) batch(load, false);
     if (!waited) wait_for_previous_kernel(), waited = true;  // a lane past the row's loads, before lane 0 writes
+    if constexpr (kSwiGlu) {
+      store_swiglu(p, first + row0, num_rows, pair, lane, sums);
+    } else {
 #pragma unroll
-    for (int m = 0; m < kRows; ++m) {
-      if (m >= num_rows) continue;
-      const float total = output_sum<kWarpsPerOutput>(sums[m]);
-      if (lane == 0) p.y[device_offset(first + row0 + m, p.n) + n] = total;
+      for (int m = 0; m < kRows; ++m) {
+        if (m >= num_rows) continue;
+        const float total = output_sum<kWarpsPerOutput>(sums[m]);
+        if (runs_conv)
+          ConvOperandLanes::finish(p.conv, first, m, n, total, conv_operand, int(threadIdx.x) % kWarpSize,
+                                   lane < kWarpSize);  // the output's first warp writes
+        else if (lane == 0)
+          p.y[device_offset(first + row0 + m, p.n) + n] = total;
+      }
     }
   }
 }
@@ -131,27 +181,36 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
 constexpr unsigned kMinBlocksOfOneWarp = 264;
 
 // A dense GEMM of one or two rows: one pass, eight loads deep, x read as its 16-bit copy where there is one.
-template <typename Weight, int kWarpsPerOutput>
+template <typename Weight, int kWarpsPerOutput, Epilogue kEpilogue>
 void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream) {
-  const dim3 grid(num_blocks_for(p.n, kSkinnyWarps / kWarpsPerOutput), num_groups), block(kSkinnyWarps * kWarpSize);
+  const unsigned num_blocks = kEpilogue == Epilogue::kSwiGlu ? unsigned(p.n / 4)  // a pair of gates and ups a block
+                                                             : num_blocks_for(p.n, kSkinnyWarps / kWarpsPerOutput);
+  const dim3 grid(num_blocks, num_groups), block(kSkinnyWarps * kWarpSize);
   if (p.x16 != nullptr)
-    launch_early(skinny_gemm_kernel<Weight, 2, 8, true, kWarpsPerOutput>, grid, block, 0, stream, p);
+    launch_early(skinny_gemm_kernel<Weight, 2, 8, true, kWarpsPerOutput, kEpilogue>, grid, block, 0, stream, p);
   else
-    launch_early(skinny_gemm_kernel<Weight, 2, 8, false, kWarpsPerOutput>, grid, block, 0, stream, p);
+    launch_early(skinny_gemm_kernel<Weight, 2, 8, false, kWarpsPerOutput, kEpilogue>, grid, block, 0, stream, p);
 }
 
-// Dense GEMMs of few outputs take the block's warps per output; groups (experts): passes of kSkinnyRows, four
-// loads deep, a warp per output.
+// A dense GEMM of one or two rows with the given epilogue; few outputs take the block's warps per output, except
+// with SwiGLU (an MLP's thousands of outputs).
+template <typename Weight, Epilogue kEpilogue>
+void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream) {
+  if constexpr (kEpilogue == Epilogue::kSwiGlu)
+    launch_dense<Weight, 1, kEpilogue>(p, num_groups, stream);
+  else if (num_blocks_for(p.n, kSkinnyWarps) < kMinBlocksOfOneWarp)
+    launch_dense<Weight, kSkinnyWarps, kEpilogue>(p, num_groups, stream);
+  else
+    launch_dense<Weight, 1, kEpilogue>(p, num_groups, stream);
+}
+
+// Dense GEMMs of one or two rows; groups (experts): passes of kSkinnyRows, four loads deep, a warp per output.
 template <typename Weight>
 void launch(const SkinnyGemm& p, cudaStream_t stream) {
   const unsigned num_groups = unsigned(p.num_groups);
-  if (p.group_rows == nullptr && p.num_rows <= 2) {
-    if (num_blocks_for(p.n, kSkinnyWarps) < kMinBlocksOfOneWarp)
-      launch_dense<Weight, kSkinnyWarps>(p, num_groups, stream);
-    else
-      launch_dense<Weight, 1>(p, num_groups, stream);
-    return;
-  }
+  if (p.swiglu) return launch_dense<Weight, Epilogue::kSwiGlu>(p, num_groups, stream);
+  if (p.conv.present()) return launch_dense<Weight, Epilogue::kConv>(p, num_groups, stream);
+  if (p.group_rows == nullptr && p.num_rows <= 2) return launch_dense<Weight, Epilogue::kStore>(p, num_groups, stream);
   const dim3 grid(num_blocks_for(p.n, kSkinnyWarps), num_groups), block(kSkinnyWarps * kWarpSize);
   launch_early(skinny_gemm_kernel<Weight, kSkinnyRows, 4, false, 1>, grid, block, 0, stream, p);
 }
@@ -164,8 +223,11 @@ bool skinny_gemm_applies(const SkinnyGemm& p) {
   const int64_t per_load = skinny_weights_per_load(p.dtype);
   const bool weight_aligned = p.weights != nullptr || reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
   const bool x16_fits = p.x16 == nullptr || (p.dtype != DType::F32 && reinterpret_cast<uintptr_t>(p.x16) % 16 == 0);
+  const bool one_group_of_few_rows = p.group_rows == nullptr && p.num_rows <= 2;
+  const bool swiglu_fits = !p.swiglu || (one_group_of_few_rows && p.n % 4 == 0);
+  const bool conv_fits = !p.conv.present() || (one_group_of_few_rows && !p.swiglu);
   return p.k % per_load == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && weight_aligned &&
-         x16_fits;
+         x16_fits && swiglu_fits && conv_fits;
 }
 
 // Group weights (the experts' slices of their checkpoint tensors) are 16-byte aligned when K is a multiple of a

@@ -4,10 +4,16 @@
 // for all experts, no transfer to the host, so that a MoE decode step stays one CUDA graph; a group without rows
 // costs blocks that return at once), or one group of num_rows rows (a dense GEMM). 16-bit weights multiply x
 // rounded to their type as it is read (what the cuBLAS path's narrowing gives, without its launch), fp32
-// weights multiply x as it is; fp32 accumulation.
+// weights multiply x as it is; fp32 accumulation. A dense GEMM of a row or two can also do the work of a small
+// kernel after it in a decode step, which would cost a launch and a dependent wait: SwiGLU over its outputs
+// (swiglu) or the Mamba conv of the inputs among them (conv). H200, 3B shape, batch 1, GPU time in the layers: 2.48
+// ms a step without them, 2.37-2.41 with both. Fusing dt's RMSNorm into dt_proj, or dt_proj into the state update,
+// made the step slower: the work they add sits on the consumer's critical path and costs more than the launch.
 #pragma once
 
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/mamba_kernels.h"
+#include "backend/cuda/narrow16.h"
 #include "core/dtype.h"
 
 #include <cstdint>
@@ -27,14 +33,22 @@ struct SkinnyGemm {
   const void* weight = nullptr;          //   this one weight for the one group
   DType dtype = DType::F32;              // of every weight
   int64_t num_groups = 1, n = 0, k = 0;  // G, N, K
-  float* y = nullptr;                    // [R, N]
+  float* y = nullptr;                    // [R, N], or [R, N/2] with swiglu (null there where y16 suffices)
+  // SwiGLU fused (an MLP's stacked gate_up at decode): w's rows [0, N/2) are the gates, [N/2, N) the ups, and
+  // y[m, i] = silu(gate) * up of outputs i and N/2 + i; y16 [R, N/2] gets the same rounded. One group only.
+  bool swiglu = false;
+  Narrow16 y16;
+  // A decode step's conv fused (a Mamba in_proj of one-token rows): outputs [0, Di) are the conv's inputs u, which
+  // go through the conv instead of into y. One group only.
+  DecodeConv conv;
 };
 
 // Weights of this type in one 16-byte load: K must be a multiple of it.
 int64_t skinny_weights_per_load(DType dtype);
 
-// Whether the kernel takes these operands: 16-byte aligned weights and x rows, K a multiple of one load, and x16
-// only beside 16-bit weights.
+// Whether the kernel takes these operands: 16-byte aligned weights and x rows, K a multiple of one load, x16
+// only beside 16-bit weights, swiglu only for one group of up to 2 rows with N a multiple of 4, and conv only for
+// one group of up to 2 rows without swiglu.
 bool skinny_gemm_applies(const SkinnyGemm& params);
 
 // y[i] = x[i] · w_gᵀ for every row i of every group g.
