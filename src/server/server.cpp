@@ -10,8 +10,12 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 
 namespace jambo::server {
 
@@ -95,6 +99,7 @@ struct Server::Impl {
   ServerMetrics metrics;
   EngineLoop loop;
   httplib::Server http;
+  socket_t listening_socket = INVALID_SOCKET;  // the last one httplib made (its bind keeps the last)
   std::atomic<int64_t> num_ids{0};
   const int64_t started = unix_time();
 };
@@ -111,6 +116,11 @@ Server::Impl::Impl(Engine& engine, const Tokenizer& tokenizer, const ChatTemplat
   http.new_task_queue = [num_workers] { return new httplib::ThreadPool(num_workers); };
   http.set_payload_max_length(options.max_body_bytes);
   http.set_keep_alive_max_count(1000);
+  // httplib's listening socket is remembered (with httplib's own options) so that bind() can raise its backlog.
+  http.set_socket_options([this](socket_t socket) {
+    httplib::default_socket_options(socket);
+    listening_socket = socket;
+  });
   add_routes();
 }
 
@@ -302,6 +312,10 @@ int Server::bind() {
                                      : (http.bind_to_port(options.host, options.port) ? options.port : -1);
   JAMBO_REQUIRE(port > 0, "cannot listen on {}:{} (in use, or not an address of this machine?)", options.host,
                 options.port);
+  // httplib (Debian's shared library) listens with a backlog of 5: a burst of clients connecting at once past it
+  // would wait for SYN retries, or on some network stacks be reset. Listening again only changes the backlog.
+  JAMBO_REQUIRE(::listen(impl_->listening_socket, SOMAXCONN) == 0, "cannot raise the listen backlog on {}:{}: {}",
+                options.host, port, std::strerror(errno));
   return port;
 }
 

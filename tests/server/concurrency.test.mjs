@@ -1,6 +1,7 @@
 // Law 5 over HTTP: 64 simultaneous streaming clients, each with its own greedy prompt; every
 // response equals the same request run alone (text, tokens and logprobs, exactly).
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { test } from 'node:test';
 import { client, collectCompletion, MODEL, prompts, startServer, waitIdle, withTimeout } from './lib.mjs';
 
@@ -78,6 +79,40 @@ test(`${NUM_CLIENTS} clients on a server short of memory (waiting, preemption, c
     console.log(`# tight server: ${idle.jambo_preemptions_total} preemptions, ${idle.jambo_slot_reuses_total} slot reuses`);
   } finally {
     assert.equal(await tight.stop(), 0);
+  }
+});
+
+// A burst of clients connecting at once, faster than the server accepts (here it is stopped: SIGSTOP): the
+// kernel completes every handshake into the listen backlog, and each is served once the server runs again. With
+// httplib's own backlog of 5, all but six would wait for SYN retries (a second and more), or be reset.
+test(`${NUM_CLIENTS} connections made while the server accepts none are all served`, async () => {
+  const burst = await startServer('burst');
+  const { hostname, port } = new URL(burst.url);
+  const sockets = [];
+  try {
+    burst.signal('SIGSTOP');
+    const connected = await Promise.all(Array.from({ length: NUM_CLIENTS }, () => new Promise((resolve) => {
+      const socket = net.connect({ host: hostname, port: Number(port) });
+      sockets.push(socket);
+      const timer = setTimeout(() => resolve(false), 700);
+      socket.on('connect', () => { clearTimeout(timer); resolve(true); });
+      socket.on('error', () => { clearTimeout(timer); resolve(false); });
+    })));
+    assert.equal(connected.filter(Boolean).length, NUM_CLIENTS, 'handshakes completed within 0.7 s while stopped');
+    burst.signal('SIGCONT');
+    const answers = await withTimeout(Promise.all(sockets.map((socket) => new Promise((resolve) => {
+      let text = '';
+      socket.on('data', (data) => { text += data; });
+      socket.on('end', () => resolve(text));
+      socket.on('error', (error) => resolve(`error ${error.code}`));
+      socket.write(`GET /health HTTP/1.1\r\nHost: ${hostname}\r\nConnection: close\r\n\r\n`);
+    }))), 30_000, `${NUM_CLIENTS} health requests`);
+    const served = answers.filter((text) => text.startsWith('HTTP/1.1 200')).length;
+    assert.equal(served, NUM_CLIENTS, `answers: ${JSON.stringify(answers.find((text) => !text.startsWith('HTTP/1.1 200')))}`);
+  } finally {
+    burst.signal('SIGCONT');
+    for (const socket of sockets) socket.destroy();
+    assert.equal(await burst.stop(), 0);
   }
 });
 

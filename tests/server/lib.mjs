@@ -56,6 +56,7 @@ export async function startServer(name, flags = []) {
   return {
     url,
     logPath,
+    signal: (name) => child.kill(name),
     // SIGTERM; past timeoutMs, SIGKILL and throw.
     async stop(timeoutMs = 10_000) {
       if (child.exitCode === null) child.kill('SIGTERM');
