@@ -30,6 +30,11 @@
 # final build): decode batch 1: 439 (2.28 ms/step, of which the GPU spends 2.16 in the layers), 8: 2638,
 # 64: 16,077, 256: 37,159 (6.89 ms/step; 6.57 in the layers); prefill 512 tokens 52,200 (68,900-71,000 packed),
 # 8192 tokens 66,000.
+# Session 8 (the conv fused into in_proj and SwiGLU into gate_up at batch 1-2; H200 x2, copy ceiling 4.23 TB/s,
+# nothing else running): decode batch 1: 396 (2.53 ms/step, 2.40 in the layers), 8: 2609, 64: 15,866, 256: 36,550
+# (7.00 ms/step; 6.60 in the layers); prefill 512 tokens 52,000 (69,800-71,400 packed), 8192 tokens 66,700. The
+# same machines ran session 7's kernels at 378-381 (2.48 ms in the layers) at batch 1: session 7's 439 came from
+# one machine that ran the same kernels faster (2.16 ms in the layers).
 # Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
 # ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
 #   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
@@ -43,6 +48,8 @@
 #   (18,700-19,400 packed).
 #   Session 7 (final build): decode batch 1: 103.2, 8: 305, 64: 1958, 256: 5998 tok/s; prefill 512 tokens 10,800
 #   (19,200-19,600 packed).
+#   Session 8 (the other GPU of the machine running tests meanwhile): decode batch 1: 98.5, 8: 303, 64: 1925,
+#   256: 5986 tok/s; prefill 512 tokens 10,600 (18,700-19,200 packed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
