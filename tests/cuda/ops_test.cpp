@@ -348,8 +348,11 @@ TEST_P(OpsTest, DecodeConvInTheGemmEqualsTheConvKernel) {
       const Matrix x = store_.matrix(rows_count, hidden_size, 1.0f);
       DeviceBuffer<float> device_x = upload(x.data(), rows_count * hidden_size);
       const cuda::DeviceRows rows = upload_rows(spec, slot_stride);
-      std::vector<std::vector<float>> results;  // per way: pool, activated, z
-      std::vector<std::vector<uint16_t>> copies;
+      struct Way {
+        std::vector<float> slots, outputs, z;  // the pool after the step, the conv outputs, in_proj's z columns
+        std::vector<uint16_t> copies;          // the conv outputs' 16-bit copies
+      };
+      std::vector<Way> ways;  // unfused, then fused
       for (const bool fused : {false, true}) {
         DeviceBuffer<float> pool = upload(earlier_state.data(), num_slots * slot_stride);
         DeviceBuffer<float> projected(rows_count * 2 * inner), activated(rows_count * inner);
@@ -370,23 +373,21 @@ TEST_P(OpsTest, DecodeConvInTheGemmEqualsTheConvKernel) {
                               activated.data(), copy, stream_);
         }
         ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-        std::vector<float> z;
+        Way& way = ways.emplace_back();
         const std::vector<float> all = download(projected.data(), rows_count * 2 * inner);
         for (int64_t r = 0; r < rows_count; ++r)
-          z.insert(z.end(), all.begin() + (2 * r + 1) * inner, all.begin() + (2 * r + 2) * inner);
-        results.push_back(download(pool.data(), num_slots * slot_stride));
-        results.push_back(download(activated.data(), rows_count * inner));
-        results.push_back(z);
-        copies.emplace_back(size_t(rows_count * inner));
-        ASSERT_EQ(
-            cudaMemcpy(copies.back().data(), activated16.data(), copies.back().size() * 2, cudaMemcpyDeviceToHost),
-            cudaSuccess);
+          way.z.insert(way.z.end(), all.begin() + (2 * r + 1) * inner, all.begin() + (2 * r + 2) * inner);
+        way.slots = download(pool.data(), num_slots * slot_stride);
+        way.outputs = download(activated.data(), rows_count * inner);
+        way.copies.resize(size_t(rows_count * inner));
+        ASSERT_EQ(cudaMemcpy(way.copies.data(), activated16.data(), way.copies.size() * 2, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
       }
       const std::string where = std::to_string(rows_count) + " rows";
-      EXPECT_EQ(results[3], results[0]) << "slots (tails and states), " << where;
-      EXPECT_EQ(results[4], results[1]) << "conv outputs, " << where;
-      EXPECT_EQ(results[5], results[2]) << "z, " << where;
-      EXPECT_EQ(copies[1], copies[0]) << "16-bit conv outputs, " << where;
+      EXPECT_EQ(ways[1].slots, ways[0].slots) << "slots (tails and states), " << where;
+      EXPECT_EQ(ways[1].outputs, ways[0].outputs) << "conv outputs, " << where;
+      EXPECT_EQ(ways[1].z, ways[0].z) << "z, " << where;
+      EXPECT_EQ(ways[1].copies, ways[0].copies) << "16-bit conv outputs, " << where;
     }
   }
 }
