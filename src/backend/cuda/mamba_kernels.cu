@@ -336,7 +336,7 @@ struct LaneEntries {
 // kLanesPerChannel lanes per channel, each taking its LaneEntries of the state and of A; the lanes' shares of h · C
 // meet by shuffles. A warp's access covers 16 channels' 16 entries, 1 KB of contiguous fp32 state. Each thread
 // takes kUpdatePasses channels a block's width of lanes apart and issues all their loads before it computes (the
-// kernel is bound by the bytes it keeps in flight); the row's values (its slot, B and C) are read once.
+// kernel is bound by the bytes it keeps in flight); the row's values (its slot, B and C) are read once per block.
 // Longer rows are the chunk kernels'.
 template <typename State, int kStateSize>
 __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(const ScanParams p) {
@@ -369,14 +369,16 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
                                                          a[j]);
   }
   wait_for_previous_kernel();
+  // The row's B and C, the same for every channel, in shared memory rather than in each lane's registers: 57
+  // registers instead of 74 (N = 16), 4 resident blocks per SM instead of 3 (H200, 3B shape, batch 256: 0.06 ms a
+  // step less in the layers).
+  __shared__ float b[kMaxStateSize], c[kMaxStateSize];
   const float* selective = p.selective + device_offset(t, p.selective_stride) + p.b_column;  // B [N], then C [N]
-  float b[kSlots], c[kSlots];  // this lane's entries of B and C, the same for every channel of the row
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    const int n = Lane::entry(part, k);
-    b[k] = n < state_size ? __ldg(selective + n) : 0.0f;
-    c[k] = n < state_size ? __ldg(selective + state_size + n) : 0.0f;
+  if (threadIdx.x < state_size) {
+    b[threadIdx.x] = selective[threadIdx.x];
+    c[threadIdx.x] = selective[state_size + threadIdx.x];
   }
+  __syncthreads();
 #pragma unroll
   for (int j = 0; j < kUpdatePasses; ++j) {
     const int64_t channel = first_channel + j * kPassChannels;
@@ -393,9 +395,10 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
       const float delta = softplus(step[j]);
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) {
-        if (Lane::entry(part, k) >= state_size) continue;
-        h[j][k] = expf(delta * a[j][k]) * h[j][k] + delta * b[k] * u[j];
-        y += h[j][k] * c[k];
+        const int n = Lane::entry(part, k);
+        if (n >= state_size) continue;
+        h[j][k] = expf(delta * a[j][k]) * h[j][k] + delta * b[n] * u[j];
+        y += h[j][k] * c[n];
       }
       Lane::store(slot + device_offset(channel, state_size), part, state_size, h[j]);
     }
