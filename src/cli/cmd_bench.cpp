@@ -134,7 +134,8 @@ class BatchBench {
     for (int64_t i = 0; i < options_.num_decode_tokens; ++i) {
       for (int64_t s = 0; s < batch; ++s)
         rows.push_back(row(s, std::span(tokens[s]).last(1), int64_t(tokens[s].size()) - 1));
-      rows.back().copy_logits = LogitsCopy::Last;  // for the hash
+      // The hash's logits, copied in the last step only: a copy every step would add its transfer to the timing.
+      if (i + 1 == options_.num_decode_tokens) rows.back().copy_logits = LogitsCopy::Last;
       const auto start = std::chrono::steady_clock::now();
       const double gpu_before = layers_gpu_seconds();
       backend_.forward(rows, output_);
