@@ -25,15 +25,23 @@ unsigned norm_threads(int64_t n) {
 struct RowValues {
   float values[kNormValuesPerThread];
 
+  __device__ static int64_t entry(int j) { return threadIdx.x + int64_t(j) * blockDim.x; }
+
   template <typename Load>  // Load: float(int64_t i), called for each entry i < n
   __device__ static RowValues load(int64_t n, Load load) {
     RowValues row;
 #pragma unroll
-    for (int j = 0; j < kNormValuesPerThread; ++j) {
-      const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-      row.values[j] = i < n ? load(i) : 0.0f;
-    }
+    for (int j = 0; j < kNormValuesPerThread; ++j) row.values[j] = entry(j) < n ? load(entry(j)) : 0.0f;
     return row;
+  }
+
+  template <typename Visit>  // Visit: void(int64_t i, float value), called for each entry i < n
+  __device__ void for_each(int64_t n, Visit visit) const {
+#pragma unroll
+    for (int j = 0; j < kNormValuesPerThread; ++j) {
+      if (entry(j) >= n) break;  // entries rise with j
+      visit(entry(j), values[j]);
+    }
   }
 };
 
@@ -53,7 +61,7 @@ __device__ void normalize_row(const RowValues& x,  // [n]
                               int64_t n,
                               const float* weight,  // [n]
                               float eps,
-                              float* out,  // [n]
+                              float* out,                            // [n]
                               const Narrow16& out16, int64_t row) {  // [rows, n]
   __shared__ float scratch[kWarpSize];
   float sum_of_squares = 0.0f;
@@ -61,14 +69,11 @@ __device__ void normalize_row(const RowValues& x,  // [n]
   for (int j = 0; j < kNormValuesPerThread; ++j) sum_of_squares += x.values[j] * x.values[j];
   sum_of_squares = block_sum(sum_of_squares, scratch);
   const float inverse_rms = 1.0f / sqrtf(sum_of_squares / float(n) + eps);
-#pragma unroll
-  for (int j = 0; j < kNormValuesPerThread; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-    if (i >= n) break;
-    const float value = weight[i] * (x.values[j] * inverse_rms);
+  x.for_each(n, [&](int64_t i, float x_i) {
+    const float value = weight[i] * (x_i * inverse_rms);
     out[i] = value;
     if (out16.present()) store_narrow(out16, device_offset(row, n) + i, value);
-  }
+  });
 }
 
 __global__ void rms_norm_kernel(const float* x,  // [num_rows, x_stride]
@@ -114,11 +119,7 @@ __global__ void add_rms_norm_kernel(float* hidden,        // [num_rows, n]
   wait_for_previous_kernel();
   const int64_t first = device_offset(blockIdx.x, n);
   const RowValues sum = RowValues::load(n, [&](int64_t i) { return hidden[first + i] + update[first + i]; });
-#pragma unroll
-  for (int j = 0; j < kNormValuesPerThread; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-    if (i < n) hidden[first + i] = sum.values[j];
-  }
+  sum.for_each(n, [&](int64_t i, float sum_i) { hidden[first + i] = sum_i; });
   if (weight != nullptr) normalize_row(sum, n, weight, eps, normed + first, normed16, blockIdx.x);
 }
 
