@@ -13,6 +13,7 @@
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <vector>
 
@@ -60,6 +61,9 @@ class CudaBackend final : public Backend {
   bool runs_as_graph(const DeviceRows& rows) const;
   void enqueue_layers(const DeviceRows& rows);  // embedding to logits: launches only, no host synchronization
   Narrow16 narrow_copy(DeviceBuffer<uint16_t>& buffer) const;  // absent in the f32 mode
+  // The fp32 normed buffer where the layer's mixer or FFN reads it, else null: the norm writes only the rounded copy.
+  float* normed_for_mixer(int64_t layer);
+  float* normed_for_ffn(int64_t layer);
   void run_mamba(int64_t layer, const DeviceRows& rows);
   void run_attention(int64_t layer, const DeviceRows& rows);
   KvLayout kv_layout(int64_t attention_layer) const;
@@ -195,6 +199,24 @@ Narrow16 CudaBackend::narrow_copy(DeviceBuffer<uint16_t>& buffer) const {
   return narrow_dtype_ == DType::F32 ? Narrow16{} : Narrow16{buffer.data(), narrow_dtype_};
 }
 
+// A GEMM whose weights are of the copy's 16-bit type reads only the copy (gemm.h); a GEMM of other weights rounds
+// the fp32 input itself, and a MoE layer's router and expert gather read it as it is.
+float* CudaBackend::normed_for_mixer(int64_t layer) {
+  const DeviceLayer& w = weights_->layers[layer];
+  const bool copy_suffices =
+      config_.mixer_kinds[layer] == MixerKind::Attention
+          ? std::ranges::all_of(std::array{&w.attention.q_proj, &w.attention.k_proj, &w.attention.v_proj},
+                                [&](const DeviceMatrix* m) { return m->dtype == narrow_dtype_; })
+          : w.mamba.in_proj.dtype == narrow_dtype_;
+  return copy_suffices && narrow_dtype_ != DType::F32 ? nullptr : activations_.normed.data();
+}
+
+float* CudaBackend::normed_for_ffn(int64_t layer) {
+  const bool copy_suffices =
+      config_.ffn_kinds[layer] == FfnKind::Dense && weights_->layers[layer].mlp.gate_up.dtype == narrow_dtype_;
+  return copy_suffices && narrow_dtype_ != DType::F32 ? nullptr : activations_.normed.data();
+}
+
 void CudaBackend::run_mamba(int64_t layer, const DeviceRows& rows) {
   const MambaStateLayout layout{config_.mamba_d_inner, config_.mamba_d_conv, config_.mamba_d_state,
                                 element_offset(index_in_kind_[layer], slot_layout_.layer_stride)};
@@ -247,16 +269,16 @@ void CudaBackend::enqueue_layers(const DeviceRows& device_rows) {
   Activations& a = activations_;
   const Narrow16 normed16 = narrow_copy(a.normed16);
   gather_rows(weights_->embed_tokens, device_rows.tokens, device_rows.num_tokens, hidden, a.hidden.data(), stream_);
-  rms_norm(a.hidden.data(), hidden, num_tokens, hidden, weights_->layers[0].input_norm, eps, a.normed.data(), hidden,
-           stream_, normed16);
+  rms_norm(a.hidden.data(), hidden, num_tokens, hidden, weights_->layers[0].input_norm, eps, normed_for_mixer(0),
+           hidden, stream_, normed16);
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     const DeviceLayer& w = weights_->layers[layer];
     if (config_.mixer_kinds[layer] == MixerKind::Attention)
       run_attention(layer, device_rows);
     else
       run_mamba(layer, device_rows);
-    add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden, w.pre_ff_norm, eps, a.normed.data(), stream_,
-                 normed16);
+    add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden, w.pre_ff_norm, eps, normed_for_ffn(layer),
+                 stream_, normed16);
     if (config_.ffn_kinds[layer] == FfnKind::Moe)
       sparse_moe(*gemm_, w.moe, config_.num_experts_per_tok, a.normed.data(), num_tokens, a.update.data(),
                  ffn_workspace_, stream_, normed16);
@@ -264,7 +286,8 @@ void CudaBackend::enqueue_layers(const DeviceRows& device_rows) {
       dense_mlp(*gemm_, w.mlp, a.normed.data(), num_tokens, a.update.data(), ffn_workspace_, stream_, normed16);
     const bool last = layer + 1 == config_.num_hidden_layers;
     add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden,
-                 last ? nullptr : weights_->layers[layer + 1].input_norm, eps, a.normed.data(), stream_, normed16);
+                 last ? nullptr : weights_->layers[layer + 1].input_norm, eps,
+                 last ? nullptr : normed_for_mixer(layer + 1), stream_, normed16);
   }
   const Narrow16 final16 = narrow_copy(a.final_normed16);
   gather_rms_norm(device_rows, a.hidden.data(), hidden, weights_->final_norm, eps, a.final_normed.data(), stream_,

@@ -61,7 +61,7 @@ __device__ void normalize_row(const RowValues& x,  // [n]
                               int64_t n,
                               const float* weight,  // [n]
                               float eps,
-                              float* out,                            // [n]
+                              float* out,                            // [n], or null
                               const Narrow16& out16, int64_t row) {  // [rows, n]
   __shared__ float scratch[kWarpSize];
   float sum_of_squares = 0.0f;
@@ -71,7 +71,7 @@ __device__ void normalize_row(const RowValues& x,  // [n]
   const float inverse_rms = 1.0f / sqrtf(sum_of_squares / float(n) + eps);
   x.for_each(n, [&](int64_t i, float x_i) {
     const float value = weight[i] * (x_i * inverse_rms);
-    out[i] = value;
+    if (out != nullptr) out[i] = value;
     if (out16.present()) store_narrow(out16, device_offset(row, n) + i, value);
   });
 }
@@ -88,7 +88,7 @@ __global__ void rms_norm_kernel(const float* x,  // [num_rows, x_stride]
   const int64_t row = blockIdx.x;
   const float* in = x + device_offset(row, x_stride);
   normalize_row(RowValues::load(n, [&](int64_t i) { return in[i]; }), n, weight, eps,
-                out + device_offset(row, out_stride), out16, row);
+                out == nullptr ? nullptr : out + device_offset(row, out_stride), out16, row);
 }
 
 struct NormSegments {
@@ -120,7 +120,8 @@ __global__ void add_rms_norm_kernel(float* hidden,        // [num_rows, n]
   const int64_t first = device_offset(blockIdx.x, n);
   const RowValues sum = RowValues::load(n, [&](int64_t i) { return hidden[first + i] + update[first + i]; });
   sum.for_each(n, [&](int64_t i, float sum_i) { hidden[first + i] = sum_i; });
-  if (weight != nullptr) normalize_row(sum, n, weight, eps, normed + first, normed16, blockIdx.x);
+  if (weight != nullptr)
+    normalize_row(sum, n, weight, eps, normed == nullptr ? nullptr : normed + first, normed16, blockIdx.x);
 }
 
 __global__ void gather_rms_norm_kernel(const int64_t* selected,  // [num_vectors]

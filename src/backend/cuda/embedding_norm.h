@@ -23,7 +23,7 @@ void rms_norm(const float* x,  // [num_rows, x_stride], the first n columns read
               int64_t x_stride, int64_t num_rows, int64_t n,
               const float* weight,  // [n]
               float eps,
-              float* out,  // [num_rows, out_stride], the first n columns written
+              float* out,  // [num_rows, out_stride], the first n columns written; or null where out16 suffices
               int64_t out_stride, cudaStream_t stream, Narrow16 out16 = {});
 
 // Several norms over column ranges of one matrix, in place and in one launch: segment s normalizes columns
@@ -47,7 +47,7 @@ void add_rms_norm(float* hidden,        // [num_rows, n]
                   int64_t num_rows, int64_t n,
                   const float* weight,  // [n] or null: the add alone
                   float eps,
-                  float* normed,  // [num_rows, n] (unused without weight)
+                  float* normed,  // [num_rows, n] (unused without weight), or null where normed16 suffices
                   cudaStream_t stream, Narrow16 normed16 = {});
 
 // out[v] = rms_norm(hidden[selected[v]]) for the step's logits vectors (the final norm).

@@ -120,7 +120,7 @@ struct ScanParams {
 };
 
 __device__ inline void store_gated(const ScanParams& p, int64_t i, float value) {
-  p.gated[i] = value;
+  if (p.gated != nullptr) p.gated[i] = value;
   if (p.gated16.present()) store_narrow(p.gated16, i, value);
 }
 

@@ -60,7 +60,7 @@ struct ScanScratch {
 //   delta = softplus(delta_raw + dt_bias); h = exp(delta * A) * h + delta * B * u;
 //   gated = (h · C + D * u) * silu(z).
 // h starts from the slot (reads_state) or zero and the final h is written back into the slot. Rows of one token
-// (decode) take four threads per (row, channel). Rows of several tokens are cut into chunks of kScanChunkTokens that
+// (decode) take two lanes per (row, channel). Rows of several tokens are cut into chunks of kScanChunkTokens that
 // run in parallel, a thread per (chunk, channel) with the channel's N entries of h in registers: each chunk but
 // a row's last first scans from zero state (its end state, and the sum S of its deltas); then, per row, the
 // chunks' starting states follow in order, h_start(j+1) = exp(A * S_j) * h_start(j) + h_end(j) (the recurrence
@@ -75,7 +75,7 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
                     const float* a,           // [Di, N] A = -exp(A_log)
                     const float* d,           // [Di]
                     StateValues state_pool,   // [num_slots, elements_per_slot]
-                    float* gated,             // [T, Di]
+                    float* gated,             // [T, Di], or null where gated16 suffices
                     const Narrow16& gated16,  // [T, Di] gated rounded for a 16-bit out_proj, or absent
                     ScanScratch& scratch, cudaStream_t stream);
 
