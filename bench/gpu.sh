@@ -35,6 +35,11 @@
 # (7.00 ms/step; 6.60 in the layers); prefill 512 tokens 52,000 (69,800-71,400 packed), 8192 tokens 66,700. The
 # same machines ran session 7's kernels at 378-381 (2.48 ms in the layers) at batch 1: session 7's 439 came from
 # one machine that ran the same kernels faster (2.16 ms in the layers).
+# Session 9 (the update's B and C in shared memory, no fp32 copies that only 16-bit GEMMs would read, the bench
+# copying the hashed logits in its last step only, a faster row check on the host; H200, copy ceiling 4.24 TB/s,
+# final build): decode batch 1: 411 (2.44 ms/step, 2.39 in the layers), 8: 2699, 64: 16,604, 256: 38,681
+# (6.62 ms/step; 6.46 in the layers; 39,758 on a faster machine with the build before the fp32 copies went);
+# prefill 512 tokens 52,500 (69,000-72,100 packed), 8192 tokens 67,000.
 # Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
 # ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
 #   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
@@ -50,6 +55,8 @@
 #   (19,200-19,600 packed).
 #   Session 8 (the other GPU of the machine running tests meanwhile): decode batch 1: 98.5, 8: 303, 64: 1925,
 #   256: 5986 tok/s; prefill 512 tokens 10,600 (18,700-19,200 packed).
+#   Session 9 (the other GPU running tests meanwhile): decode batch 1: 100.5, 8: 306, 64: 1961, 256: 5867 tok/s;
+#   prefill 512 tokens 10,800 (19,000-19,300 packed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
