@@ -224,14 +224,15 @@ void Engine::Impl::record_prompt_logprobs(const ScheduledRow& row, const RowOutp
   }
 }
 
-// The other samples got a slot and the prompt's blocks when the last prompt chunk was scheduled; now
-// that it ran, they get its state.
+// The other samples got a slot and the prompt's KV blocks (its full blocks shared, a partial last one their own)
+// when the last prompt chunk was scheduled; now that it ran, they get its state and the partial block's keys.
 void Engine::Impl::fork(Sequence& leader) {
   for (size_t s = 1; s < leader.request.samples.size(); ++s) {
     Sequence& sample = *leader.request.samples[s];
     backend->copy_state(leader.lease->slot, sample.lease->slot);
     for (size_t b = 0; b < sample.block_table.size(); ++b)
-      backend->copy_kv_block(leader.block_table[b], sample.block_table[b]);
+      if (sample.block_table[b] != leader.block_table[b])  // the partial last block; the full ones are shared
+        backend->copy_kv_block(leader.block_table[b], sample.block_table[b]);
     scheduler.start_forked(sample);
     trace.event(counters.steps, sample, "admitted", {{"slot", sample.lease->slot}, {"forked_from", 0}});
   }

@@ -1,5 +1,5 @@
-// The paged KV cache's bookkeeping: which physical blocks are free, and how many blocks a sequence
-// of a given length needs. The memory itself belongs to the backend.
+// The paged KV cache's bookkeeping: which physical blocks are free, how many tables hold each block in use, and
+// how many blocks a sequence of a given length needs. The memory itself belongs to the backend.
 #pragma once
 
 #include <cstdint>
@@ -19,11 +19,17 @@ class KvBlockManager {
 
   // Blocks needed to hold num_tokens tokens in total.
   int64_t blocks_for(int64_t num_tokens) const;
+  // Blocks that num_tokens tokens fill completely (no later token is written into them).
+  int64_t full_blocks(int64_t num_tokens) const;
   // Whether a table holding `table.size()` blocks can grow to hold num_tokens tokens.
   bool can_grow(const std::vector<int32_t>& table, int64_t num_tokens) const;
   // Appends blocks to the table until it holds num_tokens tokens; throws when there are too few.
   void grow(std::vector<int32_t>& table, int64_t num_tokens);
-  // Returns every block of the table and empties it; throws on a block that is not in use.
+  // Appends the first num_blocks blocks of `from` to the empty table `to`, which holds them too: the samples of
+  // a request share its prompt's full blocks, which are only read from then on.
+  void share(const std::vector<int32_t>& from, int64_t num_blocks, std::vector<int32_t>& to);
+  // Lets go of every block of the table and empties it; a block is free again once no table holds it. Throws on a
+  // block that is not in use.
   void free(std::vector<int32_t>& table);
 
  private:
@@ -32,7 +38,7 @@ class KvBlockManager {
   bool model_has_attention_;
   // A stack (top = back): lowest ids first in a fresh manager, then the most recently freed blocks.
   std::vector<int32_t> free_blocks_;
-  std::vector<bool> in_use_;  // [num_blocks] so that freeing a block twice is caught
+  std::vector<int32_t> num_holders_;  // [num_blocks] tables holding each block (0: free; freeing it again is caught)
 };
 
 }  // namespace jambo

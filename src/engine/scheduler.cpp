@@ -87,8 +87,8 @@ void Scheduler::admit_waiting(int64_t& budget, StepPlan& plan) {
 int64_t Scheduler::num_blocks_needed(const Sequence& sequence, int64_t num_tokens) const {
   const int64_t end = sequence.num_computed() + num_tokens;
   int64_t needed = std::max<int64_t>(0, kv_blocks_.blocks_for(end) - int64_t(sequence.block_table.size()));
-  if (sequence.leads_fork() && end == sequence.request.num_prompt_tokens())
-    needed += (sequence.request.spec.n - 1) * kv_blocks_.blocks_for(end);
+  if (sequence.leads_fork() && end == sequence.request.num_prompt_tokens())  // the samples' own partial blocks
+    needed += (sequence.request.spec.n - 1) * (kv_blocks_.blocks_for(end) - kv_blocks_.full_blocks(end));
   return needed;
 }
 
@@ -97,11 +97,12 @@ void Scheduler::schedule_row(Sequence& sequence, int64_t num_tokens, StepPlan& p
   kv_blocks_.grow(sequence.block_table, end);
   plan.rows.push_back({&sequence, num_tokens});
   if (!sequence.leads_fork() || end != sequence.request.num_prompt_tokens()) return;
-  // The prompt completes: the other samples take their reserved slots and blocks for the prompt now,
-  // and get its state after the step.
+  // The prompt completes: the other samples take their reserved slots now, share the prompt's full KV blocks and
+  // take a block of their own for its partial last one, and get its state after the step.
   for (size_t s = 1; s < sequence.request.samples.size(); ++s) {
     Sequence& sample = *sequence.request.samples[s];
     sample.start_from_fork(slots_.allocate(sample.id), end);
+    kv_blocks_.share(sequence.block_table, kv_blocks_.full_blocks(end), sample.block_table);
     kv_blocks_.grow(sample.block_table, end);
   }
   num_reserved_slots_ -= sequence.request.spec.n - 1;

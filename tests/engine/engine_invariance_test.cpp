@@ -65,7 +65,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Setting{.name = "budget_large", .max_num_batched_tokens = 100000},
                       Setting{.name = "seqs_1", .max_num_seqs = 1, .allow_n = false},
                       Setting{.name = "seqs_8", .max_num_seqs = 8},
-                      Setting{.name = "preemption", .max_num_batched_tokens = 16, .num_kv_blocks = 30},
+                      Setting{.name = "preemption", .max_num_batched_tokens = 32, .num_kv_blocks = 24},
                       Setting{.name = "n_1_only", .allow_n = false},
                       Setting{.name = "highest_slots", .slot_policy = SlotPolicy::Highest},
                       Setting{.name = "random_slots", .max_num_seqs = 8, .slot_policy = SlotPolicy::Random}),

@@ -103,6 +103,30 @@ TEST_F(EngineSamplingTest, SamplesOfOneRequestHaveTheirOwnSeeds) {
   EXPECT_GT(distinct.size(), 1u) << "all 4 samples came out the same";
 }
 
+// The samples of a request share the prompt's full KV blocks (only read once the prompt has run) and take their
+// own block for its partial last one; each sample still equals a lone request of its seed, which shares nothing.
+TEST_F(EngineSamplingTest, ForkedSamplesShareThePromptsFullKvBlocks) {
+  RequestSpec spec = request("shared", {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 6);  // blocks of 4: two full, one partial
+  spec.n = 4;
+  spec.sampling.temperature = 1.0;
+  Engine engine(model_, nullptr, small_options(model_));
+  engine.add_request(spec);
+  engine.step();  // the whole prompt, then the fork
+  EXPECT_EQ(engine.counters().kv_blocks_used, 3 + (4 - 1) * 1);
+  Outputs outputs = run_to_end(engine, {});
+  ASSERT_EQ(outputs.size(), 4u);
+  EXPECT_EQ(engine.counters().kv_blocks_used, 0);
+  for (int64_t s = 0; s < 4; ++s) {
+    RequestSpec alone = spec;
+    alone.n = 1;
+    alone.sampling.seed = sample_seed(*spec.sampling.seed, s);
+    const SampleOutput expected = run_one(model_, nullptr, alone);
+    const SampleOutput& actual = outputs.at({"shared", s});
+    EXPECT_EQ(actual.ids, expected.ids) << "sample " << s;
+    EXPECT_EQ(actual.logprobs, expected.logprobs) << "sample " << s;
+  }
+}
+
 TEST_F(EngineSamplingTest, PromptLogprobsStartWithNull) {
   RequestSpec spec = request("prompt", {1, 2, 3, 4, 5}, 2);
   spec.num_prompt_logprobs = 3;

@@ -1,5 +1,6 @@
 // The KV block manager: block counts per token count, growing and freeing tables, the edges of
-// can_grow, and models without attention layers (which need no blocks at all).
+// can_grow, blocks shared between tables (a request's samples share its prompt's full blocks), and models
+// without attention layers (which need no blocks at all).
 #include "engine/kv_block_manager.h"
 
 #include <gtest/gtest.h>
@@ -117,6 +118,40 @@ TEST(KvBlockManager, AttentionModelWithoutBlocksCannotGrow) {
   EXPECT_TRUE(manager.can_grow(table, 0));
   EXPECT_FALSE(manager.can_grow(table, 1));
   EXPECT_THROW(manager.grow(table, 1), Error);
+}
+
+TEST(KvBlockManager, FullBlocksCountOnlyWhollyFilledOnes) {
+  const KvBlockManager manager(8, 16, true), no_attention(0, 16, false);
+  EXPECT_EQ(manager.full_blocks(0), 0);
+  EXPECT_EQ(manager.full_blocks(15), 0);
+  EXPECT_EQ(manager.full_blocks(16), 1);
+  EXPECT_EQ(manager.full_blocks(40), 2);
+  EXPECT_EQ(no_attention.full_blocks(40), 0);
+  EXPECT_THROW(manager.full_blocks(-1), Error);
+}
+
+// A shared block stays in use until its last holder frees it, and is then free once (not once per holder).
+TEST(KvBlockManager, SharedBlocksAreFreeOnlyAfterTheirLastHolder) {
+  KvBlockManager manager(6, 4, true);
+  Table leader, sample, other;
+  manager.grow(leader, 10);  // blocks 0, 1 full, 2 partial
+  manager.share(leader, manager.full_blocks(10), sample);
+  manager.grow(sample, 10);  // its own partial block
+  EXPECT_EQ(sample, (Table{0, 1, 3}));
+  EXPECT_EQ(manager.num_used(), 4);
+  EXPECT_THROW(manager.share(leader, 1, sample), Error);  // into a table that is not empty
+  EXPECT_THROW(manager.share(leader, 4, other), Error);   // more blocks than the table has
+
+  manager.free(leader);
+  EXPECT_EQ(manager.num_used(), 3);  // blocks 0 and 1 still held by the sample, and its own 3
+  manager.grow(other, 8);
+  EXPECT_EQ(other, (Table{2, 4}));  // never a block the sample holds
+  manager.free(sample);
+  manager.free(other);
+  EXPECT_EQ(manager.num_free(), 6);
+  Table stale = {0};
+  EXPECT_THROW(manager.free(stale), Error);                // freed once per holder, then no more
+  EXPECT_THROW(manager.share(Table{1}, 1, other), Error);  // a free block cannot be shared
 }
 
 }  // namespace
