@@ -13,7 +13,7 @@
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
-#include <array>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
@@ -64,6 +64,7 @@ class CudaBackend final : public Backend {
   // The fp32 normed buffer where the layer's mixer or FFN reads it, else null: the norm writes only the rounded copy.
   float* normed_for_mixer(int64_t layer);
   float* normed_for_ffn(int64_t layer);
+  float* normed_unless_copy_suffices(std::initializer_list<const DeviceMatrix*> readers);
   void run_mamba(int64_t layer, const DeviceRows& rows);
   void run_attention(int64_t layer, const DeviceRows& rows);
   KvLayout kv_layout(int64_t attention_layer) const;
@@ -201,20 +202,23 @@ Narrow16 CudaBackend::narrow_copy(DeviceBuffer<uint16_t>& buffer) const {
 
 // A GEMM whose weights are of the copy's 16-bit type reads only the copy (gemm.h); a GEMM of other weights rounds
 // the fp32 input itself, and a MoE layer's router and expert gather read it as it is.
+float* CudaBackend::normed_unless_copy_suffices(std::initializer_list<const DeviceMatrix*> readers) {
+  const bool copy_suffices = narrow_dtype_ != DType::F32 && std::ranges::all_of(readers, [&](const DeviceMatrix* m) {
+                               return m->dtype == narrow_dtype_;
+                             });
+  return copy_suffices ? nullptr : activations_.normed.data();
+}
+
 float* CudaBackend::normed_for_mixer(int64_t layer) {
   const DeviceLayer& w = weights_->layers[layer];
-  const bool copy_suffices =
-      config_.mixer_kinds[layer] == MixerKind::Attention
-          ? std::ranges::all_of(std::array{&w.attention.q_proj, &w.attention.k_proj, &w.attention.v_proj},
-                                [&](const DeviceMatrix* m) { return m->dtype == narrow_dtype_; })
-          : w.mamba.in_proj.dtype == narrow_dtype_;
-  return copy_suffices && narrow_dtype_ != DType::F32 ? nullptr : activations_.normed.data();
+  if (config_.mixer_kinds[layer] == MixerKind::Attention)
+    return normed_unless_copy_suffices({&w.attention.q_proj, &w.attention.k_proj, &w.attention.v_proj});
+  return normed_unless_copy_suffices({&w.mamba.in_proj});
 }
 
 float* CudaBackend::normed_for_ffn(int64_t layer) {
-  const bool copy_suffices =
-      config_.ffn_kinds[layer] == FfnKind::Dense && weights_->layers[layer].mlp.gate_up.dtype == narrow_dtype_;
-  return copy_suffices && narrow_dtype_ != DType::F32 ? nullptr : activations_.normed.data();
+  if (config_.ffn_kinds[layer] == FfnKind::Moe) return activations_.normed.data();
+  return normed_unless_copy_suffices({&weights_->layers[layer].mlp.gate_up});
 }
 
 void CudaBackend::run_mamba(int64_t layer, const DeviceRows& rows) {

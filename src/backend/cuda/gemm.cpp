@@ -23,6 +23,11 @@ Gemm::~Gemm() {
 
 namespace {
 
+// 16-bit weights and a row or two of x: the skinny GEMM's case, the only one its fusions take.
+bool runs_skinny(const DeviceMatrix& w, int64_t num_rows) {
+  return w.dtype != DType::F32 && num_rows >= 1 && num_rows <= kMaxSkinnyGemmRows;
+}
+
 // The skinny GEMM's operands for y = x · wᵀ (16-bit weights), x16 used where it has the weights' type.
 SkinnyGemm skinny_params(const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y,
                          const Narrow16& x16) {
@@ -61,7 +66,7 @@ void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, 
                                    static_cast<const float*>(w.data), k, x, int(x_stride), &zero, y, m));
     return;
   }
-  if (num_rows <= kMaxSkinnyGemmRows) {
+  if (runs_skinny(w, num_rows)) {
     const SkinnyGemm skinny = skinny_params(x, x_stride, num_rows, w, y, x16);
     if (skinny_gemm_applies(skinny)) {
       skinny_gemm(skinny, gemm.stream());
@@ -92,8 +97,7 @@ void linear_strided(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_ro
 }
 
 bool linear_swiglu_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16) {
-  return w.dtype != DType::F32 && num_rows >= 1 && num_rows <= kMaxSkinnyGemmRows &&
-         skinny_gemm_applies(swiglu_params(x, num_rows, w, x16, nullptr, {}));
+  return runs_skinny(w, num_rows) && skinny_gemm_applies(swiglu_params(x, num_rows, w, x16, nullptr, {}));
 }
 
 void linear_swiglu(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16, float* out,
@@ -105,8 +109,8 @@ void linear_swiglu(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMat
 
 bool linear_conv_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16,
                        const DecodeConv& conv) {
-  return w.dtype != DType::F32 && num_rows >= 1 && num_rows <= kMaxSkinnyGemmRows && conv.rows.num_chunks == 0 &&
-         conv.rows.num_tokens == num_rows && w.rows == 2 * conv.layout.num_channels && conv.layout.kernel_size >= 1 &&
+  return runs_skinny(w, num_rows) && conv.rows.num_chunks == 0 && conv.rows.num_tokens == num_rows &&
+         w.rows == 2 * conv.layout.num_channels && conv.layout.kernel_size >= 1 &&
          conv.layout.kernel_size <= kMaxConvTaps &&
          skinny_gemm_applies(conv_params(x, num_rows, w, x16, nullptr, conv));
 }

@@ -180,6 +180,9 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
 // SMs.
 constexpr unsigned kMinBlocksOfOneWarp = 264;
 
+// One group (a dense GEMM) of one or two rows: the one-pass launches, the only ones with an epilogue.
+bool dense_of_few_rows(const SkinnyGemm& p) { return p.group_rows == nullptr && p.num_rows <= 2; }
+
 // A dense GEMM of one or two rows: one pass, eight loads deep, x read as its 16-bit copy where there is one.
 template <typename Weight, int kWarpsPerOutput, Epilogue kEpilogue>
 void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream) {
@@ -210,7 +213,7 @@ void launch(const SkinnyGemm& p, cudaStream_t stream) {
   const unsigned num_groups = unsigned(p.num_groups);
   if (p.swiglu) return launch_dense<Weight, Epilogue::kSwiGlu>(p, num_groups, stream);
   if (p.conv.present()) return launch_dense<Weight, Epilogue::kConv>(p, num_groups, stream);
-  if (p.group_rows == nullptr && p.num_rows <= 2) return launch_dense<Weight, Epilogue::kStore>(p, num_groups, stream);
+  if (dense_of_few_rows(p)) return launch_dense<Weight, Epilogue::kStore>(p, num_groups, stream);
   const dim3 grid(num_blocks_for(p.n, kSkinnyWarps), num_groups), block(kSkinnyWarps * kWarpSize);
   launch_early(skinny_gemm_kernel<Weight, kSkinnyRows, 4, false, 1>, grid, block, 0, stream, p);
 }
@@ -223,9 +226,8 @@ bool skinny_gemm_applies(const SkinnyGemm& p) {
   const int64_t per_load = skinny_weights_per_load(p.dtype);
   const bool weight_aligned = p.weights != nullptr || reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
   const bool x16_fits = p.x16 == nullptr || (p.dtype != DType::F32 && reinterpret_cast<uintptr_t>(p.x16) % 16 == 0);
-  const bool one_group_of_few_rows = p.group_rows == nullptr && p.num_rows <= 2;
-  const bool swiglu_fits = !p.swiglu || (one_group_of_few_rows && p.n % 4 == 0);
-  const bool conv_fits = !p.conv.present() || (one_group_of_few_rows && !p.swiglu);
+  const bool swiglu_fits = !p.swiglu || (dense_of_few_rows(p) && p.n % 4 == 0);
+  const bool conv_fits = !p.conv.present() || (dense_of_few_rows(p) && !p.swiglu);
   return p.k % per_load == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && weight_aligned &&
          x16_fits && swiglu_fits && conv_fits;
 }
