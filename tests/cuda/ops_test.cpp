@@ -448,6 +448,48 @@ TEST_F(GemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
     }
 }
 
+// The cuBLASLt GEMMs of many rows (batched decode, prefill) equal the skinny GEMM run on the same rows two at a time:
+// two independent kernels, the same rounded inputs, fp32 sums in different orders. Shapes of the 3B model (down_proj
+// at 256 rows is where choose_gemm_candidate passes over a split-K candidate on an H200), row counts odd and even;
+// x read from a column slice, as dt_proj reads it, so that the narrowed copy and y lie at offsets.
+TEST_F(GemmTest, ManyRowsEqualTheSkinnyGemmTwoRowsAtATime) {
+  cuda::Gemm gemm(stream_, /*pedantic=*/false);
+  TensorStore store(41);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2560, 8192}, {192, 5120}, {5120, 160}}) {
+    const TensorView w = store.make({n, k}, DType::BF16, 1.0f);
+    DeviceBuffer<uint16_t> device_w(n * k);
+    ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(n * k) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    const cuda::DeviceMatrix matrix{device_w.data(), DType::BF16, n, k};
+    for (const int64_t rows : {int64_t(3), int64_t(64), int64_t(255), int64_t(256)}) {
+      const int64_t stride = k + 8;
+      const Matrix x = store.matrix(rows, stride, 1.0f);
+      DeviceBuffer<float> device_x = upload(x.data(), rows * stride);
+      DeviceBuffer<float> y(rows * n + 1), expected(rows * n);
+      cuda::linear_strided(gemm, device_x.data(), stride, rows, matrix, y.data() + 1);  // y 4-byte aligned only
+      for (int64_t row = 0; row < rows; row += cuda::kMaxSkinnyGemmRows)
+        cuda::linear_strided(gemm, device_x.data() + row * stride, stride,
+                             std::min(cuda::kMaxSkinnyGemmRows, rows - row), matrix, expected.data() + row * n);
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      const std::vector<float> want = download(expected.data(), rows * n);
+      std::vector<float> got = download(y.data(), rows * n + 1);
+      got.erase(got.begin());
+      expect_close(got, want.data(),
+                   "[" + std::to_string(n) + ", " + std::to_string(k) + "], " + std::to_string(rows) + " rows", 1e-5);
+    }
+  }
+}
+
+// The cuBLASLt candidate: the heuristic's first, unless it splits K and a later unsplit one fills enough of a wave.
+TEST(GemmCandidateTest, SplitKFirstGivesWayOnlyToAnUnsplitCandidateFillingAWave) {
+  using C = cuda::GemmCandidate;
+  const float enough = cuda::kMinWavesWithoutSplitK, short_of = enough - 0.01f;
+  EXPECT_EQ(cuda::choose_gemm_candidate(std::vector<C>{{false, 0.1f}, {false, 1.0f}}), 0u);
+  EXPECT_EQ(cuda::choose_gemm_candidate(std::vector<C>{{true, 0.5f}}), 0u);
+  EXPECT_EQ(cuda::choose_gemm_candidate(std::vector<C>{{true, 0.5f}, {false, enough}, {false, 1.0f}}), 1u);
+  EXPECT_EQ(cuda::choose_gemm_candidate(std::vector<C>{{true, 0.5f}, {true, 1.0f}, {false, short_of}}), 0u);
+  EXPECT_EQ(cuda::choose_gemm_candidate(std::vector<C>{{true, 0.5f}, {false, short_of}, {false, 0.9f}}), 2u);
+}
+
 // SwiGLU fused into the skinny GEMM of stacked gate and up weights (decode): the fp32 output equals SwiGLU of the
 // unfused GEMM's outputs (to the device's and the host's expf), and the 16-bit copy is that output rounded; for one
 // and two rows, bf16 and f16 weights, intermediate sizes odd and even; not taken for three rows or fp32 weights.

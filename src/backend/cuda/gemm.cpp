@@ -8,17 +8,114 @@
 
 namespace jambo::cuda {
 
+namespace {
+constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;  // what cuBLAS's documentation asks for on Hopper
+constexpr int kMaxCandidates = 8;                       // what the heuristic returns for these shapes (H200)
+// Prefill steps bring new row counts; past this many plans the cache starts over rather than grow without bound.
+constexpr size_t kMaxPlans = 4096;
+}  // namespace
+
+size_t choose_gemm_candidate(std::span<const GemmCandidate> candidates) {
+  if (!candidates.front().splits_k) return 0;
+  for (size_t i = 1; i < candidates.size(); ++i)
+    if (!candidates[i].splits_k && candidates[i].waves >= kMinWavesWithoutSplitK) return i;
+  return 0;
+}
+
+struct Gemm::LtPlan {
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t weights = nullptr, inputs = nullptr, outputs = nullptr;
+  cublasLtMatmulAlgo_t algorithm{};
+  LtPlan() = default;
+  LtPlan(const LtPlan&) = delete;
+  LtPlan& operator=(const LtPlan&) = delete;
+  ~LtPlan() {
+    if (outputs != nullptr) cublasLtMatrixLayoutDestroy(outputs);
+    if (inputs != nullptr) cublasLtMatrixLayoutDestroy(inputs);
+    if (weights != nullptr) cublasLtMatrixLayoutDestroy(weights);
+    if (operation != nullptr) cublasLtMatmulDescDestroy(operation);
+  }
+};
+
 Gemm::Gemm(cudaStream_t stream, bool pedantic) : stream_(stream) {
   JAMBO_CUBLAS_CHECK(cublasCreate(&handle_));
+  JAMBO_CUBLAS_CHECK(cublasLtCreate(&lt_));
   JAMBO_CUBLAS_CHECK(cublasSetStream(handle_, stream));
   JAMBO_CUBLAS_CHECK(cublasSetMathMode(handle_, pedantic ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
-  constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;  // what cuBLAS's documentation asks for on Hopper
   workspace_ = DeviceBuffer<std::byte>(kWorkspaceBytes);
   JAMBO_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.data(), size_t(kWorkspaceBytes)));
 }
 
 Gemm::~Gemm() {
+  plans_.clear();
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
   if (handle_ != nullptr) cublasDestroy(handle_);
+}
+
+// Column-major view, as cuBLAS sees row-major operands: yᵀ [N, rows] = w (read as [K, N], transposed) · x16ᵀ [K, rows].
+const Gemm::LtPlan& Gemm::plan(const LtShape& shape) {
+  auto found = plans_.find(shape);
+  if (found != plans_.end()) return *found->second;
+  if (plans_.size() >= kMaxPlans) plans_.clear();
+  const auto [num_rows, n, k, dtype, w_alignment, x_alignment, y_alignment] = shape;
+  const cudaDataType_t type = dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  auto made = std::make_unique<LtPlan>();
+  LtPlan& p = *made;
+  JAMBO_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T;
+  JAMBO_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+  JAMBO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.weights, type, uint64_t(k), uint64_t(n), k));
+  JAMBO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.inputs, type, uint64_t(k), uint64_t(num_rows), k));
+  JAMBO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.outputs, CUDA_R_32F, uint64_t(n), uint64_t(num_rows), n));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  JAMBO_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace_bytes = uint64_t(kWorkspaceBytes);
+  const uint32_t alignments[] = {uint32_t(w_alignment), uint32_t(x_alignment), uint32_t(y_alignment)};
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> settings[] = {
+      {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignments[0]},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignments[1]},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignments[2]},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignments[2]}};
+  cublasLtMatmulHeuristicResult_t results[kMaxCandidates];
+  int num_results = 0;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  for (const auto& [attribute, value] : settings)
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(
+          preference, attribute, value,
+          attribute == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES ? sizeof(uint64_t) : sizeof(uint32_t));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulAlgoGetHeuristic(lt_, p.operation, p.weights, p.inputs, p.outputs, p.outputs, preference,
+                                            kMaxCandidates, results, &num_results);
+  cublasLtMatmulPreferenceDestroy(preference);
+  JAMBO_CUBLAS_CHECK(status);
+  require(num_results > 0, "cuBLASLt has no algorithm for a 16-bit GEMM of " + std::to_string(num_rows) +
+                               " rows by a [" + std::to_string(n) + ", " + std::to_string(k) + "] weight");
+  GemmCandidate candidates[kMaxCandidates];
+  for (int i = 0; i < num_results; ++i) {
+    int32_t split_k = 1;
+    size_t written = 0;
+    JAMBO_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
+                                                            sizeof(split_k), &written));
+    candidates[i] = {split_k > 1, results[i].wavesCount};
+  }
+  p.algorithm = results[choose_gemm_candidate(std::span(candidates, size_t(num_results)))].algo;
+  return *plans_.emplace(shape, std::move(made)).first->second;
+}
+
+void Gemm::matmul16(const uint16_t* x16, int64_t num_rows, const DeviceMatrix& w, float* y) {
+  // The largest power of two, up to 256, that divides the address: what an algorithm may assume of it.
+  const auto alignment = [](const void* pointer) {
+    const auto address = reinterpret_cast<uintptr_t>(pointer);
+    return int(std::min<uintptr_t>(256, address & (~address + 1)));
+  };
+  const LtPlan& p = plan({num_rows, w.rows, w.cols, w.dtype, alignment(w.data), alignment(x16), alignment(y)});
+  const float one = 1.0f, zero = 0.0f;
+  JAMBO_CUBLAS_CHECK(cublasLtMatmul(lt_, p.operation, &one, w.data, p.weights, x16, p.inputs, &zero, y, p.outputs, y,
+                                    p.outputs, &p.algorithm, workspace_.data(), size_t(kWorkspaceBytes), stream_));
 }
 
 namespace {
@@ -55,13 +152,13 @@ SkinnyGemm conv_params(const float* x, int64_t num_rows, const DeviceMatrix& w, 
 void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y,
                 const Narrow16& x16) {
   if (num_rows == 0) return;
-  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
-  JAMBO_REQUIRE(num_rows <= kMaxInt && w.rows <= kMaxInt && w.cols <= kMaxInt && x_stride <= kMaxInt,
-                "GEMM of {} rows by a [{}, {}] weight is beyond cuBLAS's 32-bit sizes", num_rows, w.rows, w.cols);
-  const int m = int(w.rows), n = int(num_rows), k = int(w.cols);
-  const float one = 1.0f, zero = 0.0f;
-  // Column-major view: yᵀ [N_out, rows] = w (read as [K, N_out], transposed) · xᵀ [K, rows].
   if (w.dtype == DType::F32) {
+    constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+    JAMBO_REQUIRE(num_rows <= kMaxInt && w.rows <= kMaxInt && w.cols <= kMaxInt && x_stride <= kMaxInt,
+                  "GEMM of {} rows by a [{}, {}] weight is beyond cuBLAS's 32-bit sizes", num_rows, w.rows, w.cols);
+    const int m = int(w.rows), n = int(num_rows), k = int(w.cols);
+    const float one = 1.0f, zero = 0.0f;
+    // Column-major view: yᵀ [N_out, rows] = w (read as [K, N_out], transposed) · xᵀ [K, rows].
     JAMBO_CUBLAS_CHECK(cublasSgemm(gemm.handle(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one,
                                    static_cast<const float*>(w.data), k, x, int(x_stride), &zero, y, m));
     return;
@@ -73,16 +170,13 @@ void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, 
       return;
     }
   }
-  const bool is_bf16 = w.dtype == DType::BF16;
   const uint16_t* narrow = x16.data;
   if (!x16.present() || x16.dtype != w.dtype) {
     uint16_t* rounded = gemm.narrow_input(element_offset(num_rows, w.cols));
-    narrow_to_16(x, x_stride, num_rows, w.cols, is_bf16, rounded, gemm.stream());
+    narrow_to_16(x, x_stride, num_rows, w.cols, w.dtype == DType::BF16, rounded, gemm.stream());
     narrow = rounded;
   }
-  const cudaDataType_t type = is_bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  JAMBO_CUBLAS_CHECK(cublasGemmEx(gemm.handle(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, type, k, narrow, type,
-                                  k, &zero, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  gemm.matmul16(narrow, num_rows, w, y);
 }
 
 }  // namespace
