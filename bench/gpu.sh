@@ -40,6 +40,11 @@
 # final build): decode batch 1: 411 (2.44 ms/step, 2.39 in the layers), 8: 2699, 64: 16,604, 256: 38,681
 # (6.62 ms/step; 6.46 in the layers; 39,758 on a faster machine with the build before the fp32 copies went);
 # prefill 512 tokens 52,500 (69,000-72,100 packed), 8192 tokens 67,000.
+# Session 10 (16-bit GEMMs as cuBLASLt matmuls with our choice of algorithm: down_proj at batch 256 without split-K;
+# H200, copy ceiling 4.23 TB/s, one GPU alone, runs A B A B against the build before): decode batch 1: 413
+# (2.42 ms/step, 2.39 in the layers), 8: 2704-2711, 64: 16,657-16,664, 256: 38,661-38,941 (6.57-6.62 ms/step;
+# 6.43-6.46 in the layers; the build before 38,523-38,700); prefill 8192 tokens 67,400-68,000; 512 tokens 53,000
+# (68,900-71,800 packed, the other GPU running tests meanwhile).
 # Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
 # ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
 #   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
@@ -57,6 +62,8 @@
 #   256: 5986 tok/s; prefill 512 tokens 10,600 (18,700-19,200 packed).
 #   Session 9 (the other GPU running tests meanwhile): decode batch 1: 100.5, 8: 306, 64: 1961, 256: 5867 tok/s;
 #   prefill 512 tokens 10,800 (19,000-19,300 packed).
+#   Session 10 (cuBLASLt GEMMs; the other GPU running tests meanwhile): decode batch 1: 100.8, 8: 305, 64: 1925,
+#   256: 5988 tok/s; prefill 512 tokens 10,800 (19,000-19,600 packed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
