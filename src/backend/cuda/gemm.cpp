@@ -5,6 +5,9 @@
 #include "core/error.h"
 
 #include <limits>
+#include <memory>
+#include <type_traits>
+#include <vector>
 
 namespace jambo::cuda {
 
@@ -22,20 +25,78 @@ size_t choose_gemm_candidate(std::span<const GemmCandidate> candidates) {
   return 0;
 }
 
+// Descriptors of yᵀ [N, rows] = w (read as [K, N], transposed) · x16ᵀ [K, rows]: cuBLAS's column-major view of
+// the row-major operands.
 struct Gemm::LtPlan {
   cublasLtMatmulDesc_t operation = nullptr;
   cublasLtMatrixLayout_t weights = nullptr, inputs = nullptr, outputs = nullptr;
   cublasLtMatmulAlgo_t algorithm{};
-  LtPlan() = default;
+
+  LtPlan(int64_t num_rows, int64_t n, int64_t k, DType dtype) {
+    try {
+      create(num_rows, n, k, dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F);
+    } catch (...) {
+      destroy();  // what was created before the failure
+      throw;
+    }
+  }
   LtPlan(const LtPlan&) = delete;
   LtPlan& operator=(const LtPlan&) = delete;
-  ~LtPlan() {
+  ~LtPlan() { destroy(); }
+
+ private:
+  void create(int64_t num_rows, int64_t n, int64_t k, cudaDataType_t type) {
+    JAMBO_CUBLAS_CHECK(cublasLtMatmulDescCreate(&operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transpose = CUBLAS_OP_T;
+    JAMBO_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+    JAMBO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&weights, type, uint64_t(k), uint64_t(n), k));
+    JAMBO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&inputs, type, uint64_t(k), uint64_t(num_rows), k));
+    JAMBO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&outputs, CUDA_R_32F, uint64_t(n), uint64_t(num_rows), n));
+  }
+  void destroy() {
     if (outputs != nullptr) cublasLtMatrixLayoutDestroy(outputs);
     if (inputs != nullptr) cublasLtMatrixLayoutDestroy(inputs);
     if (weights != nullptr) cublasLtMatrixLayoutDestroy(weights);
     if (operation != nullptr) cublasLtMatmulDescDestroy(operation);
   }
 };
+
+namespace {
+
+// cuBLASLt's ranked candidates for the plan's operation within our workspace, for operands of these alignments
+// (bytes, of w, x16 and y).
+std::vector<cublasLtMatmulHeuristicResult_t> ranked_candidates(cublasLtHandle_t lt, const Gemm::LtPlan& p,
+                                                               const uint32_t (&alignments)[3]) {
+  cublasLtMatmulPreference_t raw = nullptr;
+  JAMBO_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw));
+  const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
+      preference(raw, cublasLtMatmulPreferenceDestroy);
+  const auto set = [raw](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value) {
+    JAMBO_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw, attribute, &value, sizeof(value)));
+  };
+  set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(kWorkspaceBytes));
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignments[0]);
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignments[1]);
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignments[2]);
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignments[2]);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(kMaxCandidates);
+  int count = 0;
+  JAMBO_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.operation, p.weights, p.inputs, p.outputs, p.outputs, raw,
+                                                    kMaxCandidates, results.data(), &count));
+  results.resize(size_t(count));
+  return results;
+}
+
+GemmCandidate as_candidate(const cublasLtMatmulHeuristicResult_t& result) {
+  int32_t split_k = 1;
+  size_t written = 0;
+  JAMBO_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
+                                                          sizeof(split_k), &written));
+  return {split_k > 1, result.wavesCount};
+}
+
+}  // namespace
 
 Gemm::Gemm(cudaStream_t stream, bool pedantic) : stream_(stream) {
   JAMBO_CUBLAS_CHECK(cublasCreate(&handle_));
@@ -52,57 +113,17 @@ Gemm::~Gemm() {
   if (handle_ != nullptr) cublasDestroy(handle_);
 }
 
-// Column-major view, as cuBLAS sees row-major operands: yᵀ [N, rows] = w (read as [K, N], transposed) · x16ᵀ [K, rows].
 const Gemm::LtPlan& Gemm::plan(const LtShape& shape) {
-  auto found = plans_.find(shape);
-  if (found != plans_.end()) return *found->second;
+  if (const auto found = plans_.find(shape); found != plans_.end()) return *found->second;
   if (plans_.size() >= kMaxPlans) plans_.clear();
   const auto [num_rows, n, k, dtype, w_alignment, x_alignment, y_alignment] = shape;
-  const cudaDataType_t type = dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-  auto made = std::make_unique<LtPlan>();
-  LtPlan& p = *made;
-  JAMBO_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transpose = CUBLAS_OP_T;
-  JAMBO_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
-  JAMBO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.weights, type, uint64_t(k), uint64_t(n), k));
-  JAMBO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.inputs, type, uint64_t(k), uint64_t(num_rows), k));
-  JAMBO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.outputs, CUDA_R_32F, uint64_t(n), uint64_t(num_rows), n));
-
-  cublasLtMatmulPreference_t preference = nullptr;
-  JAMBO_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  const uint64_t workspace_bytes = uint64_t(kWorkspaceBytes);
-  const uint32_t alignments[] = {uint32_t(w_alignment), uint32_t(x_alignment), uint32_t(y_alignment)};
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> settings[] = {
-      {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignments[0]},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignments[1]},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignments[2]},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignments[2]}};
-  cublasLtMatmulHeuristicResult_t results[kMaxCandidates];
-  int num_results = 0;
-  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-  for (const auto& [attribute, value] : settings)
-    if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulPreferenceSetAttribute(
-          preference, attribute, value,
-          attribute == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES ? sizeof(uint64_t) : sizeof(uint32_t));
-  if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulAlgoGetHeuristic(lt_, p.operation, p.weights, p.inputs, p.outputs, p.outputs, preference,
-                                            kMaxCandidates, results, &num_results);
-  cublasLtMatmulPreferenceDestroy(preference);
-  JAMBO_CUBLAS_CHECK(status);
-  require(num_results > 0, "cuBLASLt has no algorithm for a 16-bit GEMM of " + std::to_string(num_rows) +
-                               " rows by a [" + std::to_string(n) + ", " + std::to_string(k) + "] weight");
-  GemmCandidate candidates[kMaxCandidates];
-  for (int i = 0; i < num_results; ++i) {
-    int32_t split_k = 1;
-    size_t written = 0;
-    JAMBO_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
-                                                            sizeof(split_k), &written));
-    candidates[i] = {split_k > 1, results[i].wavesCount};
-  }
-  p.algorithm = results[choose_gemm_candidate(std::span(candidates, size_t(num_results)))].algo;
+  auto made = std::make_unique<LtPlan>(num_rows, n, k, dtype);
+  const auto results = ranked_candidates(lt_, *made, {w_alignment, x_alignment, y_alignment});
+  require(!results.empty(), "cuBLASLt has no algorithm for a 16-bit GEMM of " + std::to_string(num_rows) +
+                                " rows by a [" + std::to_string(n) + ", " + std::to_string(k) + "] weight");
+  std::vector<GemmCandidate> candidates;
+  for (const auto& result : results) candidates.push_back(as_candidate(result));
+  made->algorithm = results[choose_gemm_candidate(candidates)].algo;
   return *plans_.emplace(shape, std::move(made)).first->second;
 }
 
@@ -110,7 +131,7 @@ void Gemm::matmul16(const uint16_t* x16, int64_t num_rows, const DeviceMatrix& w
   // The largest power of two, up to 256, that divides the address: what an algorithm may assume of it.
   const auto alignment = [](const void* pointer) {
     const auto address = reinterpret_cast<uintptr_t>(pointer);
-    return int(std::min<uintptr_t>(256, address & (~address + 1)));
+    return uint32_t(std::min<uintptr_t>(256, address & (~address + 1)));
   };
   const LtPlan& p = plan({num_rows, w.rows, w.cols, w.dtype, alignment(w.data), alignment(x16), alignment(y)});
   const float one = 1.0f, zero = 0.0f;

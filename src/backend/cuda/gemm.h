@@ -64,10 +64,11 @@ class Gemm {
   // cuBLASLt matmul planned for its shape (made on first use; the plan's candidate from choose_gemm_candidate).
   void matmul16(const uint16_t* x16, int64_t num_rows, const DeviceMatrix& w, float* y);
 
- private:
   struct LtPlan;  // descriptors and the chosen algorithm of one shape (gemm.cpp)
+
+ private:
   // (rows, N, K, dtype, and the alignments of w, x16 and y: an algorithm may assume its operands' alignment)
-  using LtShape = std::tuple<int64_t, int64_t, int64_t, DType, int, int, int>;
+  using LtShape = std::tuple<int64_t, int64_t, int64_t, DType, uint32_t, uint32_t, uint32_t>;
   const LtPlan& plan(const LtShape& shape);
 
   cublasHandle_t handle_ = nullptr;
