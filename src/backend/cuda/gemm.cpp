@@ -4,6 +4,7 @@
 #include "backend/cuda/skinny_gemm.h"
 #include "core/error.h"
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <type_traits>
