@@ -180,8 +180,11 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
 // SMs.
 constexpr unsigned kMinBlocksOfOneWarp = 264;
 
+// Rows of x a dense launch takes in its one pass (the kernel's kRows there).
+constexpr int kDenseRows = 2;
+
 // One group (a dense GEMM) of one or two rows: the one-pass launches, the only ones with an epilogue.
-bool dense_of_few_rows(const SkinnyGemm& p) { return p.group_rows == nullptr && p.num_rows <= 2; }
+bool dense_of_few_rows(const SkinnyGemm& p) { return p.group_rows == nullptr && p.num_rows <= kDenseRows; }
 
 // A dense GEMM of one or two rows: one pass, eight loads deep, x read as its 16-bit copy where there is one.
 template <typename Weight, int kWarpsPerOutput, Epilogue kEpilogue>
@@ -190,9 +193,9 @@ void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream)
                                                              : num_blocks_for(p.n, kSkinnyWarps / kWarpsPerOutput);
   const dim3 grid(num_blocks, num_groups), block(kSkinnyWarps * kWarpSize);
   if (p.x16 != nullptr)
-    launch_early(skinny_gemm_kernel<Weight, 2, 8, true, kWarpsPerOutput, kEpilogue>, grid, block, 0, stream, p);
+    launch_early(skinny_gemm_kernel<Weight, kDenseRows, 8, true, kWarpsPerOutput, kEpilogue>, grid, block, 0, stream, p);
   else
-    launch_early(skinny_gemm_kernel<Weight, 2, 8, false, kWarpsPerOutput, kEpilogue>, grid, block, 0, stream, p);
+    launch_early(skinny_gemm_kernel<Weight, kDenseRows, 8, false, kWarpsPerOutput, kEpilogue>, grid, block, 0, stream, p);
 }
 
 // A dense GEMM of one or two rows with the given epilogue; few outputs take the block's warps per output, except
