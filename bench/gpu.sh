@@ -45,6 +45,9 @@
 # (2.42 ms/step, 2.39 in the layers), 8: 2704-2711, 64: 16,657-16,664, 256: 38,661-38,941 (6.57-6.62 ms/step;
 # 6.43-6.46 in the layers; the build before 38,523-38,700); prefill 8192 tokens 67,400-68,000; 512 tokens 53,000
 # (68,900-71,800 packed, the other GPU running tests meanwhile).
+# Session 11 (dense skinny GEMMs four loads deep instead of eight; H200, one GPU alone, runs A B A B against the
+# build before): decode batch 1: 415.8-415.9 (2.40 ms/step, 2.372 in the layers; the build before 413.0-413.7,
+# 2.384-2.387), 2: 762.1-762.6 (757.0-757.6), 8: 2707-2710 (unchanged).
 # Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
 # ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
 #   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
