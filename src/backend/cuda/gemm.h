@@ -18,6 +18,7 @@
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/mamba_kernels.h"
 #include "backend/cuda/narrow16.h"
+#include "backend/cuda/skinny_gemm.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -78,9 +79,6 @@ class Gemm {
   DeviceBuffer<std::byte> workspace_;    // cuBLAS's own, set once: a captured GEMM must not allocate
   std::map<LtShape, std::unique_ptr<LtPlan>> plans_;
 };
-
-// 16-bit weights with at most this many rows of x run as skinny_gemm (skinny_gemm.h) rather than cuBLAS.
-constexpr int64_t kMaxSkinnyGemmRows = 2;
 
 // y[m, n] = sum_k x[m, k] * w[n, k] for m < num_rows. x16: x already rounded by its producer, used where its
 // type is the weight's (else the GEMM rounds x itself).

@@ -108,9 +108,10 @@ __device__ inline void store_swiglu(const SkinnyGemm& p, int64_t first_row, int 
 // issued one by one (a row of 2560 bf16 weights is 10 loads per lane: batches of 4, 4 and 2, not 4, 4, 1 and 1). A GEMM
 // of few outputs (x_proj: 192) takes the block's four warps per output, so that it has blocks for every SM and fewer
 // loads per lane; their sums meet in shared memory, in warp order (H200, ncu: the 3B shape's x_proj at batch 1 took 7.3
-// us with a warp per output, 5.4 with four). Launched to start early (device_math.cuh): the weights are no kernel's
-// output, so the first batch of them is in flight before the wait for the previous kernel, whose end then overlaps this
-// one's start. Groups wait first: their row counts are the previous kernel's output.
+// us with a warp per output, 5.4 with four).
+// Launched to start early (device_math.cuh): the weights are no kernel's output, so the first batch of them is in
+// flight before the wait for the previous kernel, whose end then overlaps this one's start. Groups wait first:
+// their row counts are the previous kernel's output.
 template <typename Weight, int kRows, int kLoadsInFlight, bool kNarrowX, int kWarpsPerOutput,
           Epilogue kEpilogue = Epilogue::kStore>
 __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(const SkinnyGemm p) {
@@ -179,9 +180,6 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
 // SMs.
 constexpr unsigned kMinBlocksOfOneWarp = 264;
 
-// Rows of x a dense launch takes in its one pass (the kernel's kRows there).
-constexpr int kDenseRows = 2;
-
 // 16-byte loads per lane in flight in a dense launch. Four rather than eight: fewer registers, more resident warps,
 // and a row's loads in even batches (H200, bf16, one row, each 3B shape 8 times over in a CUDA graph, us per GEMM
 // with 2 / 3 / 4 / 5 / 6 / 8 loads: in_proj 16.2 / 15.9 / 14.9 / 15.9 / 15.3 / 16.0, out_proj 11.7 / 10.6 / 8.8 /
@@ -189,7 +187,7 @@ constexpr int kDenseRows = 2;
 constexpr int kDenseLoadsInFlight = 4;
 
 // One group (a dense GEMM) of one or two rows: the one-pass launches, the only ones with an epilogue.
-bool dense_of_few_rows(const SkinnyGemm& p) { return p.group_rows == nullptr && p.num_rows <= kDenseRows; }
+bool dense_of_few_rows(const SkinnyGemm& p) { return p.group_rows == nullptr && p.num_rows <= kMaxSkinnyGemmRows; }
 
 // A dense GEMM of one or two rows: one pass, kDenseLoadsInFlight deep, x read as its 16-bit copy where there is one.
 template <typename Weight, int kWarpsPerOutput, Epilogue kEpilogue>
@@ -198,11 +196,13 @@ void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream)
                                                              : num_blocks_for(p.n, kSkinnyWarps / kWarpsPerOutput);
   const dim3 grid(num_blocks, num_groups), block(kSkinnyWarps * kWarpSize);
   if (p.x16 != nullptr)
-    launch_early(skinny_gemm_kernel<Weight, kDenseRows, kDenseLoadsInFlight, true, kWarpsPerOutput, kEpilogue>, grid,
-                 block, 0, stream, p);
+    launch_early(
+        skinny_gemm_kernel<Weight, int(kMaxSkinnyGemmRows), kDenseLoadsInFlight, true, kWarpsPerOutput, kEpilogue>,
+        grid, block, 0, stream, p);
   else
-    launch_early(skinny_gemm_kernel<Weight, kDenseRows, kDenseLoadsInFlight, false, kWarpsPerOutput, kEpilogue>, grid,
-                 block, 0, stream, p);
+    launch_early(
+        skinny_gemm_kernel<Weight, int(kMaxSkinnyGemmRows), kDenseLoadsInFlight, false, kWarpsPerOutput, kEpilogue>,
+        grid, block, 0, stream, p);
 }
 
 // A dense GEMM of one or two rows with the given epilogue; few outputs take the block's warps per output, except

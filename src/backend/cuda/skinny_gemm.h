@@ -22,6 +22,10 @@ namespace jambo::cuda {
 
 constexpr int64_t kSkinnyRows = 8;
 
+// A dense GEMM (one group) of at most this many rows of x takes one pass over the weights, the only launch with an
+// epilogue; linear() (gemm.h) runs 16-bit weights with this many rows or fewer here rather than in cuBLAS.
+constexpr int64_t kMaxSkinnyGemmRows = 2;
+
 struct SkinnyGemm {
   const float* x = nullptr;  // [R, x_stride] groups of rows, the first k columns read
   int64_t x_stride = 0;
