@@ -572,54 +572,53 @@ TEST_F(NormTest, RowsUpTo8192WideEqualTheCpuTwin) {
   EXPECT_THROW(cuda::rms_norm(wide.data(), 8193, 1, 8193, wide.data(), kEps, wide.data(), 8193, stream_), Error);
 }
 
-class TensorCoreAttentionTest : public StreamTest {};
-
-// The bf16 mode's tensor-core attention for rows of several tokens (attention_mma_kernel) against the fp32
-// kernel on the same queries and paged keys and values: rows spanning several 64-token chunks, continuing a
-// cached prefix or not, beside one-token rows (which stay on the fp32 kernel), for MQA, GQA and head dimensions
-// 16 to 128. bf16 inputs carry a relative error of 2^-9 each; the outputs, softmax averages of values, stay within
-// 1% of the largest output.
-TEST_F(TensorCoreAttentionTest, MatchesFp32Attention) {
+class TensorCoreAttentionTest : public StreamTest {
+ protected:
   struct Shape {
     int64_t num_heads, num_kv_heads, head_dim;
   };
-  TensorStore store(41);
-  cuda::StepRowsUploader uploader;
-  for (const Shape shape : {Shape{20, 1, 128}, Shape{8, 2, 64}, Shape{4, 4, 16}}) {
-    const std::vector<int64_t> num_tokens = {150, 1, 64, 3, 65}, start_positions = {37, 200, 0, 5, 64};
-    constexpr int64_t kBlockSize = 16, kBlocksPerRow = 20;  // 320 positions per row
+
+  // paged_attention in the bf16 mode against the fp32 mode on the same queries and paged keys and values, for
+  // rows of num_tokens[r] tokens from start_positions[r] (up to 320 positions a row, in blocks of 16 interleaved
+  // over the pool as a pool in use has them; rows past the fifth share the blocks of the first five). bf16 inputs
+  // carry a relative error of 2^-9 each; the outputs, softmax averages of values, stay within 1% of the largest.
+  void expect_close_to_fp32(const Shape& shape, const std::vector<int64_t>& num_tokens,
+                            const std::vector<int64_t>& start_positions, const std::string& what) {
+    constexpr int64_t kBlockSize = 16, kBlocksPerRow = 20, kMaxTables = 5;
+    TensorStore store(41);
+    cuda::StepRowsUploader uploader;
     cuda::KvLayout layout;
     layout.block_size = kBlockSize;
     layout.num_kv_heads = shape.num_kv_heads;
     layout.head_dim = shape.head_dim;
     layout.block_stride = 2 * kBlockSize * layout.token_stride();
-    const int64_t num_rows = int64_t(num_tokens.size()), num_blocks = num_rows * kBlocksPerRow;
+    const int64_t num_rows = int64_t(num_tokens.size()), num_tables = std::min(num_rows, kMaxTables);
+    const int64_t num_blocks = num_tables * kBlocksPerRow;
     const Matrix pool = store.matrix(num_blocks, layout.block_stride, 1.0f);  // every position holds a key
     DeviceBuffer<float> device_pool = upload(pool.data(), num_blocks * layout.block_stride);
 
-    std::vector<int32_t> tokens;
     std::vector<std::vector<int32_t>> tables;
-    std::vector<BatchRow> rows;
-    for (int64_t r = 0; r < num_rows; ++r) {
+    for (int64_t r = 0; r < num_tables; ++r) {
       tables.emplace_back(size_t(kBlocksPerRow));
-      for (int64_t b = 0; b < kBlocksPerRow; ++b)  // blocks of the rows interleaved, as a pool in use has them
-        tables.back()[size_t(b)] = int32_t(b * num_rows + (num_rows - 1 - r));
+      for (int64_t b = 0; b < kBlocksPerRow; ++b) tables.back()[size_t(b)] = int32_t(b * num_tables + r);
     }
     const int64_t total = std::accumulate(num_tokens.begin(), num_tokens.end(), int64_t(0));
-    tokens.assign(size_t(total), 0);
+    const std::vector<int32_t> tokens(size_t(total), 0);
+    std::vector<BatchRow> rows;
     int64_t first = 0;
     for (int64_t r = 0; r < num_rows; ++r) {
       BatchRow row;
       row.tokens = std::span<const int32_t>(tokens).subspan(size_t(first), size_t(num_tokens[size_t(r)]));
       row.start_position = start_positions[size_t(r)];
-      row.block_table = tables[size_t(r)];
+      row.block_table = tables[size_t(r % num_tables)];
       rows.push_back(row);
       first += num_tokens[size_t(r)];
     }
     const std::vector<int64_t> offsets(size_t(num_rows), 0);
     const std::vector<int32_t> reads(size_t(num_rows), 1);
     const cuda::DeviceRows device_rows = uploader.upload(rows, offsets, reads, stream_);
-    ASSERT_TRUE(cuda::attention_runs_on_tensor_cores(device_rows, layout, true));
+    ASSERT_EQ(cuda::attention_runs_on_tensor_cores(device_rows, layout, true), total > num_rows);  // prefill rows
+    ASSERT_TRUE(cuda::decode_runs_on_tensor_cores(layout, shape.num_heads, true));
 
     const int64_t width = shape.num_heads * shape.head_dim;
     const Matrix queries = store.matrix(total, width, 1.0f);
@@ -633,9 +632,28 @@ TEST_F(TensorCoreAttentionTest, MatchesFp32Attention) {
       outputs.push_back(download(context.data(), total * width));
     }
     expect_close(outputs[1], outputs[0].data(),
-                 "tensor-core attention, " + std::to_string(shape.num_heads) + " heads, " +
-                     std::to_string(shape.num_kv_heads) + " KV heads, dimension " + std::to_string(shape.head_dim),
+                 what + ", " + std::to_string(shape.num_heads) + " heads, " + std::to_string(shape.num_kv_heads) +
+                     " KV heads, dimension " + std::to_string(shape.head_dim),
                  1e-2);
+  }
+
+  static constexpr Shape kShapes[] = {{20, 1, 128}, {8, 2, 64}, {4, 4, 16}};  // MQA, GQA, MHA
+};
+
+// Rows of several tokens (attention_mma_kernel): spanning several 64-token chunks, continuing a cached prefix or
+// not, beside a one-token row (attention_decode_mma_kernel); head dimensions 16 to 128.
+TEST_F(TensorCoreAttentionTest, PrefillMatchesFp32Attention) {
+  for (const Shape shape : kShapes) expect_close_to_fp32(shape, {150, 1, 64, 3, 65}, {37, 200, 0, 5, 64}, "prefill");
+}
+
+// Rows of one token (attention_decode_mma_kernel): five rows, whose keys split 32 ways (some splits empty: the
+// row at position 0 has one key), and 540 rows, whose keys take one split.
+TEST_F(TensorCoreAttentionTest, DecodeMatchesFp32Attention) {
+  std::vector<int64_t> positions(540);
+  for (size_t r = 0; r < positions.size(); ++r) positions[r] = int64_t(r * 37 % 320);
+  for (const Shape shape : kShapes) {
+    expect_close_to_fp32(shape, std::vector<int64_t>(5, 1), {0, 1, 63, 64, 319}, "decode, 32 splits");
+    expect_close_to_fp32(shape, std::vector<int64_t>(positions.size(), 1), positions, "decode, one split");
   }
 }
 

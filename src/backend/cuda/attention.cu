@@ -25,6 +25,19 @@ __device__ inline int64_t kv_entry(const DeviceRows& rows, const KvLayout& layou
          device_offset(position % layout.block_size, layout.token_stride());
 }
 
+// The keys [first, end) of split `split` of token t's: its row's positions up to t's, in num_splits parts of equal
+// size but the last (a split past the keys is empty: its m stays -inf and its l 0).
+struct KeySplit {
+  int64_t first, end;
+};
+__device__ inline KeySplit split_keys(const DeviceRows& rows, int64_t t, int split, int num_splits) {
+  const int64_t r = rows.token_row[t];
+  const int64_t num_keys = rows.start_position[r] + t - rows.first_token[r] + 1;
+  const int64_t keys_per_split = (num_keys + num_splits - 1) / num_splits;
+  const int64_t first = min(num_keys, split * keys_per_split);
+  return {first, min(num_keys, first + keys_per_split)};
+}
+
 __global__ void store_kernel(DeviceRows rows, KvLayout layout,
                              const float* keys,    // [T, nkv*hd]
                              const float* values,  // [T, nkv*hd]
@@ -91,10 +104,7 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
   const int split = int(blockIdx.y);
   const int64_t r = rows.token_row[t];
   if (skip_chunked_rows && rows.row_tokens[r] > 1) return;
-  const int64_t num_keys = rows.start_position[r] + t - rows.first_token[r] + 1;
-  const int64_t keys_per_split = (num_keys + num_splits - 1) / num_splits;
-  const int64_t first_key = min(num_keys, split * keys_per_split);
-  const int64_t end_key = min(num_keys, first_key + keys_per_split);  // an empty split leaves m = -inf, l = 0
+  const auto [first_key, end_key] = split_keys(rows, t, split, num_splits);
   const float scale = 1.0f / sqrtf(float(head_dim));
   const int64_t group_width = group_size * head_dim;  // the group's query heads are contiguous
   const float* q_in = queries + device_offset(t, num_heads * head_dim) + device_offset(kv_head, group_width);
@@ -259,6 +269,125 @@ __device__ void stage_keys_and_values(const DeviceRows& rows, const KvLayout& la
   __syncthreads();
 }
 
+// A warp's 16 query rows (tokens of a prefill chunk, or query heads of a decode token) as A fragments, one per 16
+// dimensions, read from first_row + i * row_stride; rows from num_rows on are zeros.
+__device__ inline void load_query_fragments(const float* first_row, int64_t row_stride, int num_rows, int dim_tiles,
+                                            uint32_t (&query)[kMmaDimTiles][4]) {
+  const int g = threadIdx.x % kWarpSize / 4, c = threadIdx.x % 4;
+#pragma unroll
+  for (int d = 0; d < kMmaDimTiles; ++d)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i % 2), col = 16 * d + 2 * c + 8 * (i / 2);
+      float2 pair = {0.0f, 0.0f};
+      if (d < dim_tiles && row < num_rows)
+        pair = *reinterpret_cast<const float2*>(first_row + device_offset(row, row_stride) + col);
+      query[d][i] = pack_bf16(pair.x, pair.y);
+    }
+}
+
+// One warp's flash-attention state over its 16 query rows: the outputs O (8 dimensions per tile), and rows g and
+// g + 8's running max (in base 2, the same in the row's four lanes) and running sum (this lane's part until
+// finish()). attend() takes the block's staged keys and values, with the online softmax.
+struct WarpAttention {
+  float out[2 * kMmaDimTiles][4] = {};
+  float running_max[2] = {-INFINITY, -INFINITY}, running_sum[2] = {0.0f, 0.0f};
+
+  // S = Q Kᵀ over the kMmaKeys staged positions from first_key, masked where visible(key position, row) is false,
+  // then O += P V.
+  template <typename Visible>
+  __device__ void attend(const uint32_t (&query)[kMmaDimTiles][4], const __nv_bfloat16* keys,
+                         const __nv_bfloat16* values, int64_t first_key, int dim_tiles, float scale, Visible visible) {
+    const int lane = threadIdx.x % kWarpSize, g = lane / 4, c = lane % 4;
+    float score[kMmaKeys / 8][4] = {};  // 8 keys per tile
+#pragma unroll
+    for (int n = 0; n < kMmaKeys / 16; ++n)
+#pragma unroll
+      for (int d = 0; d < kMmaDimTiles; ++d) {
+        if (d >= dim_tiles) break;
+        uint32_t b[4];  // keys 16n .. +7 then +8 .. +15, each dimensions 16d .. +7 and +8 .. +15
+        const int m = lane / 8;
+        load_matrices<false>(b, keys + (16 * n + 8 * (m / 2) + lane % 8) * kMmaTileStride + 16 * d + 8 * (m % 2));
+        mma_bf16(score[2 * n], query[d], b[0], b[1]);
+        mma_bf16(score[2 * n + 1], query[d], b[2], b[3]);
+      }
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kMmaKeys / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        score[n][i] = visible(first_key + 8 * n + 2 * c + i % 2, g + 8 * (i / 2)) ? score[n][i] * scale : -INFINITY;
+        tile_max[i / 2] = fmaxf(tile_max[i / 2], score[n][i]);
+      }
+    float rescale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // the row's max over its four lanes; finite once a row has seen a visible key
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      const float new_max = fmaxf(running_max[h], tile_max[h]);
+      rescale[h] = exp2f(running_max[h] - new_max);  // 0 on the first tile
+      running_max[h] = new_max;
+      running_sum[h] *= rescale[h];
+    }
+    uint32_t weights[kMmaKeys / 16][4];  // P as A fragments: S's tiles 2j and 2j + 1 are k-step j's halves
+#pragma unroll
+    for (int n = 0; n < kMmaKeys / 8; ++n) {
+      float p[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        p[i] = exp2f(score[n][i] - running_max[i / 2]);
+        running_sum[i / 2] += p[i];
+      }
+      weights[n / 2][2 * (n % 2)] = pack_bf16(p[0], p[1]);
+      weights[n / 2][2 * (n % 2) + 1] = pack_bf16(p[2], p[3]);
+    }
+#pragma unroll
+    for (int t = 0; t < 2 * kMmaDimTiles; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out[t][i] *= rescale[i / 2];
+#pragma unroll
+    for (int d = 0; d < kMmaDimTiles; ++d) {  // O += P V, 16 output dimensions at a time
+      if (d >= dim_tiles) break;
+#pragma unroll
+      for (int j = 0; j < kMmaKeys / 16; ++j) {
+        uint32_t b[4];  // keys 16j .. +7 then +8 .. +15 at dimensions 16d .. +7, then both at +8 .. +15
+        const int m = lane / 8;
+        load_matrices<true>(b, values + (16 * j + 8 * (m % 2) + lane % 8) * kMmaTileStride + 16 * d + 8 * (m / 2));
+        mma_bf16(out[2 * d], weights[j], b[0], b[1]);
+        mma_bf16(out[2 * d + 1], weights[j], b[2], b[3]);
+      }
+    }
+  }
+
+  // Completes each row's running sum over its four lanes.
+  __device__ void finish() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      running_sum[h] += __shfl_xor_sync(0xffffffffu, running_sum[h], 1);
+      running_sum[h] += __shfl_xor_sync(0xffffffffu, running_sum[h], 2);
+    }
+  }
+
+  // Row i's outputs (divided by its sum when normalized) to first_row + i * row_stride, for rows below num_rows;
+  // unnormalized, also its max (natural log base, as attention_kernel's) and sum after them, as a split's partial
+  // result [hd + 2].
+  __device__ void store(float* first_row, int64_t row_stride, int num_rows, int head_dim, bool normalized) const {
+    const int g = threadIdx.x % kWarpSize / 4, c = threadIdx.x % 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (g + 8 * h >= num_rows) continue;
+      float* row = first_row + device_offset(g + 8 * h, row_stride);
+      const float factor = normalized ? 1.0f / running_sum[h] : 1.0f;
+#pragma unroll
+      for (int t = 0; t < 2 * kMmaDimTiles; ++t)
+        if (8 * t < head_dim)
+          *reinterpret_cast<float2*>(row + 8 * t + 2 * c) = float2{out[t][2 * h] * factor, out[t][2 * h + 1] * factor};
+      if (!normalized && c == 0)
+        row[head_dim] = running_max[h] * 0.6931471805599453f, row[head_dim + 1] = running_sum[h];
+    }
+  }
+};
+
 __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
     attention_mma_kernel(DeviceRows rows, KvLayout layout, int64_t num_heads,
                          const float* queries,  // [T, nh*hd]
@@ -268,8 +397,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
   __shared__ __align__(16) __nv_bfloat16 values[kMmaKeys * kMmaTileStride];  // [kMmaKeys, hd (padded)]
   __shared__ int64_t entries[kMmaKeys];  // pool offset of each staged position's key, -1 past the last
   const int head_dim = int(layout.head_dim), dim_tiles = head_dim / 16;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int g = lane / 4, c = lane % 4;  // the fragment row and column pair of this lane
+  const int warp = threadIdx.x / kWarpSize;
 
   const int64_t chunk = rows.num_chunks - 1 - blockIdx.x;  // the longest chunks (a row's last) first
   const int64_t head = blockIdx.y, kv_head = head / (num_heads / layout.num_kv_heads);
@@ -283,107 +411,70 @@ __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
   const int64_t last_position = first_position + num_queries - 1;
   const int64_t num_keys = position_of_first + chunk_end;  // of the block: up to its last query's position
 
-  // The warp's queries as A fragments, one per 16 dimensions; rows past the warp's tokens are zeros.
-  uint32_t query[kMmaDimTiles][4];
   const int64_t query_stride = num_heads * head_dim;
-  const float* query_row = queries + device_offset(warp_first + g, query_stride) + device_offset(head, head_dim);
-#pragma unroll
-  for (int d = 0; d < kMmaDimTiles; ++d)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + 8 * (i % 2), col = 16 * d + 2 * c + 8 * (i / 2);
-      float2 pair = {0.0f, 0.0f};
-      if (d < dim_tiles && row < num_queries)
-        pair = *reinterpret_cast<const float2*>(query_row + device_offset(8 * (i % 2), query_stride) + col);
-      query[d][i] = pack_bf16(pair.x, pair.y);
-    }
-
-  float out[2 * kMmaDimTiles][4] = {};  // O: 8 output dimensions per tile
-  float running_max[2] = {-INFINITY, -INFINITY}, running_sum[2] = {0.0f, 0.0f};  // rows g, g + 8 (this lane's part)
-  const float scale = 1.4426950408889634f / sqrtf(float(head_dim));  // 1/sqrt(hd) in base 2 (exp2f below)
-
+  uint32_t query[kMmaDimTiles][4];
+  load_query_fragments(queries + device_offset(warp_first, query_stride) + device_offset(head, head_dim), query_stride,
+                       num_queries, dim_tiles, query);
+  WarpAttention attention;
+  const float scale = 1.4426950408889634f / sqrtf(float(head_dim));  // 1/sqrt(hd) in base 2 (exp2f)
+  const auto visible = [&](int64_t key_position, int row) { return key_position <= first_position + row; };
   for (int64_t first_key = 0; first_key < num_keys; first_key += kMmaKeys) {
     stage_keys_and_values(rows, layout, r, kv_head, first_key, num_keys, kv_pool, entries, keys, values);
-    if (num_queries > 0 && first_key <= last_position) {
-      float score[kMmaKeys / 8][4] = {};  // S = Q Kᵀ: 8 keys per tile
-#pragma unroll
-      for (int n = 0; n < kMmaKeys / 16; ++n)
-#pragma unroll
-        for (int d = 0; d < kMmaDimTiles; ++d) {
-          if (d >= dim_tiles) break;
-          uint32_t b[4];  // keys 16n .. +7 then +8 .. +15, each dimensions 16d .. +7 and +8 .. +15
-          const int m = lane / 8;
-          load_matrices<false>(b, keys + (16 * n + 8 * (m / 2) + lane % 8) * kMmaTileStride + 16 * d + 8 * (m % 2));
-          mma_bf16(score[2 * n], query[d], b[0], b[1]);
-          mma_bf16(score[2 * n + 1], query[d], b[2], b[3]);
-        }
-      const bool diagonal = first_key + kMmaKeys - 1 > first_position;  // some key follows some query
-      float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int n = 0; n < kMmaKeys / 8; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int64_t key_position = first_key + 8 * n + 2 * c + i % 2;
-          const bool visible = !diagonal || key_position <= first_position + g + 8 * (i / 2);
-          score[n][i] = visible ? score[n][i] * scale : -INFINITY;
-          tile_max[i / 2] = fmaxf(tile_max[i / 2], score[n][i]);
-        }
-      float rescale[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // the row's max over its four lanes; key 0 is visible to all, so finite
-        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-        const float new_max = fmaxf(running_max[h], tile_max[h]);
-        rescale[h] = exp2f(running_max[h] - new_max);  // 0 on the first tile
-        running_max[h] = new_max;
-        running_sum[h] *= rescale[h];
-      }
-      uint32_t weights[kMmaKeys / 16][4];  // P as A fragments: S's tiles 2j and 2j + 1 are k-step j's halves
-#pragma unroll
-      for (int n = 0; n < kMmaKeys / 8; ++n) {
-        float p[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          p[i] = exp2f(score[n][i] - running_max[i / 2]);
-          running_sum[i / 2] += p[i];
-        }
-        weights[n / 2][2 * (n % 2)] = pack_bf16(p[0], p[1]);
-        weights[n / 2][2 * (n % 2) + 1] = pack_bf16(p[2], p[3]);
-      }
-#pragma unroll
-      for (int t = 0; t < 2 * kMmaDimTiles; ++t)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) out[t][i] *= rescale[i / 2];
-#pragma unroll
-      for (int d = 0; d < kMmaDimTiles; ++d) {  // O += P V, 16 output dimensions at a time
-        if (d >= dim_tiles) break;
-#pragma unroll
-        for (int j = 0; j < kMmaKeys / 16; ++j) {
-          uint32_t b[4];  // keys 16j .. +7 then +8 .. +15 at dimensions 16d .. +7, then both at +8 .. +15
-          const int m = lane / 8;
-          load_matrices<true>(b, values + (16 * j + 8 * (m % 2) + lane % 8) * kMmaTileStride + 16 * d + 8 * (m / 2));
-          mma_bf16(out[2 * d], weights[j], b[0], b[1]);
-          mma_bf16(out[2 * d + 1], weights[j], b[2], b[3]);
-        }
-      }
-    }
+    if (num_queries > 0 && first_key <= last_position)
+      attention.attend(query, keys, values, first_key, dim_tiles, scale, visible);
     __syncthreads();  // the tiles are restaged next
   }
-  float inverse_sum[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    running_sum[h] += __shfl_xor_sync(0xffffffffu, running_sum[h], 1);
-    running_sum[h] += __shfl_xor_sync(0xffffffffu, running_sum[h], 2);
-    inverse_sum[h] = 1.0f / running_sum[h];
+  attention.finish();
+  attention.store(context + device_offset(warp_first, query_stride) + device_offset(head, head_dim), query_stride,
+                  num_queries, head_dim, /*normalized=*/true);
+}
+
+// Tensor-core attention for the rows of one token (decode) in the 16-bit mode, rounding as attention_mma_kernel:
+// the G query heads that share a KV head are the mma's rows, 16 to a warp (MQA's 20 take two warps, the block's other
+// warps help stage), so that a token's keys and values are read once for all of them. One block per (token, KV
+// head, split of the token's keys), as attention_kernel, whose results (context, or partial for
+// combine_splits_kernel) it writes in the same form. H200, 3B shape, batch 256 (about 550 keys a token): 89 us an
+// attention layer, against 297 on the fp32 kernel, which is bound by its shared-memory reads.
+__global__ void __launch_bounds__(kMmaWarps * kWarpSize)
+    attention_decode_mma_kernel(DeviceRows rows, KvLayout layout, int64_t num_heads, int num_splits,
+                                const float* queries,  // [T, nh*hd]
+                                const float* kv_pool,  // [num_blocks, block_stride]
+                                float* context,        // [T, nh*hd] (one split)
+                                float* partial) {      // [T, nh, num_splits, hd + 2] (several)
+  // Launched early, as the kernels around it (device_math.cuh).
+  let_next_kernel_start();
+  wait_for_previous_kernel();
+  __shared__ __align__(16) __nv_bfloat16 keys[kMmaKeys * kMmaTileStride];    // [kMmaKeys, hd (padded)]
+  __shared__ __align__(16) __nv_bfloat16 values[kMmaKeys * kMmaTileStride];  // [kMmaKeys, hd (padded)]
+  __shared__ int64_t entries[kMmaKeys];  // pool offset of each staged position's key, -1 past the last
+  const int head_dim = int(layout.head_dim), dim_tiles = head_dim / 16;
+  const int64_t t = blockIdx.x / layout.num_kv_heads, kv_head = blockIdx.x % layout.num_kv_heads;
+  const int64_t r = rows.token_row[t];
+  if (rows.row_tokens[r] > 1) return;  // attention_mma_kernel's
+  const KeySplit split = split_keys(rows, t, int(blockIdx.y), num_splits);
+  const int64_t group_size = num_heads / layout.num_kv_heads;
+  const int64_t first_head = device_offset(kv_head, group_size) + int64_t(threadIdx.x / kWarpSize) * kMmaRows;
+  const int num_rows = int(max(int64_t(0), min(int64_t(kMmaRows), device_offset(kv_head + 1, group_size) - first_head)));
+
+  uint32_t query[kMmaDimTiles][4];
+  load_query_fragments(queries + device_offset(t, num_heads * head_dim) + device_offset(first_head, head_dim), head_dim,
+                       num_rows, dim_tiles, query);
+  WarpAttention attention;
+  const float scale = 1.4426950408889634f / sqrtf(float(head_dim));  // 1/sqrt(hd) in base 2 (exp2f)
+  const auto visible = [&](int64_t key_position, int) { return key_position < split.end; };
+  for (int64_t first_key = split.first; first_key < split.end; first_key += kMmaKeys) {
+    stage_keys_and_values(rows, layout, r, kv_head, first_key, split.end, kv_pool, entries, keys, values);
+    if (num_rows > 0) attention.attend(query, keys, values, first_key, dim_tiles, scale, visible);
+    __syncthreads();  // the tiles are restaged next
   }
-  float* context_row = context + device_offset(warp_first + g, query_stride) + device_offset(head, head_dim);
-#pragma unroll
-  for (int t = 0; t < 2 * kMmaDimTiles; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (8 * t < head_dim && g + 8 * h < num_queries)
-        *reinterpret_cast<float2*>(context_row + device_offset(8 * h, query_stride) + 8 * t + 2 * c) =
-            float2{out[t][2 * h] * inverse_sum[h], out[t][2 * h + 1] * inverse_sum[h]};
+  attention.finish();
+  if (num_splits == 1)
+    attention.store(context + device_offset(t, num_heads * head_dim) + device_offset(first_head, head_dim), head_dim,
+                    num_rows, head_dim, /*normalized=*/true);
+  else
+    attention.store(partial + device_offset(device_offset(t, num_heads) + first_head, num_splits * (head_dim + 2)) +
+                        device_offset(blockIdx.y, head_dim + 2),
+                    num_splits * (head_dim + 2), num_rows, head_dim, /*normalized=*/false);
 }
 
 int attention_splits(int64_t num_tokens, int64_t num_kv_heads) {
@@ -437,6 +528,11 @@ bool attention_runs_on_tensor_cores(const DeviceRows& rows, const KvLayout& layo
   return sixteen_bit && rows.num_chunks > 0 && layout.head_dim % 16 == 0 && layout.head_dim <= kMmaMaxHeadDim;
 }
 
+bool decode_runs_on_tensor_cores(const KvLayout& layout, int64_t num_heads, bool sixteen_bit) {
+  return sixteen_bit && layout.head_dim % 16 == 0 && layout.head_dim <= kMmaMaxHeadDim &&
+         num_heads / layout.num_kv_heads <= kMmaWarps * kMmaRows;
+}
+
 void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads, const float* queries,
                      const float* kv_pool, float* context, DeviceBuffer<float>& partial, bool sixteen_bit,
                      cudaStream_t stream) {
@@ -452,18 +548,24 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
   }
   require(num_pairs < (int64_t(1) << 31),
           "attention over " + std::to_string(num_pairs) + " (token, KV head) pairs is too many for one launch");
-  const AttentionShared at{num_heads / layout.num_kv_heads, layout.head_dim};
-  const size_t shared_bytes = size_t(at.num_floats()) * sizeof(float);
-  require_shared_memory(shared_bytes, "attention with " + std::to_string(at.group_size) +
-                                          " query heads per KV head of dimension " + std::to_string(layout.head_dim));
-  [[maybe_unused]] static const bool allowed = allow_max_shared_memory(attention_kernel);
   const int num_splits = attention_splits(rows.num_tokens, layout.num_kv_heads);
   float* partial_data =
       num_splits == 1 ? nullptr
                       : partial.reserve(device_offset(device_offset(rows.num_tokens, num_heads),
                                                       device_offset(num_splits, layout.head_dim + 2)));
-  launch_early(attention_kernel, dim3(unsigned(num_pairs), unsigned(num_splits)), dim3(kThreads), shared_bytes, stream,
-               rows, layout, num_heads, num_splits, tensor_cores, queries, kv_pool, context, partial_data);
+  const dim3 grid{unsigned(num_pairs), unsigned(num_splits)};
+  if (decode_runs_on_tensor_cores(layout, num_heads, sixteen_bit)) {
+    launch_early(attention_decode_mma_kernel, grid, dim3(kMmaWarps * kWarpSize), 0, stream, rows, layout, num_heads,
+                 num_splits, queries, kv_pool, context, partial_data);
+  } else {
+    const AttentionShared at{num_heads / layout.num_kv_heads, layout.head_dim};
+    const size_t shared_bytes = size_t(at.num_floats()) * sizeof(float);
+    require_shared_memory(shared_bytes, "attention with " + std::to_string(at.group_size) +
+                                            " query heads per KV head of dimension " + std::to_string(layout.head_dim));
+    [[maybe_unused]] static const bool allowed = allow_max_shared_memory(attention_kernel);
+    launch_early(attention_kernel, grid, dim3(kThreads), shared_bytes, stream, rows, layout, num_heads, num_splits,
+                 tensor_cores, queries, kv_pool, context, partial_data);
+  }
   if (num_splits == 1) return;
   launch_early(combine_splits_kernel, dim3(unsigned(device_offset(rows.num_tokens, num_heads))), dim3(kCombineThreads),
                0, stream, rows, num_heads, layout.head_dim, num_splits, tensor_cores, partial_data, context);

@@ -32,12 +32,16 @@ void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout,
 // head dimension that is a multiple of 16 up to 128.
 bool attention_runs_on_tensor_cores(const DeviceRows& rows, const KvLayout& layout, bool sixteen_bit);
 
+// Whether paged_attention takes the rows of one token to the tensor cores: in the 16-bit mode, for the same head
+// dimensions, with up to 64 query heads per KV head.
+bool decode_runs_on_tensor_cores(const KvLayout& layout, int64_t num_heads, bool sixteen_bit);
+
 // context[t, head] = sum_j softmax_j(q · k_j / sqrt(hd)) v_j over positions j = 0 .. p of the token's row.
 // fp32 kernel: one block per (token, KV head) for the query heads sharing it; a step of few tokens splits each
 // token's keys among several blocks (flash-decoding) whose partial results, held in `partial`, one more launch
 // merges; how many splits depends on the number of tokens alone, so that a decode step's launches stay the same
-// from step to step (step_graphs.h). sixteen_bit (the bf16 mode): the rows of several tokens run on the tensor
-// cores instead, queries, keys and values rounded to bf16, fp32 accumulation and softmax (prefill).
+// from step to step (step_graphs.h). sixteen_bit (the bf16 mode): the rows run on the tensor cores instead
+// (where the two functions above say so), queries, keys and values rounded to bf16, fp32 accumulation and softmax.
 void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads,
                      const float* queries,  // [T, nh*hd]
                      const float* kv_pool,  // [num_blocks, block_stride]
