@@ -279,8 +279,11 @@ constexpr int kUpdateThreads = 256;
 // 4 channels, 66; an in-place read-modify-write of the same state bytes and nothing else, 47. In the engine the
 // kernel took 68 us (ncu), 69 with 4 lanes and 1 channel; streaming the state (LaneEntries) brought it to 63.
 constexpr int kLanesPerChannel = 2;  // threads sharing one channel's N state entries in the one-token update
-constexpr int kUpdatePasses = 2;     // channels per thread in the one-token update
-constexpr int kUpdateChannels = kUpdateThreads / kLanesPerChannel * kUpdatePasses;  // per block
+// Channels per thread in the one-token update: two at batch 256, one for a step of few rows, whose update is a
+// latency chain: twice the blocks, each thread half the work. update_channels: a block's channels.
+constexpr int kUpdatePasses = 2;
+constexpr int kMaxRowsOfOnePass = 2;
+__host__ __device__ constexpr int update_channels(int passes) { return kUpdateThreads / kLanesPerChannel * passes; }
 
 // Lane `part`'s kSlots entries of a channel's N values (its state, or its row of A; State is a storage type of
 // state_values.h). With N known at compile time (Jamba's 16: kStateSize) they are the contiguous kSlots from
@@ -332,13 +335,13 @@ struct LaneEntries {
   }
 };
 
-// The scan of the rows of one token (decode), in place in the slot: a block per (row, kUpdateChannels channels),
+// The scan of the rows of one token (decode), in place in the slot: a block per (row, update_channels channels),
 // kLanesPerChannel lanes per channel, each taking its LaneEntries of the state and of A; the lanes' shares of h · C
 // meet by shuffles. A warp's access covers 16 channels' 16 entries, 1 KB of contiguous fp32 state. Each thread
-// takes kUpdatePasses channels a block's width of lanes apart and issues all their loads before it computes (the
+// takes kPasses channels a block's width of lanes apart and issues all their loads before it computes (the
 // kernel is bound by the bytes it keeps in flight); the row's values (its slot, B and C) are read once per block.
 // Longer rows are the chunk kernels'.
-template <typename State, int kStateSize>
+template <typename State, int kStateSize, int kPasses>
 __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(const ScanParams p) {
   // Launched early, as the kernels around it (device_math.cuh). The rows' data, the slot's state and A are no
   // kernel's output in this step (a step's own writes to the state are this kernel's), so they are loaded before
@@ -357,18 +360,31 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
   const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
   const int64_t num_channels = p.layout.num_channels;
   const int part = threadIdx.x % kLanesPerChannel;
-  const int64_t first_channel = int64_t(blockIdx.x) * kUpdateChannels + threadIdx.x / kLanesPerChannel;
-  float step[kUpdatePasses], u[kUpdatePasses], h[kUpdatePasses][kSlots] = {}, a[kUpdatePasses][kSlots];
+  const int64_t first_channel = int64_t(blockIdx.x) * update_channels(kPasses) + threadIdx.x / kLanesPerChannel;
+  float h[kPasses][kSlots] = {}, a[kPasses][kSlots], dt_bias[kPasses], skip[kPasses];
 #pragma unroll
-  for (int j = 0; j < kUpdatePasses; ++j) {
+  for (int j = 0; j < kPasses; ++j) {
     const int64_t channel = first_channel + j * kPassChannels;
     if (channel >= num_channels) break;
     if (reads_state)  // law 1
       Lane::template load<true>(slot + device_offset(channel, state_size), part, state_size, h[j]);
     LaneEntries<float, kStateSize>::template load<false>(p.a + device_offset(channel, state_size), part, state_size,
                                                          a[j]);
+    dt_bias[j] = p.dt_bias[channel];
+    skip[j] = p.d[channel];
   }
   wait_for_previous_kernel();
+  // The scan's inputs, every load issued before any is used: one round trip to L2 where loading u and delta after
+  // the barrier below, and z at the end, took three.
+  float step[kPasses], u[kPasses], z[kPasses];
+#pragma unroll
+  for (int j = 0; j < kPasses; ++j) {
+    const int64_t channel = first_channel + j * kPassChannels;
+    if (channel >= num_channels) break;
+    step[j] = p.delta_raw[device_offset(t, num_channels) + channel] + dt_bias[j];
+    u[j] = p.activated[device_offset(t, num_channels) + channel];
+    if (part == 0) z[j] = p.projected[device_offset(t, 2 * num_channels) + num_channels + channel];
+  }
   // The row's B and C, the same for every channel, in shared memory rather than in each lane's registers: 57
   // registers instead of 74 (N = 16), 4 resident blocks per SM instead of 3 (H200, 3B shape, batch 256: 0.06 ms a
   // step less in the layers).
@@ -380,14 +396,7 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
   }
   __syncthreads();
 #pragma unroll
-  for (int j = 0; j < kUpdatePasses; ++j) {
-    const int64_t channel = first_channel + j * kPassChannels;
-    if (channel >= num_channels) break;
-    step[j] = p.delta_raw[device_offset(t, num_channels) + channel] + p.dt_bias[channel];
-    u[j] = p.activated[device_offset(t, num_channels) + channel];
-  }
-#pragma unroll
-  for (int j = 0; j < kUpdatePasses; ++j) {
+  for (int j = 0; j < kPasses; ++j) {
     const int64_t channel = first_channel + j * kPassChannels;
     const bool active = channel < num_channels;  // inactive lanes still take part in the shuffles
     float y = 0.0f;
@@ -404,17 +413,28 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
     }
     for (int offset = 1; offset < kLanesPerChannel; offset *= 2) y += __shfl_xor_sync(0xffffffffu, y, offset);
     if (!active || part != 0) continue;
-    const float z = p.projected[device_offset(t, 2 * num_channels) + num_channels + channel];
-    store_gated(p, device_offset(t, num_channels) + channel, (y + p.d[channel] * u[j]) * silu(z));
+    store_gated(p, device_offset(t, num_channels) + channel, (y + skip[j] * u[j]) * silu(z[j]));
   }
 }
 
+template <typename State, int kStateSize, int kPasses>
+void launch_state_update(const ScanParams& params, cudaStream_t stream) {
+  const dim3 grid(num_blocks_for(params.layout.num_channels, update_channels(kPasses)), unsigned(params.rows.num_rows));
+  launch_early(selective_state_update_kernel<State, kStateSize, kPasses>, grid, dim3(kUpdateThreads), 0, stream,
+               params);
+}
+
 template <int kStateSize>
-void launch_state_update(const ScanParams& params, dim3 grid, cudaStream_t stream) {
-  if (params.state_pool.dtype == DType::F32)
-    launch_early(selective_state_update_kernel<float, kStateSize>, grid, dim3(kUpdateThreads), 0, stream, params);
+void launch_state_update(const ScanParams& params, cudaStream_t stream) {
+  const bool f32 = params.state_pool.dtype == DType::F32, one_pass = params.rows.num_rows <= kMaxRowsOfOnePass;
+  if (f32 && one_pass)
+    launch_state_update<float, kStateSize, 1>(params, stream);
+  else if (f32)
+    launch_state_update<float, kStateSize, kUpdatePasses>(params, stream);
+  else if (one_pass)
+    launch_state_update<uint16_t, kStateSize, 1>(params, stream);
   else
-    launch_early(selective_state_update_kernel<uint16_t, kStateSize>, grid, dim3(kUpdateThreads), 0, stream, params);
+    launch_state_update<uint16_t, kStateSize, kUpdatePasses>(params, stream);
 }
 
 }  // namespace
@@ -463,11 +483,10 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
   // size (the backend's slot offsets, and the test-only wrap modulus, which must be a multiple of it), and slot and
   // layer offsets are multiples of Di: a multiple of 4 channels (and a 4-aligned layer offset) make them so.
   const bool aligned_state = layout.num_channels % 4 == 0 && layout.layer_offset % 4 == 0;
-  const dim3 update_grid(num_blocks_for(layout.num_channels, kUpdateChannels), unsigned(rows.num_rows));
   if (jamba_state && aligned_state)
-    launch_state_update<16>(params, update_grid, stream);
+    launch_state_update<16>(params, stream);
   else
-    launch_state_update<0>(params, update_grid, stream);
+    launch_state_update<0>(params, stream);
   JAMBO_CUDA_CHECK_LAUNCH(selective_state_update_kernel);
   if (rows.num_chunks == 0) return;  // every row one token: a decode step
 
