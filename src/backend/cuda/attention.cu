@@ -201,7 +201,7 @@ __global__ void combine_splits_kernel(DeviceRows rows, int64_t num_heads, int64_
 // head); each of its four warps takes 16 of the chunk's tokens and keeps their queries, scores, running max and
 // sum and outputs in registers (mma.sync m16n8k16 fragments, flash-attention style). The block stages the keys
 // and values of kMmaKeys positions at a time in shared memory as bf16, read once for its four warps.
-constexpr int kMmaRows = 16;  // an mma's rows: a warp's query tokens
+constexpr int kMmaRows = 16;  // an mma's rows: a warp's query tokens (prefill) or query heads (decode)
 constexpr int kMmaWarps = 4;
 constexpr int kMmaKeys = 64;
 constexpr int kMmaMaxHeadDim = 128;
