@@ -48,6 +48,13 @@
 # Session 11 (dense skinny GEMMs four loads deep instead of eight; H200, one GPU alone, runs A B A B against the
 # build before): decode batch 1: 415.8-415.9 (2.40 ms/step, 2.372 in the layers; the build before 413.0-413.7,
 # 2.384-2.387), 2: 762.1-762.6 (757.0-757.6), 8: 2707-2710 (unchanged).
+# Session 12 (one-token attention on the tensor cores in the 16-bit mode, the one-token update's loads together and
+# one channel a thread at 1-2 rows, the splits' combine over lanes; H200, one GPU alone, copy ceiling 4.24 TB/s):
+# decode batch 1: 425.7 (2.35 ms/step, 2.32 in the layers), 8: 2722, 64: 17,041, 256: 41,242 (6.21 ms/step, 6.04 in
+# the layers; A B A B runs 40,769-41,464; session 11's build 38,256-38,405 on another H200); prefill 512 tokens
+# 52,400 (68,500-71,600 packed), 8192 tokens 66,700 (batch 8 and up and prefill measured with skinny GEMMs in 2-warp
+# blocks, which they do not run). Those 2-warp blocks took batch 1 to 432.9-434.2 but Jamba-v0.1's batch 1 from
+# 101.4 to 84.2 (its grouped expert GEMMs' blocks doubled, most of them for experts without rows): not kept.
 # Jamba-v0.1 figures (H200, 2026-11-29, bf16: 103.7 GB of weights held, generated on the GPU, model and caches
 # ready in 0.4 s; 111 GiB of GPU memory at most, at batch 256; MoE expert counts read back per layer):
 #   decode tok/s in total: batch 1: 91.5 (10.9 ms/step, 2.17 TB/s of the 23.7 GB a token reads = 45% of
@@ -67,6 +74,8 @@
 #   prefill 512 tokens 10,800 (19,000-19,300 packed).
 #   Session 10 (cuBLASLt GEMMs; the other GPU running tests meanwhile): decode batch 1: 100.8, 8: 305, 64: 1925,
 #   256: 5988 tok/s; prefill 512 tokens 10,800 (19,000-19,600 packed).
+#   Session 12 (one GPU alone): decode batch 1: 101.3-101.5, 8: 307, 64: 1984, 256: 6247 tok/s; prefill 512 tokens
+#   10,900 (19,000-19,400 packed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
