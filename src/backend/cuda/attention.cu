@@ -559,7 +559,11 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
                       : partial.reserve(device_offset(device_offset(rows.num_tokens, num_heads),
                                                       device_offset(num_splits, layout.head_dim + 2)));
   const dim3 grid{unsigned(num_pairs), unsigned(num_splits)};
-  if (decode_runs_on_tensor_cores(layout, num_heads, sixteen_bit)) {
+  const bool decode_tensor_cores = decode_runs_on_tensor_cores(layout, num_heads, sixteen_bit);
+  require(!decode_tensor_cores || rows.num_chunks == 0 || tensor_cores,
+          "the tensor-core decode attention leaves rows of several tokens to the tensor-core prefill attention, which "
+          "does not take these rows (please report this)");
+  if (decode_tensor_cores) {
     launch_early(attention_decode_mma_kernel, grid, dim3(kMmaWarps * kWarpSize), 0, stream, rows, layout, num_heads,
                  num_splits, queries, kv_pool, context, partial_data);
   } else {
