@@ -17,9 +17,11 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/mamba_kernels.h"
 #include "backend/cuda/mixers.h"
+#include "backend/cuda/skinny_gemm.h"
 #include "backend/cuda/step_rows.h"
 #include "cuda_test_util.h"
 
+#include <cstring>
 #include <numeric>
 
 namespace jambo::testing {
@@ -536,6 +538,64 @@ TEST_F(GemmTest, SwiGluFusedIntoTheSkinnyGemmEqualsGemmThenSwiGlu) {
     }
   DeviceBuffer<float> weights(8 * 8), x(8);
   EXPECT_FALSE(cuda::linear_swiglu_fuses(x.data(), 1, {weights.data(), DType::F32, 8, 8}, {}));
+}
+
+// Grouped skinny GEMMs (the experts') with group_ids: launch rows listing only the groups with rows, then -1s (or
+// in any order), compute what a launch row per group computes, bit for bit; a group without rows and the -1 rows
+// touch nothing, and three launch rows for three groups with rows leave none unwritten.
+TEST_F(GemmTest, GroupIdsListingTheGroupsWithRowsEqualEveryGroupLaunched) {
+  constexpr int64_t kGroups = 4, kN = 40, kK = 64;
+  TensorStore store(43);
+  const std::vector<int64_t> group_rows = {0, 2, 2, 5, 6};  // group 1 has no rows
+  const int64_t num_rows = group_rows.back();
+  std::vector<DeviceBuffer<uint16_t>> weights;
+  std::vector<const void*> weight_pointers;
+  for (int64_t g = 0; g < kGroups; ++g) {
+    const TensorView w = store.make({kN, kK}, DType::BF16, 1.0f);
+    weights.emplace_back(kN * kK);
+    ASSERT_EQ(cudaMemcpy(weights.back().data(), w.data, size_t(kN * kK) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    weight_pointers.push_back(weights.back().data());
+  }
+  DeviceBuffer<const void*> device_weights(kGroups);
+  ASSERT_EQ(cudaMemcpy(device_weights.data(), weight_pointers.data(), kGroups * sizeof(void*), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  DeviceBuffer<int64_t> device_group_rows(kGroups + 1);
+  ASSERT_EQ(cudaMemcpy(device_group_rows.data(), group_rows.data(), group_rows.size() * 8, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  const Matrix x = store.matrix(num_rows, kK, 1.0f);
+  DeviceBuffer<float> device_x = upload(x.data(), num_rows * kK);
+
+  const auto run = [&](const std::vector<int32_t>& ids) {
+    DeviceBuffer<int32_t> device_ids(std::max<int64_t>(1, int64_t(ids.size())));
+    if (!ids.empty()) {
+      EXPECT_EQ(cudaMemcpy(device_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    DeviceBuffer<float> y(num_rows * kN);
+    EXPECT_EQ(cudaMemset(y.data(), 0xff, size_t(num_rows * kN) * 4), cudaSuccess);  // NaN where nothing writes
+    cuda::SkinnyGemm p;
+    p.x = device_x.data(), p.x_stride = kK, p.group_rows = device_group_rows.data();
+    p.group_ids = ids.empty() ? nullptr : device_ids.data();
+    p.num_groups = ids.empty() ? kGroups : int64_t(ids.size());
+    p.weights = device_weights.data(), p.dtype = DType::BF16, p.n = kN, p.k = kK, p.y = y.data();
+    EXPECT_TRUE(cuda::skinny_gemm_applies(p));
+    cuda::skinny_gemm(p, stream_);
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    return download(y.data(), num_rows * kN);
+  };
+  const std::vector<float> every_group = run({});
+  for (const float value : every_group) ASSERT_FALSE(std::isnan(value));
+  for (const std::vector<int32_t>& ids :
+       {std::vector<int32_t>{0, 2, 3, -1}, std::vector<int32_t>{0, 2, 3}, std::vector<int32_t>{3, -1, 0, 2}}) {
+    const std::vector<float> listed = run(ids);
+    EXPECT_EQ(std::memcmp(listed.data(), every_group.data(), listed.size() * 4), 0)
+        << ids.size() << " launch rows, the first " << ids[0];
+  }
+  cuda::SkinnyGemm dense;  // group_ids need group_rows
+  dense.x = device_x.data(), dense.x_stride = kK, dense.num_rows = 1, dense.weight = weights[0].data();
+  dense.dtype = DType::BF16, dense.n = kN, dense.k = kK;
+  DeviceBuffer<int32_t> ids(1);
+  dense.group_ids = ids.data();
+  EXPECT_FALSE(cuda::skinny_gemm_applies(dense));
 }
 
 class NormTest : public StreamTest {};

@@ -22,6 +22,7 @@ struct FfnWorkspace {
   DeviceBuffer<int32_t> position_of;      // [T, k] row of each (token, choice) in the grouped expert inputs
   DeviceBuffer<int32_t> routed_token;     // [T*k] token of each grouped row
   DeviceBuffer<int64_t> expert_rows;      // [E + 1] first grouped row of each expert, then the total
+  DeviceBuffer<int32_t> active_experts;   // [min(E, T*k)] the experts with rows, increasing, then -1s
   DeviceBuffer<float> expert_input;       // [T*k, H]
   DeviceBuffer<float> expert_output;      // [T*k, H]
   std::vector<int64_t> host_expert_rows;  // [E + 1]

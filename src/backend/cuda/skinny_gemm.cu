@@ -123,7 +123,8 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
   bool waited = p.group_rows != nullptr;
   if (waited) wait_for_previous_kernel();
   using Load = WeightLoad<Weight>;
-  const int group = int(blockIdx.y);
+  const int group = p.group_ids == nullptr ? int(blockIdx.y) : p.group_ids[blockIdx.y];
+  if (group < 0) return;  // a launch row beyond the groups with rows
   const int64_t first = p.group_rows == nullptr ? 0 : p.group_rows[group];
   const int64_t count = p.group_rows == nullptr ? p.num_rows : p.group_rows[group + 1] - first;
   const int warp = int(threadIdx.x) / kLanes;
@@ -238,8 +239,9 @@ bool skinny_gemm_applies(const SkinnyGemm& p) {
   const bool x16_fits = p.x16 == nullptr || (p.dtype != DType::F32 && reinterpret_cast<uintptr_t>(p.x16) % 16 == 0);
   const bool swiglu_fits = !p.swiglu || (dense_of_few_rows(p) && p.n % 4 == 0);
   const bool conv_fits = !p.conv.present() || (dense_of_few_rows(p) && !p.swiglu);
+  const bool ids_fit = p.group_ids == nullptr || p.group_rows != nullptr;
   return p.k % per_load == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && weight_aligned &&
-         x16_fits && swiglu_fits && conv_fits;
+         x16_fits && swiglu_fits && conv_fits && ids_fit;
 }
 
 // Group weights (the experts' slices of their checkpoint tensors) are 16-byte aligned when K is a multiple of a

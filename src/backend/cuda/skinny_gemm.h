@@ -33,10 +33,13 @@ struct SkinnyGemm {
                                          //   instead of x when set (one group of up to 2 rows); or null
   const int64_t* group_rows = nullptr;   // [G + 1] on the GPU: group g's rows are [group_rows[g], group_rows[g + 1]);
   int64_t num_rows = 0;                  //   or, when null, one group of num_rows rows
+  const int32_t* group_ids = nullptr;    // [num_groups] on the GPU, beside group_rows: launch row i takes group
+                                         //   group_ids[i] (none where -1), so that groups without rows need no
+                                         //   blocks; or, when null, launch row i takes group i
   const void* const* weights = nullptr;  // [G] on the GPU: group g's weight [N, K], nn.Linear layout; or, when null,
   const void* weight = nullptr;          //   this one weight for the one group
   DType dtype = DType::F32;              // of every weight
-  int64_t num_groups = 1, n = 0, k = 0;  // G, N, K
+  int64_t num_groups = 1, n = 0, k = 0;  // launch rows (G without group_ids), N, K
   float* y = nullptr;                    // [R, N], or [R, N/2] with swiglu (null there where y16 suffices)
   // SwiGLU fused (an MLP's stacked gate_up at decode): w's rows [0, N/2) are the gates, [N/2, N) the ups, and
   // y[m, i] = silu(gate) * up of outputs i and N/2 + i; y16 [R, N/2] gets the same rounded. One group only.
@@ -51,8 +54,8 @@ struct SkinnyGemm {
 int64_t skinny_weights_per_load(DType dtype);
 
 // Whether the kernel takes these operands: 16-byte aligned weights and x rows, K a multiple of one load, x16
-// only beside 16-bit weights, swiglu only for one group of up to 2 rows with N a multiple of 4, and conv only for
-// one group of up to 2 rows without swiglu.
+// only beside 16-bit weights, group_ids only beside group_rows, swiglu only for one group of up to 2 rows with N a
+// multiple of 4, and conv only for one group of up to 2 rows without swiglu.
 bool skinny_gemm_applies(const SkinnyGemm& params);
 
 // y[i] = x[i] · w_gᵀ for every row i of every group g.
