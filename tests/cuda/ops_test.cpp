@@ -500,7 +500,7 @@ TEST_F(GemmTest, SwiGluFusedIntoTheSkinnyGemmEqualsGemmThenSwiGlu) {
   TensorStore store(37);
   constexpr int64_t kWidth = 264;  // K: a multiple of one 16-byte load of 16-bit weights
   for (const DType dtype : {DType::BF16, DType::F16})
-    for (const int64_t intermediate : {int64_t(50), int64_t(1024)}) {
+    for (const int64_t intermediate : {int64_t(25), int64_t(50), int64_t(1024)}) {
       const int64_t n = 2 * intermediate;
       const TensorView w = store.make({n, kWidth}, dtype, 1.0f);
       DeviceBuffer<uint16_t> device_w(n * kWidth);

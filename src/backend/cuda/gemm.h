@@ -100,7 +100,7 @@ void linear_strided(Gemm& gemm,
 
 // SwiGLU fused into the GEMM of a row or two (decode): out[m, i] = silu(y[m, i]) * y[m, I + i] for y = x · wᵀ,
 // w's first I rows the gates and its last I the ups; out16, when present, gets out rounded, and out may then be
-// null. linear_swiglu_fuses says whether the operands take it (16-bit weights, the skinny GEMM; I even); where
+// null. linear_swiglu_fuses says whether the operands take it (16-bit weights, the skinny GEMM); where
 // not, the caller runs linear and then SwiGLU.
 bool linear_swiglu_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16);
 void linear_swiglu(Gemm& gemm,

@@ -7,7 +7,16 @@
 namespace jambo::cuda {
 namespace {
 
-constexpr int kSkinnyWarps = 4;  // output rows of w per block
+// A block holds kOutputsPerBlock outputs of kWarpsPerOutput warps each. A dense GEMM of one or two rows takes two
+// outputs a block (a warp each), or one of four warps when it has few outputs (kWarpsPerWideOutput); a grouped GEMM
+// takes four outputs a block. Two rather than four for the dense launches: the block scheduler spreads the work finer,
+// and a GEMV's end overlaps the next one's start better (H200, 3B shape, batch 1: 422-425 -> 432-435 tok/s; a plain
+// GEMV of the four layer shapes in a chain: 62.9 us with 4-warp blocks, 58.9 with 2, 63.2 with 1, 64.3 with 8). Four
+// for the groups: when their grid still spanned every expert (most without rows at batch 1), two doubled those blocks
+// (Jamba-v0.1, batch 1: 101.4 -> 84.2 tok/s); two with group_ids is not measured.
+constexpr int kDenseOutputsPerBlock = 2;
+constexpr int kGroupOutputsPerBlock = 4;
+constexpr int kWarpsPerWideOutput = 4;
 
 // What the kernel does with an output's sum: stores it into y, or pairs gates with ups (SkinnyGemm::swiglu), or
 // runs the conv of the inputs u among them (SkinnyGemm::conv).
@@ -64,37 +73,36 @@ __device__ inline float output_sum(float value) {
   if constexpr (kWarpsPerOutput == 1) {
     return value;
   } else {
-    static_assert(kWarpsPerOutput == kSkinnyWarps, "several warps per output take the whole block");
-    __shared__ float partial[kSkinnyWarps];
+    __shared__ float partial[kWarpsPerOutput];  // the block is the output's warps
     if (threadIdx.x % kWarpSize == 0) partial[threadIdx.x / kWarpSize] = value;
     __syncthreads();
     float total = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kSkinnyWarps; ++w) total += partial[w];
+    for (int w = 0; w < kWarpsPerOutput; ++w) total += partial[w];
     __syncthreads();  // partial is rewritten by the next row of x
     return total;
   }
 }
 
-// SwiGLU's epilogue (SkinnyGemm::swiglu): warps 0 and 1 hold the gates of outputs i and i + 1, warps 2 and 3 their
-// ups; the ups meet the gates in shared memory. The same products as the unfused GEMM and SwiGLU kernel.
+// SwiGLU's epilogue (SkinnyGemm::swiglu): warp 0 holds the gate of output i, warp 1 its up; the up meets the gate
+// in shared memory. The same products as the unfused GEMM and SwiGLU kernel.
 template <int kRows>
 __device__ inline void store_swiglu(const SkinnyGemm& p, int64_t first_row, int num_rows, int64_t i, int lane,
                                     const float (&sums)[kRows]) {
-  __shared__ float ups[2][kRows];
-  const int warp = int(threadIdx.x) / kWarpSize;
+  __shared__ float ups[kRows];
+  const bool holds_gate = threadIdx.x < kWarpSize;
   float totals[kRows];
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     totals[m] = m < num_rows ? warp_sum(sums[m]) : 0.0f;
-    if (warp >= 2 && lane == 0) ups[warp - 2][m] = totals[m];
+    if (!holds_gate && lane == 0) ups[m] = totals[m];
   }
   __syncthreads();
   const int64_t half = p.n / 2;
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
-    if (m >= num_rows || warp >= 2 || lane != 0) continue;
-    const float value = silu(totals[m]) * ups[warp][m];
+    if (m >= num_rows || !holds_gate || lane != 0) continue;
+    const float value = silu(totals[m]) * ups[m];
     const int64_t at = device_offset(first_row + m, half) + i;
     if (p.y != nullptr) p.y[at] = value;
     if (p.y16.present()) store_narrow(p.y16, at, value);
@@ -102,22 +110,23 @@ __device__ inline void store_swiglu(const SkinnyGemm& p, int64_t first_row, int 
   __syncthreads();  // ups is rewritten by the next pass
 }
 
-// kWarpsPerOutput warps per (output n, group); the block's warps take consecutive outputs (with kSwiGlu: warp w
-// takes output i + w % 2 of the gates, then of the ups, for the block's pair i). Passes of kRows rows
+// kWarpsPerOutput warps per (output n, group); the block's warps take consecutive outputs (with kSwiGlu: warp 0 the
+// gate of the block's output i, warp 1 its up). Passes of kRows rows
 // of x; each lane has kLoadsInFlight 16-byte loads in flight, the last batch of a row predicated rather than
 // issued one by one (a row of 2560 bf16 weights is 10 loads per lane: batches of 4, 4 and 2, not 4, 4, 1 and 1). A GEMM
-// of few outputs (x_proj: 192) takes the block's four warps per output, so that it has blocks for every SM and fewer
-// loads per lane; their sums meet in shared memory, in warp order (H200, ncu: the 3B shape's x_proj at batch 1 took 7.3
+// of few outputs (x_proj: 192) takes four warps per output, so that it has blocks for every SM and fewer loads per
+// lane; their sums meet in shared memory, in warp order (H200, ncu: the 3B shape's x_proj at batch 1 took 7.3
 // us with a warp per output, 5.4 with four).
 // Launched to start early (device_math.cuh): the weights are no kernel's output, so the first batch of them is in
 // flight before the wait for the previous kernel, whose end then overlaps this one's start. Groups wait first:
 // their row counts are the previous kernel's output.
-template <typename Weight, int kRows, int kLoadsInFlight, bool kNarrowX, int kWarpsPerOutput,
+template <typename Weight, int kRows, int kLoadsInFlight, bool kNarrowX, int kWarpsPerOutput, int kOutputsPerBlock,
           Epilogue kEpilogue = Epilogue::kStore>
-__global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(const SkinnyGemm p) {
+__global__ void __launch_bounds__(kWarpsPerOutput* kOutputsPerBlock* kWarpSize) skinny_gemm_kernel(const SkinnyGemm p) {
   constexpr int kLanes = kWarpsPerOutput * kWarpSize;  // along one output's row of weights
   constexpr bool kSwiGlu = kEpilogue == Epilogue::kSwiGlu;
-  static_assert(!kSwiGlu || (kWarpsPerOutput == 1 && kSkinnyWarps == 4), "SwiGLU pairs two gates with two ups");
+  static_assert(!kSwiGlu || (kWarpsPerOutput == 1 && kOutputsPerBlock == 2), "SwiGLU pairs a gate with its up");
+  static_assert(kWarpsPerOutput == 1 || kOutputsPerBlock == 1, "an output of several warps takes the block");
   static_assert(kEpilogue != Epilogue::kConv || kRows <= ConvOperandLanes::kMaxRows, "the conv takes one pass");
   let_next_kernel_start();
   bool waited = p.group_rows != nullptr;
@@ -128,9 +137,8 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
   const int64_t first = p.group_rows == nullptr ? 0 : p.group_rows[group];
   const int64_t count = p.group_rows == nullptr ? p.num_rows : p.group_rows[group + 1] - first;
   const int warp = int(threadIdx.x) / kLanes;
-  const int64_t pair = 2 * int64_t(blockIdx.x) + warp % 2;  // kSwiGlu: the output i of silu(gate) * up
-  const int64_t n =
-      kSwiGlu ? pair + warp / 2 * (p.n / 2) : int64_t(blockIdx.x) * (kSkinnyWarps / kWarpsPerOutput) + warp;
+  const int64_t pair = blockIdx.x;  // kSwiGlu: the output i of silu(gate) * up
+  const int64_t n = kSwiGlu ? pair + warp * (p.n / 2) : int64_t(blockIdx.x) * kOutputsPerBlock + warp;
   if (count == 0 || n >= p.n) return;  // the same for all warps of an output (of the block, with kSwiGlu)
   const int lane = threadIdx.x % kLanes;
   // The same for all warps of an output.
@@ -177,9 +185,8 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarpSize) skinny_gemm_kernel(co
   }
 }
 
-// Below this many blocks of one warp per output, a dense GEMM takes the block's warps per output: an H200 has 132
-// SMs.
-constexpr unsigned kMinBlocksOfOneWarp = 264;
+// Below this many outputs (8 warps per SM of an H200's 132), a dense GEMM takes kWarpsPerWideOutput warps per output.
+constexpr int64_t kMinOutputsOfOneWarp = 8 * 132;
 
 // 16-byte loads per lane in flight in a dense launch. Four rather than eight: fewer registers, more resident warps,
 // and a row's loads in even batches (H200, bf16, one row, each 3B shape 8 times over in a CUDA graph, us per GEMM
@@ -193,17 +200,17 @@ bool dense_of_few_rows(const SkinnyGemm& p) { return p.group_rows == nullptr && 
 // A dense GEMM of one or two rows: one pass, kDenseLoadsInFlight deep, x read as its 16-bit copy where there is one.
 template <typename Weight, int kWarpsPerOutput, Epilogue kEpilogue>
 void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream) {
-  const unsigned num_blocks = kEpilogue == Epilogue::kSwiGlu ? unsigned(p.n / 4)  // a pair of gates and ups a block
-                                                             : num_blocks_for(p.n, kSkinnyWarps / kWarpsPerOutput);
-  const dim3 grid(num_blocks, num_groups), block(kSkinnyWarps * kWarpSize);
+  constexpr int kOutputs = kWarpsPerOutput == 1 ? kDenseOutputsPerBlock : 1;      // per block
+  const unsigned num_blocks = kEpilogue == Epilogue::kSwiGlu ? unsigned(p.n / 2)  // a gate and its up a block
+                                                             : num_blocks_for(p.n, kOutputs);
+  const dim3 grid(num_blocks, num_groups), block(kWarpsPerOutput * kOutputs * kWarpSize);
+  constexpr int kRows = int(kMaxSkinnyGemmRows);
   if (p.x16 != nullptr)
-    launch_early(
-        skinny_gemm_kernel<Weight, int(kMaxSkinnyGemmRows), kDenseLoadsInFlight, true, kWarpsPerOutput, kEpilogue>,
-        grid, block, 0, stream, p);
+    launch_early(skinny_gemm_kernel<Weight, kRows, kDenseLoadsInFlight, true, kWarpsPerOutput, kOutputs, kEpilogue>,
+                 grid, block, 0, stream, p);
   else
-    launch_early(
-        skinny_gemm_kernel<Weight, int(kMaxSkinnyGemmRows), kDenseLoadsInFlight, false, kWarpsPerOutput, kEpilogue>,
-        grid, block, 0, stream, p);
+    launch_early(skinny_gemm_kernel<Weight, kRows, kDenseLoadsInFlight, false, kWarpsPerOutput, kOutputs, kEpilogue>,
+                 grid, block, 0, stream, p);
 }
 
 // A dense GEMM of one or two rows with the given epilogue; few outputs take the block's warps per output, except
@@ -212,8 +219,8 @@ template <typename Weight, Epilogue kEpilogue>
 void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream) {
   if constexpr (kEpilogue == Epilogue::kSwiGlu)
     launch_dense<Weight, 1, kEpilogue>(p, num_groups, stream);
-  else if (num_blocks_for(p.n, kSkinnyWarps) < kMinBlocksOfOneWarp)
-    launch_dense<Weight, kSkinnyWarps, kEpilogue>(p, num_groups, stream);
+  else if (p.n < kMinOutputsOfOneWarp)
+    launch_dense<Weight, kWarpsPerWideOutput, kEpilogue>(p, num_groups, stream);
   else
     launch_dense<Weight, 1, kEpilogue>(p, num_groups, stream);
 }
@@ -225,8 +232,8 @@ void launch(const SkinnyGemm& p, cudaStream_t stream) {
   if (p.swiglu) return launch_dense<Weight, Epilogue::kSwiGlu>(p, num_groups, stream);
   if (p.conv.present()) return launch_dense<Weight, Epilogue::kConv>(p, num_groups, stream);
   if (dense_of_few_rows(p)) return launch_dense<Weight, Epilogue::kStore>(p, num_groups, stream);
-  const dim3 grid(num_blocks_for(p.n, kSkinnyWarps), num_groups), block(kSkinnyWarps * kWarpSize);
-  launch_early(skinny_gemm_kernel<Weight, kSkinnyRows, 4, false, 1>, grid, block, 0, stream, p);
+  const dim3 grid(num_blocks_for(p.n, kGroupOutputsPerBlock), num_groups), block(kGroupOutputsPerBlock * kWarpSize);
+  launch_early(skinny_gemm_kernel<Weight, kSkinnyRows, 4, false, 1, kGroupOutputsPerBlock>, grid, block, 0, stream, p);
 }
 
 }  // namespace
@@ -237,7 +244,7 @@ bool skinny_gemm_applies(const SkinnyGemm& p) {
   const int64_t per_load = skinny_weights_per_load(p.dtype);
   const bool weight_aligned = p.weights != nullptr || reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
   const bool x16_fits = p.x16 == nullptr || (p.dtype != DType::F32 && reinterpret_cast<uintptr_t>(p.x16) % 16 == 0);
-  const bool swiglu_fits = !p.swiglu || (dense_of_few_rows(p) && p.n % 4 == 0);
+  const bool swiglu_fits = !p.swiglu || (dense_of_few_rows(p) && p.n % 2 == 0);
   const bool conv_fits = !p.conv.present() || (dense_of_few_rows(p) && !p.swiglu);
   const bool ids_fit = p.group_ids == nullptr || p.group_rows != nullptr;
   return p.k % per_load == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && weight_aligned &&

@@ -54,8 +54,8 @@ struct SkinnyGemm {
 int64_t skinny_weights_per_load(DType dtype);
 
 // Whether the kernel takes these operands: 16-byte aligned weights and x rows, K a multiple of one load, x16
-// only beside 16-bit weights, group_ids only beside group_rows, swiglu only for one group of up to 2 rows with N a
-// multiple of 4, and conv only for one group of up to 2 rows without swiglu.
+// only beside 16-bit weights, group_ids only beside group_rows, swiglu only for one group of up to 2 rows with N
+// even, and conv only for one group of up to 2 rows without swiglu.
 bool skinny_gemm_applies(const SkinnyGemm& params);
 
 // y[i] = x[i] · w_gᵀ for every row i of every group g.
