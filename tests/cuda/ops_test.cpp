@@ -678,10 +678,11 @@ class TensorCoreAttentionTest : public StreamTest {
     const std::vector<int32_t> reads(size_t(num_rows), 1);
     const cuda::DeviceRows device_rows = uploader.upload(rows, offsets, reads, stream_);
     ASSERT_EQ(cuda::attention_runs_on_tensor_cores(device_rows, layout, true), total > num_rows);  // prefill rows
-    ASSERT_TRUE(cuda::decode_runs_on_tensor_cores(layout, shape.num_heads, true));
+    ASSERT_EQ(cuda::decode_runs_on_tensor_cores(layout, shape.num_heads, true),
+              shape.num_heads / shape.num_kv_heads <= 64);  // wider groups: the fp32 kernel
 
     const int64_t width = shape.num_heads * shape.head_dim;
-    const Matrix queries = store.matrix(total, width, 1.0f);
+    const Matrix queries = store.matrix(total, width, 4.0f);  // scores of spread ~1.3: peaked softmax weights
     DeviceBuffer<float> device_queries = upload(queries.data(), total * width);
     std::vector<std::vector<float>> outputs;
     for (const bool sixteen_bit : {false, true}) {
@@ -697,7 +698,8 @@ class TensorCoreAttentionTest : public StreamTest {
                  1e-2);
   }
 
-  static constexpr Shape kShapes[] = {{20, 1, 128}, {8, 2, 64}, {4, 4, 16}};  // MQA, GQA, MHA
+  // MQA, GQA, MHA; a group of 64 heads (four full warps), and one of 72, whose one-token rows take the fp32 kernel.
+  static constexpr Shape kShapes[] = {{20, 1, 128}, {8, 2, 64}, {4, 4, 16}, {64, 1, 32}, {72, 1, 16}};
 };
 
 // Rows of several tokens (attention_mma_kernel): spanning several 64-token chunks, continuing a cached prefix or
