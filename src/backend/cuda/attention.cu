@@ -38,6 +38,14 @@ __device__ inline KeySplit split_keys(const DeviceRows& rows, int64_t t, int spl
   return {first, min(num_keys, first + keys_per_split)};
 }
 
+// Where split `split` of (token t, query head) keeps its partial result [hd + 2] (the unnormalized outputs, then m
+// and l) in partial [T, nh, num_splits, hd + 2].
+__device__ inline float* partial_entry(float* partial, int64_t t, int64_t head, int64_t split, int64_t num_heads,
+                                       int num_splits, int64_t head_dim) {
+  return partial + device_offset(device_offset(t, num_heads) + head, device_offset(num_splits, head_dim + 2)) +
+         device_offset(split, head_dim + 2);
+}
+
 __global__ void store_kernel(DeviceRows rows, KvLayout layout,
                              const float* keys,    // [T, nkv*hd]
                              const float* values,  // [T, nkv*hd]
@@ -159,8 +167,7 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
   }
   for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) {
     const int64_t head = device_offset(kv_head, group_size) + i / head_dim, e = i % head_dim;
-    float* entry = partial + device_offset(device_offset(t, num_heads) + head, device_offset(num_splits, head_dim + 2)) +
-                   device_offset(split, head_dim + 2);
+    float* entry = partial_entry(partial, t, head, split, num_heads, num_splits, head_dim);
     entry[e] = acc[i];
     if (e == 0) entry[head_dim] = running_max[i / head_dim], entry[head_dim + 1] = running_sum[i / head_dim];
   }
@@ -364,6 +371,25 @@ struct WarpAttention {
     }
   }
 
+  // Walks the keys [first_key, end_key) of row r's KV head kv_head a kMmaKeys tile at a time, staged in shared
+  // memory as bf16 for the block's warps; the warp attends a tile where takes(the tile's first key) holds. Every
+  // thread of the block calls it: the staging has barriers.
+  template <typename Takes, typename Visible>
+  __device__ void attend_keys(const uint32_t (&query)[kMmaDimTiles][4], const DeviceRows& rows, const KvLayout& layout,
+                              int64_t r, int64_t kv_head, int64_t first_key, int64_t end_key, const float* kv_pool,
+                              Takes takes, Visible visible) {
+    __shared__ __align__(16) __nv_bfloat16 keys[kMmaKeys * kMmaTileStride];    // [kMmaKeys, hd (padded)]
+    __shared__ __align__(16) __nv_bfloat16 values[kMmaKeys * kMmaTileStride];  // [kMmaKeys, hd (padded)]
+    __shared__ int64_t entries[kMmaKeys];  // pool offset of each staged position's key, -1 past the last
+    const int head_dim = int(layout.head_dim);
+    const float scale = 1.4426950408889634f / sqrtf(float(head_dim));  // 1/sqrt(hd) in base 2 (exp2f)
+    for (int64_t first = first_key; first < end_key; first += kMmaKeys) {
+      stage_keys_and_values(rows, layout, r, kv_head, first, end_key, kv_pool, entries, keys, values);
+      if (takes(first)) attend(query, keys, values, first, head_dim / 16, scale, visible);
+      __syncthreads();  // the tiles are restaged next
+    }
+  }
+
   // Completes each row's running sum over its four lanes.
   __device__ void finish() {
 #pragma unroll
@@ -398,9 +424,6 @@ __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
                          const float* queries,  // [T, nh*hd]
                          const float* kv_pool,  // [num_blocks, block_stride]
                          float* context) {      // [T, nh*hd]
-  __shared__ __align__(16) __nv_bfloat16 keys[kMmaKeys * kMmaTileStride];    // [kMmaKeys, hd (padded)]
-  __shared__ __align__(16) __nv_bfloat16 values[kMmaKeys * kMmaTileStride];  // [kMmaKeys, hd (padded)]
-  __shared__ int64_t entries[kMmaKeys];  // pool offset of each staged position's key, -1 past the last
   const int head_dim = int(layout.head_dim), dim_tiles = head_dim / 16;
   const int warp = threadIdx.x / kWarpSize;
 
@@ -421,14 +444,10 @@ __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
   load_query_fragments(queries + device_offset(warp_first, query_stride) + device_offset(head, head_dim), query_stride,
                        num_queries, dim_tiles, query);
   WarpAttention attention;
-  const float scale = 1.4426950408889634f / sqrtf(float(head_dim));  // 1/sqrt(hd) in base 2 (exp2f)
-  const auto visible = [&](int64_t key_position, int row) { return key_position <= first_position + row; };
-  for (int64_t first_key = 0; first_key < num_keys; first_key += kMmaKeys) {
-    stage_keys_and_values(rows, layout, r, kv_head, first_key, num_keys, kv_pool, entries, keys, values);
-    if (num_queries > 0 && first_key <= last_position)
-      attention.attend(query, keys, values, first_key, dim_tiles, scale, visible);
-    __syncthreads();  // the tiles are restaged next
-  }
+  attention.attend_keys(
+      query, rows, layout, r, kv_head, 0, num_keys, kv_pool,
+      [&](int64_t first_key) { return num_queries > 0 && first_key <= last_position; },
+      [&](int64_t key_position, int row) { return key_position <= first_position + row; });
   attention.finish();
   attention.store(context + device_offset(warp_first, query_stride) + device_offset(head, head_dim), query_stride,
                   num_queries, head_dim, /*normalized=*/true);
@@ -449,9 +468,6 @@ __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
   // Launched early, as the kernels around it (device_math.cuh).
   let_next_kernel_start();
   wait_for_previous_kernel();
-  __shared__ __align__(16) __nv_bfloat16 keys[kMmaKeys * kMmaTileStride];    // [kMmaKeys, hd (padded)]
-  __shared__ __align__(16) __nv_bfloat16 values[kMmaKeys * kMmaTileStride];  // [kMmaKeys, hd (padded)]
-  __shared__ int64_t entries[kMmaKeys];  // pool offset of each staged position's key, -1 past the last
   const int head_dim = int(layout.head_dim), dim_tiles = head_dim / 16;
   const int64_t t = blockIdx.x / layout.num_kv_heads, kv_head = blockIdx.x % layout.num_kv_heads;
   const int64_t r = rows.token_row[t];
@@ -465,21 +481,16 @@ __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
   load_query_fragments(queries + device_offset(t, num_heads * head_dim) + device_offset(first_head, head_dim), head_dim,
                        num_rows, dim_tiles, query);
   WarpAttention attention;
-  const float scale = 1.4426950408889634f / sqrtf(float(head_dim));  // 1/sqrt(hd) in base 2 (exp2f)
-  const auto visible = [&](int64_t key_position, int) { return key_position < split.end; };
-  for (int64_t first_key = split.first; first_key < split.end; first_key += kMmaKeys) {
-    stage_keys_and_values(rows, layout, r, kv_head, first_key, split.end, kv_pool, entries, keys, values);
-    if (num_rows > 0) attention.attend(query, keys, values, first_key, dim_tiles, scale, visible);
-    __syncthreads();  // the tiles are restaged next
-  }
+  attention.attend_keys(
+      query, rows, layout, r, kv_head, split.first, split.end, kv_pool, [&](int64_t) { return num_rows > 0; },
+      [&](int64_t key_position, int) { return key_position < split.end; });
   attention.finish();
   if (num_splits == 1)
     attention.store(context + device_offset(t, num_heads * head_dim) + device_offset(first_head, head_dim), head_dim,
                     num_rows, head_dim, /*normalized=*/true);
   else
-    attention.store(partial + device_offset(device_offset(t, num_heads) + first_head, num_splits * (head_dim + 2)) +
-                        device_offset(blockIdx.y, head_dim + 2),
-                    num_splits * (head_dim + 2), num_rows, head_dim, /*normalized=*/false);
+    attention.store(partial_entry(partial, t, first_head, blockIdx.y, num_heads, num_splits, head_dim),
+                    device_offset(num_splits, head_dim + 2), num_rows, head_dim, /*normalized=*/false);
 }
 
 int attention_splits(int64_t num_tokens, int64_t num_kv_heads) {
