@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <string_view>
 
@@ -38,26 +39,33 @@ struct BenchOptions {
 
 int64_t view_bytes(const TensorView& view) { return view.empty() ? 0 : view.numel() * dtype_size(view.dtype); }
 
-// Checkpoint bytes one decode token reads: everything except the experts the router does not pick (at batch 1;
-// a larger batch reads more experts of a MoE model, so this is a lower bound there).
-int64_t bytes_read_per_token(const Model& model) {
-  int64_t skipped = 0;
-  const int64_t num_idle = model.config.num_experts - model.config.num_experts_per_tok;
+bool has_experts(const Model& model) {
+  return std::ranges::any_of(model.weights.layers, [](const LayerWeights& layer) { return layer.ffn == FfnKind::Moe; });
+}
+
+// Checkpoint bytes one decode step of `batch` sequences reads: everything except the embedding (a row lookup) and,
+// in a MoE layer, the experts no sequence picks. Each sequence picks k of E experts, so with uniform routing
+// E * (1 - (1 - k/E)^batch) experts are expected to be picked: exactly k at batch 1, an estimate beyond.
+double bytes_read_per_step(const Model& model, int64_t batch) {
+  const double num_experts = double(model.config.num_experts);
+  const double num_picked =
+      num_experts * (1.0 - std::pow(1.0 - double(model.config.num_experts_per_tok) / num_experts, double(batch)));
+  double skipped = 0;
   for (const LayerWeights& layer : model.weights.layers) {
     if (layer.ffn != FfnKind::Moe) continue;
     const MlpWeights& expert = layer.moe.experts.front();
-    skipped += num_idle * (view_bytes(expert.gate_proj) + view_bytes(expert.up_proj) + view_bytes(expert.down_proj));
+    skipped += (num_experts - num_picked) *
+               double(view_bytes(expert.gate_proj) + view_bytes(expert.up_proj) + view_bytes(expert.down_proj));
   }
-  // The embedding is a row lookup, not a full read.
-  return model.weights.bytes_total - skipped - view_bytes(model.weights.embed_tokens) +
-         (model.config.tie_word_embeddings ? view_bytes(model.weights.embed_tokens) : 0);
+  const int64_t embedding_read = model.config.tie_word_embeddings ? view_bytes(model.weights.embed_tokens) : 0;
+  return double(model.weights.bytes_total - view_bytes(model.weights.embed_tokens) + embedding_read) - skipped;
 }
 
-// What the backend reads: the CUDA backend's f32 mode holds a 16-bit checkpoint upcast, at twice its bytes.
-int64_t bytes_read_per_step(const Model& model, const BenchOptions& options) {
+// What the backend reads of that: the CUDA backend's f32 mode holds a 16-bit checkpoint upcast, at twice its bytes.
+double backend_bytes_read_per_step(const Model& model, const BenchOptions& options, int64_t batch) {
   const bool widened =
       options.backend == "cuda" && options.cuda_weights == "f32" && model.weights.lm_head.dtype != DType::F32;
-  return bytes_read_per_token(model) * (widened ? 2 : 1);
+  return bytes_read_per_step(model, batch) * (widened ? 2 : 1);
 }
 
 uint64_t fnv1a_hash(std::span<const float> values) {
@@ -204,7 +212,6 @@ void run_bench(const BenchOptions& options) {
   const double load_seconds = seconds_since(load_start);  // random weights: their fill, on the host or the GPU
   BatchBench bench(*backend, options, max_batch, model.config.vocab_size);
 
-  const double step_gb = double(bytes_read_per_step(model, options)) / 1e9;
   const bool on_gpu = options.backend == "cuda";
   fmt::print("model {}{}: {} layers, hidden {}, vocab {}; {:.1f} MB of weights in the checkpoint\n",
              options.model.folder, options.model.random_weights ? " (random weights)" : "",
@@ -214,10 +221,12 @@ void run_bench(const BenchOptions& options) {
       (on_gpu ? fmt::format("{} weights", options.cuda_weights) : fmt::format("{} threads", omp_get_max_threads())) +
       fmt::format(", {} state", options.state_dtype);
   fmt::print(
-      "backend {} ({}): {:.1f} MB of weights held, {:.1f} MB read per decode step; model and caches ready in "
-      "{:.1f} s\n",
+      "backend {} ({}): {:.1f} MB of weights held, {:.1f} MB read per decode step at batch 1{}; model and caches "
+      "ready in {:.1f} s\n",
       options.backend, detail, double(backend_weight_bytes(options.backend, model, options.cuda_weights)) / 1e6,
-      step_gb * 1e3, load_seconds);
+      backend_bytes_read_per_step(model, options, 1) / 1e6,
+      has_experts(model) ? " (beyond batch 1, GB/s counts the experts uniform routing is expected to pick)" : "",
+      load_seconds);
   double copy_gb_per_s = 0.0;
 #ifdef JAMBO_WITH_CUDA
   if (on_gpu) {
@@ -239,7 +248,7 @@ void run_bench(const BenchOptions& options) {
     const double prefill_rate = double(batch * options.num_prompt_tokens) / best.prefill_seconds;
     const double step_seconds = best.decode_seconds / double(options.num_decode_tokens);
     const double decode_rate = double(batch) / step_seconds;
-    const double weight_gb_per_s = step_gb / step_seconds;
+    const double weight_gb_per_s = backend_bytes_read_per_step(model, options, batch) / 1e9 / step_seconds;
     fmt::print("batch {:3}  prefill {:3} x {:5} tokens {:10.1f} tok/s\n", batch, batch, options.num_prompt_tokens,
                prefill_rate);
     fmt::print("batch {:3}  decode  {:3} x {:5} tokens {:10.1f} tok/s  {:8.3f} ms/step  {:7.1f} GB/s of weights", batch,
