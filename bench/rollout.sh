@@ -5,14 +5,8 @@
 # fails when the engine did not generate the whole workload.
 # Usage: bench/rollout.sh [path/to/jambo] [gpu|cpu-demo]
 #   gpu (default): the Jamba-Reasoning-3B shape, random bf16 weights, the CUDA backend: 1024 prompts x n = 8,
-#     512 tokens in, 256 out (2.1M generated tokens: 78 s on the H200 in session 4, 26,900 generated tok/s;
-#     72 s in session 5, 29,000 generated tok/s; 70 s in session 6, 30,000 generated tok/s; 62 s in session 7,
-#     33,800 generated tok/s and 42,300 in all; 63.8 s in session 8 (the other GPU of the machine running tests
-#     meanwhile), 32,800 generated tok/s and 41,100 in all, 0.77 ms a step outside the forward calls; 60.4 s in
-#     session 9, 34,700 generated tok/s and 43,400 in all, 0.83 ms a step outside; 58.1 s in session 10 (the
-#     samples sharing their prompt's KV blocks, cuBLASLt GEMMs), 36,100 generated tok/s and 45,100 in all, 0.52 ms
-#     a step outside; 55.6 s in session 12 (the other GPU running stress meanwhile), 37,700 generated tok/s and
-#     47,200 in all, 0.62 ms a step outside; run it on the GPU machine).
+#     512 tokens in, 256 out (2.1M generated tokens; session 13, H200: 55.9 s, 37,500 generated tok/s and 46,900 in
+#     all, 0.67 ms a step outside the forward calls; earlier sessions in bench/HISTORY.md; run it on the GPU machine).
 #   cpu-demo: models/jambo-demo on the CPU, 16 prompts x n = 4, 32 tokens in, 32 out (seconds).
 # Any of PROMPTS, N, PROMPT_TOKENS, MAX_TOKENS, MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, MEMORY_BUDGET, SEED and
 # STATE_DTYPE (the engine's --state-dtype, f32 or bf16; default f32) in the environment overrides the preset's value.
