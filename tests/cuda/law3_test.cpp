@@ -1,6 +1,8 @@
 // Law 3 on the GPU: a state pool of more than 2^32 elements (about 17 GB of fp32, 8.6 GB of bf16), a request in
 // its top slot, whose state lies past element 2^32, gives exactly the logprobs of the same request in slot 0; for
-// a small test model and for the Jamba-Reasoning-3B shape, whose state is also tried in bf16 (past byte 2^33).
+// a small test model and for the Jamba-Reasoning-3B shape, whose state is also tried in bf16 (past byte 2^33), and
+// whose weights are also run in the bf16 mode, the kernels that production runs (the skinny GEMMs, whose conv
+// epilogue writes the slot's tail at decode, and the tensor-core attention).
 #include "../backend/sequences.h"
 #include "../backend/test_models.h"
 #include "cuda_test_util.h"
@@ -17,8 +19,9 @@ class CudaLaw3Test : public GpuTest {};
 
 // A request in the top slot of a pool past 2^32 elements against the same request in slot 0: prefill, a
 // decode that reads the slot, a continuing chunk.
-void expect_top_slot_equals_slot_zero(const Model& model, const char* name, DType state_dtype = DType::F32) {
-  const int64_t slot_size = make_cuda_backend(model, test_cache(1))->state_elements_per_slot();
+void expect_top_slot_equals_slot_zero(const Model& model, const char* name, DType state_dtype = DType::F32,
+                                      const std::string& weights = "f32") {
+  const int64_t slot_size = make_cuda_backend(model, test_cache(1), weights)->state_elements_per_slot();
   const int64_t num_slots = (int64_t(1) << 32) / slot_size + 2;
   const int64_t pool_bytes = num_slots * slot_size * dtype_size(state_dtype);
   size_t free_bytes = 0, total_bytes = 0;
@@ -29,12 +32,12 @@ void expect_top_slot_equals_slot_zero(const Model& model, const char* name, DTyp
     GTEST_SKIP() << "a state pool past 2^32 elements needs " << pool_bytes << " bytes of GPU memory";
   }
   CacheConfig cache{num_slots, 2 * kMaxBlocksPerSequence, kBlockSize, state_dtype};
-  auto backend = make_cuda_backend(model, cache);
+  auto backend = make_cuda_backend(model, cache, weights);
   const int64_t top_slot = num_slots - 1;
   ASSERT_GT(top_slot * slot_size, int64_t(1) << 32) << "the top slot must start past element 2^32";
-  std::printf("[cuda law3] %s, %s state: pool of %lld elements, top slot %lld at element %lld\n", name,
-              std::string(dtype_name(state_dtype)).c_str(), (long long)(num_slots * slot_size), (long long)top_slot,
-              (long long)(top_slot * slot_size));
+  std::printf("[cuda law3] %s, %s weights, %s state: pool of %lld elements, top slot %lld at element %lld\n", name,
+              weights.c_str(), std::string(dtype_name(state_dtype)).c_str(), (long long)(num_slots * slot_size),
+              (long long)top_slot, (long long)(top_slot * slot_size));
 
   const std::vector<int32_t> tokens = random_tokens(12, model.config.vocab_size, 10);
   Sequence low(0, tokens), high(1, tokens);
@@ -64,6 +67,12 @@ TEST_F(CudaLaw3Test, ReasoningThreeBShapeBf16StateTopSlotEqualsSlotZero) {
   const JambaConfig config =
       load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
   expect_top_slot_equals_slot_zero(make_random_model(config, DType::BF16, 3), "Reasoning-3B shape", DType::BF16);
+}
+
+TEST_F(CudaLaw3Test, ReasoningThreeBShapeBf16WeightsTopSlotEqualsSlotZero) {
+  const JambaConfig config =
+      load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
+  expect_top_slot_equals_slot_zero(make_random_model(config, DType::BF16, 3), "Reasoning-3B shape", DType::F32, "bf16");
 }
 
 }  // namespace

@@ -39,6 +39,9 @@ struct WeightLoad {
 // weights' type, or (kNarrowX) read as its producer's 16-bit copy of that type, half the bytes. Both add four
 // products at a time in the same order, so that the two give the same sums bit for bit; and neither holds a row's
 // x in registers (with eight rows of x per pass that doubled the registers, and halved the occupancy).
+// x is read with plain loads, never through the read-only path (__ldg, ld.global.nc): the kernel starts early,
+// while the kernel that writes x may still run, and a read-only load may be served stale or issued before the wait
+// (it was: 3B-shape decode steps in the bf16 mode read wrong inputs now and then; Bf16DecodeTest).
 template <typename Weight, int kRows, bool kNarrowX>
 __device__ inline void accumulate(const SkinnyGemm& p, int64_t first_row, int num_rows, int64_t k, const uint4& packed,
                                   float (&sums)[kRows]) {
@@ -50,7 +53,8 @@ __device__ inline void accumulate(const SkinnyGemm& p, int64_t first_row, int nu
     if (m >= num_rows) continue;
     if constexpr (kNarrowX) {
       float x[Load::kCount];
-      Load::widen(__ldg(reinterpret_cast<const uint4*>(p.x16 + device_offset(first_row + m, p.k) + k)), x);
+      const uint4 packed_x = *reinterpret_cast<const uint4*>(p.x16 + device_offset(first_row + m, p.k) + k);
+      Load::widen(packed_x, x);
 #pragma unroll
       for (int q = 0; q < Load::kCount; q += 4)
         sums[m] += x[q] * w[q] + x[q + 1] * w[q + 1] + x[q + 2] * w[q + 2] + x[q + 3] * w[q + 3];
@@ -58,7 +62,7 @@ __device__ inline void accumulate(const SkinnyGemm& p, int64_t first_row, int nu
       const float4* chunk = reinterpret_cast<const float4*>(p.x + device_offset(first_row + m, p.x_stride) + k);
 #pragma unroll
       for (int q = 0; q < Load::kCount; q += 4) {
-        const float4 v = __ldg(chunk + q / 4);
+        const float4 v = chunk[q / 4];
         sums[m] += Load::round(v.x) * w[q] + Load::round(v.y) * w[q + 1] + Load::round(v.z) * w[q + 2] +
                    Load::round(v.w) * w[q + 3];
       }
