@@ -8,6 +8,7 @@
 #include "model/config.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace jambo {
 
@@ -26,5 +27,15 @@ struct StateSlotLayout {
     return element_offset(element_offset(num_slots, slot_stride), dtype_size(dtype));
   }
 };
+
+// Each layer's index among the layers of its mixer kind: where a Mamba layer's state lies in a slot, and an
+// attention layer's keys and values in a KV block.
+inline std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
+  std::vector<int64_t> indices;
+  int64_t num_mamba = 0, num_attention = 0;
+  for (MixerKind kind : config.mixer_kinds)
+    indices.push_back(kind == MixerKind::Attention ? num_attention++ : num_mamba++);
+  return indices;
+}
 
 }  // namespace jambo

@@ -1,11 +1,13 @@
 // Helpers of the CUDA tests: a fixture base that skips without a GPU (and fails instead when
-// JAMBO_REQUIRE_GPU=1, as scripts/gpu-test sets), and the models every test runs on.
+// JAMBO_REQUIRE_GPU=1, as scripts/gpu-test sets), copies to and from the GPU, and the models every test runs on.
 #pragma once
 
 #include "../backend/sequences.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_memory.h"
 #include "model/weights.h"
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,6 +44,22 @@ class GpuParamTest : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override { JAMBO_SKIP_WITHOUT_GPU(); }
 };
+
+// count values from the host in a new device buffer.
+template <typename T>
+cuda::DeviceBuffer<T> upload(const T* values, int64_t count) {
+  cuda::DeviceBuffer<T> buffer(count);
+  EXPECT_EQ(cudaMemcpy(buffer.data(), values, size_t(count) * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return buffer;
+}
+
+// count values from the device.
+template <typename T>
+std::vector<T> download(const T* values, int64_t count) {
+  std::vector<T> out(static_cast<size_t>(count));
+  EXPECT_EQ(cudaMemcpy(out.data(), values, size_t(count) * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
 
 // The committed fixture checkpoints (tests/fixtures/models/*/config.json).
 inline std::vector<std::string> fixture_model_names() {

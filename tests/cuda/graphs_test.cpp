@@ -18,13 +18,7 @@ using cuda::StepGraphs;
 
 class StepGraphsTest : public GpuTest {};
 
-std::vector<float> download(const DeviceBuffer<float>& buffer) {
-  std::vector<float> host(size_t(buffer.size()));
-  EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), host.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
-
-void upload(DeviceBuffer<float>& buffer, float value) {
+void fill(DeviceBuffer<float>& buffer, float value) {
   const std::vector<float> host(size_t(buffer.size()), value);
   ASSERT_EQ(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
 }
@@ -40,21 +34,21 @@ TEST_F(StepGraphsTest, WarmsUpCapturesReplaysAndStartsAfreshAfterAnAllocation) {
           cudaMemcpyAsync(output.data(), input.data(), 64 * sizeof(float), cudaMemcpyDeviceToDevice, stream));
     };
     for (int step = 0; step < 4; ++step) {
-      upload(input, float(step));
+      fill(input, float(step));
       graphs.run(/*key=*/7, copy);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      EXPECT_EQ(download(output), std::vector<float>(64, float(step))) << "step " << step;
+      EXPECT_EQ(download(output.data(), output.size()), std::vector<float>(64, float(step))) << "step " << step;
     }
     EXPECT_EQ(graphs.counts().num_eager, 1);     // the warm-up
     EXPECT_EQ(graphs.counts().num_captures, 1);  // the second step
     EXPECT_EQ(graphs.counts().num_replays, 3);
 
     DeviceBuffer<float> elsewhere(64);  // any allocation may have moved a captured buffer
-    upload(input, 9.0f);
+    fill(input, 9.0f);
     graphs.run(7, copy);
     graphs.run(7, copy);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_EQ(download(output), std::vector<float>(64, 9.0f));
+    EXPECT_EQ(download(output.data(), output.size()), std::vector<float>(64, 9.0f));
     EXPECT_EQ(graphs.counts().num_eager, 2);
     EXPECT_EQ(graphs.counts().num_captures, 2);
   }

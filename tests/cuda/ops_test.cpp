@@ -32,18 +32,6 @@ using cuda::DeviceBuffer;
 
 constexpr double kRelativeTolerance = 1e-5;
 
-DeviceBuffer<float> upload(const float* values, int64_t count) {
-  DeviceBuffer<float> buffer(count);
-  EXPECT_EQ(cudaMemcpy(buffer.data(), values, size_t(count) * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  return buffer;
-}
-
-std::vector<float> download(const float* values, int64_t count) {
-  std::vector<float> out(static_cast<size_t>(count));
-  EXPECT_EQ(cudaMemcpy(out.data(), values, size_t(count) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  return out;
-}
-
 // |actual - expected| <= tolerance * max |expected| everywhere.
 void expect_close(const std::vector<float>& actual, const float* expected, const std::string& what,
                   double tolerance = kRelativeTolerance) {
@@ -421,8 +409,7 @@ TEST_F(GemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
   for (const DType dtype : {DType::BF16, DType::F16})
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 64}, {1000, 2560}, {5, 8}, {24, 20}, {1100, 136}}) {
       const TensorView w = store.make({n, k}, dtype, 1.0f);
-      DeviceBuffer<uint16_t> device_w(n * k);
-      ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(n * k) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      const DeviceBuffer<uint16_t> device_w = upload(static_cast<const uint16_t*>(w.data), n * k);
       const cuda::DeviceMatrix matrix{device_w.data(), dtype, n, k};
       for (const int64_t rows : {int64_t(1), cuda::kMaxSkinnyGemmRows, cuda::kMaxSkinnyGemmRows + 1, int64_t(9)}) {
         const int64_t stride = k + 4;  // a column slice, as dt_proj reads
@@ -459,8 +446,7 @@ TEST_F(GemmTest, ManyRowsEqualTheSkinnyGemmTwoRowsAtATime) {
   TensorStore store(41);
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2560, 8192}, {192, 5120}, {5120, 160}}) {
     const TensorView w = store.make({n, k}, DType::BF16, 1.0f);
-    DeviceBuffer<uint16_t> device_w(n * k);
-    ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(n * k) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    const DeviceBuffer<uint16_t> device_w = upload(static_cast<const uint16_t*>(w.data), n * k);
     const cuda::DeviceMatrix matrix{device_w.data(), DType::BF16, n, k};
     for (const int64_t rows : {int64_t(3), int64_t(64), int64_t(255), int64_t(256)}) {
       const int64_t stride = k + 8;
@@ -503,8 +489,7 @@ TEST_F(GemmTest, SwiGluFusedIntoTheSkinnyGemmEqualsGemmThenSwiGlu) {
     for (const int64_t intermediate : {int64_t(25), int64_t(50), int64_t(1024)}) {
       const int64_t n = 2 * intermediate;
       const TensorView w = store.make({n, kWidth}, dtype, 1.0f);
-      DeviceBuffer<uint16_t> device_w(n * kWidth);
-      ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(n * kWidth) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      const DeviceBuffer<uint16_t> device_w = upload(static_cast<const uint16_t*>(w.data), n * kWidth);
       const cuda::DeviceMatrix matrix{device_w.data(), dtype, n, kWidth};
       for (const int64_t rows : {int64_t(1), cuda::kMaxSkinnyGemmRows}) {
         const std::string where = std::string(dtype_name(dtype)) + ", I " + std::to_string(intermediate) + ", " +
@@ -552,8 +537,7 @@ TEST_F(GemmTest, GroupIdsListingTheGroupsWithRowsEqualEveryGroupLaunched) {
   std::vector<const void*> weight_pointers;
   for (int64_t g = 0; g < kGroups; ++g) {
     const TensorView w = store.make({kN, kK}, DType::BF16, 1.0f);
-    weights.emplace_back(kN * kK);
-    ASSERT_EQ(cudaMemcpy(weights.back().data(), w.data, size_t(kN * kK) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    weights.push_back(upload(static_cast<const uint16_t*>(w.data), kN * kK));
     weight_pointers.push_back(weights.back().data());
   }
   DeviceBuffer<const void*> device_weights(kGroups);
@@ -746,8 +730,7 @@ TEST_F(NarrowCopyTest, NormCopiesEqualTheGemmsOwnRounding) {
     const TensorView w = store.make({kOutputs, kWidth}, dtype, 1.0f);
     DeviceBuffer<float> device_x = upload(x.data(), kRows * kWidth);
     DeviceBuffer<float> device_norm = upload(norm_weight.data(), kWidth);
-    DeviceBuffer<uint16_t> device_w(kOutputs * kWidth);
-    ASSERT_EQ(cudaMemcpy(device_w.data(), w.data, size_t(kOutputs * kWidth) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    const DeviceBuffer<uint16_t> device_w = upload(static_cast<const uint16_t*>(w.data), kOutputs * kWidth);
     const cuda::DeviceMatrix matrix{device_w.data(), dtype, kOutputs, kWidth};
     DeviceBuffer<float> normed(kRows * kWidth), fused(kRows * kOutputs), separate(kRows * kOutputs);
     DeviceBuffer<uint16_t> copy(kRows * kWidth), rounded(kRows * kWidth);

@@ -8,6 +8,7 @@
 #include "backend/cpu/vector_ops.h"
 #include "backend/logits_ops.h"
 #include "backend/row_validation.h"
+#include "backend/state_layout.h"
 #include "core/error.h"
 
 #include <algorithm>
@@ -53,15 +54,6 @@ class CpuBackend final : public Backend {
   Matrix final_normed_;       // [num_vectors, H] the normalized tokens whose logits are computed
   std::vector<float> logits_;  // [num_vectors, V]
 };
-
-std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
-  std::vector<int64_t> indices;
-  int64_t num_mamba = 0;
-  int64_t num_attention = 0;
-  for (MixerKind kind : config.mixer_kinds)
-    indices.push_back(kind == MixerKind::Attention ? num_attention++ : num_mamba++);
-  return indices;
-}
 
 CpuBackend::CpuBackend(const Model& model, const CacheConfig& cache)
     : model_(model),

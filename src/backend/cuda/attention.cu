@@ -38,12 +38,13 @@ __device__ inline KeySplit split_keys(const DeviceRows& rows, int64_t t, int spl
   return {first, min(num_keys, first + keys_per_split)};
 }
 
-// Where split `split` of (token t, query head) keeps its partial result [hd + 2] (the unnormalized outputs, then m
-// and l) in partial [T, nh, num_splits, hd + 2].
-__device__ inline float* partial_entry(float* partial, int64_t t, int64_t head, int64_t split, int64_t num_heads,
-                                       int num_splits, int64_t head_dim) {
-  return partial + device_offset(device_offset(t, num_heads) + head, device_offset(num_splits, head_dim + 2)) +
-         device_offset(split, head_dim + 2);
+// A split's partial result for one (token, query head): its hd unnormalized outputs, then its running max m and
+// sum l, in partial [T, nh, num_splits, hd + 2].
+JAMBO_HOST_DEVICE inline int64_t partial_entry_size(int64_t head_dim) { return head_dim + 2; }
+
+// Where split `split` of pair = t * nh + query head keeps its partial result in partial.
+__device__ inline int64_t partial_entry(int64_t pair, int64_t split, int num_splits, int64_t head_dim) {
+  return device_offset(device_offset(pair, num_splits) + split, partial_entry_size(head_dim));
 }
 
 __global__ void store_kernel(DeviceRows rows, KvLayout layout,
@@ -77,12 +78,14 @@ struct AttentionShared {
 // tile[k, d] = the keys (key_or_value 0) or values (1) of KV head kv_head at positions first + k: a warp per
 // key, its lanes along the head dimension (one block-table lookup per key, coalesced reads).
 __device__ void load_tile(const DeviceRows& rows, const KvLayout& layout, int64_t r, int64_t first, int count,
-                          int key_or_value, int64_t kv_head, const float* kv_pool, float* tile) {
+                          int key_or_value, int64_t kv_head, const float* kv_pool,
+                          float* tile) {  // [kKeysPerTile, hd + 1] shared (AttentionShared::tile_stride)
   const int head_dim = int(layout.head_dim);
+  const int64_t tile_stride = AttentionShared{0, layout.head_dim}.tile_stride();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, num_warps = blockDim.x / kWarpSize;
   for (int k = warp; k < count; k += num_warps) {
     const float* entry = kv_pool + kv_entry(rows, layout, r, first + k, key_or_value) + device_offset(kv_head, head_dim);
-    for (int e = lane; e < head_dim; e += kWarpSize) tile[k * (head_dim + 1) + e] = entry[e];
+    for (int e = lane; e < head_dim; e += kWarpSize) tile[k * tile_stride + e] = entry[e];
   }
 }
 
@@ -132,7 +135,7 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
     for (int i = threadIdx.x; i < int(group_size) * count; i += blockDim.x) {
       const int h = i / count, k = i % count;
       float dot = 0.0f;
-      for (int e = 0; e < int(head_dim); ++e) dot += query[h * head_dim + e] * tile[k * (head_dim + 1) + e];
+      for (int e = 0; e < int(head_dim); ++e) dot += query[h * head_dim + e] * tile[k * at.tile_stride() + e];
       weights[h * kKeysPerTile + k] = dot * scale;
     }
     __syncthreads();
@@ -154,7 +157,7 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
     for (int i = threadIdx.x; i < int(group_width); i += blockDim.x) {
       const int h = i / int(head_dim), e = i % int(head_dim);
       float sum = 0.0f;
-      for (int k = 0; k < count; ++k) sum += weights[h * kKeysPerTile + k] * tile[k * (head_dim + 1) + e];
+      for (int k = 0; k < count; ++k) sum += weights[h * kKeysPerTile + k] * tile[k * at.tile_stride() + e];
       acc[i] = acc[i] * rescale[h] + sum;
     }
     __syncthreads();  // the tile and weights are rewritten by the next tile
@@ -167,7 +170,7 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
   }
   for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) {
     const int64_t head = device_offset(kv_head, group_size) + i / head_dim, e = i % head_dim;
-    float* entry = partial_entry(partial, t, head, split, num_heads, num_splits, head_dim);
+    float* entry = partial + partial_entry(device_offset(t, num_heads) + head, split, num_splits, head_dim);
     entry[e] = acc[i];
     if (e == 0) entry[head_dim] = running_max[i / head_dim], entry[head_dim + 1] = running_sum[i / head_dim];
   }
@@ -188,11 +191,12 @@ __global__ void combine_splits_kernel(DeviceRows rows, int64_t num_heads, int64_
   wait_for_previous_kernel();
   const int64_t pair = blockIdx.x;  // t * nh + head
   if (skip_chunked_rows && rows.row_tokens[rows.token_row[pair / num_heads]] > 1) return;
-  const float* entries = partial + device_offset(pair, device_offset(num_splits, head_dim + 2));
+  const float* entries = partial + partial_entry(pair, 0, num_splits, head_dim);  // [num_splits, hd + 2]
+  const int64_t entry_size = partial_entry_size(head_dim);
   __shared__ float weights[kMaxSplits];  // exp(m_s - M) / sum_s exp(m_s - M) l_s
   if (threadIdx.x < kWarpSize) {
     const int s = int(threadIdx.x);
-    const float* entry = entries + device_offset(s, head_dim + 2);
+    const float* entry = entries + device_offset(s, entry_size);
     const float m = s < num_splits ? entry[head_dim] : -INFINITY, l = s < num_splits ? entry[head_dim + 1] : 0.0f;
     const float weight = expf(m - warp_max(m));  // some split has keys: the max is finite
     const float total = warp_sum(weight * l);
@@ -202,7 +206,7 @@ __global__ void combine_splits_kernel(DeviceRows rows, int64_t num_heads, int64_
   for (int64_t e = threadIdx.x; e < head_dim; e += blockDim.x) {
     float sum = 0.0f;
 #pragma unroll 8
-    for (int s = 0; s < num_splits; ++s) sum += weights[s] * entries[device_offset(s, head_dim + 2) + e];
+    for (int s = 0; s < num_splits; ++s) sum += weights[s] * entries[device_offset(s, entry_size) + e];
     context[device_offset(pair, head_dim) + e] = sum;
   }
 }
@@ -253,14 +257,16 @@ __device__ inline void mma_bf16(float (&acc)[4], const uint32_t (&a)[4], uint32_
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The block's keys and values at positions first_key + k, k < kMmaKeys, as bf16 rows of the two tiles
-// [kMmaKeys, kMmaTileStride]; positions from num_keys on are zeros (a zero value keeps 0 * value finite).
+// The block's keys and values at positions first_key + k, k < kMmaKeys, as bf16 rows of the two tiles; positions
+// from end_key on are zeros (a zero value keeps 0 * value finite).
 __device__ void stage_keys_and_values(const DeviceRows& rows, const KvLayout& layout, int64_t r, int64_t kv_head,
-                                      int64_t first_key, int64_t num_keys, const float* kv_pool, int64_t* entries,
-                                      __nv_bfloat16* keys, __nv_bfloat16* values) {
+                                      int64_t first_key, int64_t end_key, const float* kv_pool,
+                                      int64_t* entries,        // [kMmaKeys] shared
+                                      __nv_bfloat16* keys,     // [kMmaKeys, kMmaTileStride] shared
+                                      __nv_bfloat16* values) {  // [kMmaKeys, kMmaTileStride] shared
   const int head_dim = int(layout.head_dim), quads = head_dim / 4;
   for (int k = threadIdx.x; k < kMmaKeys; k += blockDim.x)
-    entries[k] = first_key + k < num_keys
+    entries[k] = first_key + k < end_key
                      ? kv_entry(rows, layout, r, first_key + k, 0) + device_offset(kv_head, head_dim)
                      : -1;
   __syncthreads();
@@ -489,30 +495,29 @@ __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
     attention.store(context + device_offset(t, num_heads * head_dim) + device_offset(first_head, head_dim), head_dim,
                     num_rows, head_dim, /*normalized=*/true);
   else
-    attention.store(partial_entry(partial, t, first_head, blockIdx.y, num_heads, num_splits, head_dim),
-                    device_offset(num_splits, head_dim + 2), num_rows, head_dim, /*normalized=*/false);
+    attention.store(partial + partial_entry(device_offset(t, num_heads) + first_head, blockIdx.y, num_splits, head_dim),
+                    device_offset(num_splits, partial_entry_size(head_dim)), num_rows, head_dim,
+                    /*normalized=*/false);
+}
+
+// An attribute of the current GPU (callers keep it in a static: asked once).
+int current_device_attribute(cudaDeviceAttr attribute) {
+  int device = 0, value = 0;
+  JAMBO_CUDA_CHECK(cudaGetDevice(&device));
+  JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
+  return value;
 }
 
 int attention_splits(int64_t num_tokens, int64_t num_kv_heads) {
-  static const int num_sms = [] {
-    int device = 0, count = 0;
-    JAMBO_CUDA_CHECK(cudaGetDevice(&device));
-    JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
+  static const int num_sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
   const int64_t num_pairs = device_offset(num_tokens, num_kv_heads);
   const int64_t wanted = (int64_t(kBlocksPerSmWanted) * num_sms + num_pairs - 1) / num_pairs;
   return int(std::clamp<int64_t>(wanted, 1, kMaxSplits));
 }
 
-// The dynamic shared memory a block may opt in to on this GPU (GPU 0), asked once.
+// The dynamic shared memory a block may opt in to on this GPU.
 int max_shared_bytes() {
-  static const int bytes = [] {
-    int device = 0, value = 0;
-    JAMBO_CUDA_CHECK(cudaGetDevice(&device));
-    JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return value;
-  }();
+  static const int bytes = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   return bytes;
 }
 
@@ -568,7 +573,7 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
   float* partial_data =
       num_splits == 1 ? nullptr
                       : partial.reserve(device_offset(device_offset(rows.num_tokens, num_heads),
-                                                      device_offset(num_splits, layout.head_dim + 2)));
+                                                      device_offset(num_splits, partial_entry_size(layout.head_dim))));
   const dim3 grid{unsigned(num_pairs), unsigned(num_splits)};
   const bool decode_tensor_cores = decode_runs_on_tensor_cores(layout, num_heads, sixteen_bit);
   require(!decode_tensor_cores || rows.num_chunks == 0 || tensor_cores,

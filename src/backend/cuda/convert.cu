@@ -1,5 +1,6 @@
 #include "backend/cuda/convert.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/device_memory.h"
 
 #include <cuda_bf16.h>
@@ -9,8 +10,6 @@ namespace jambo::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-int64_t num_blocks_for(int64_t count) { return (count + kThreads - 1) / kThreads; }
 
 // out[i] = float(in[i]) for 16-bit inputs (bf16 or IEEE half).
 __global__ void widen_kernel(const uint16_t* in,  // [count]
@@ -27,13 +26,12 @@ __global__ void widen_kernel(const uint16_t* in,  // [count]
 
 // One element per thread: at decode the input is a few KB per row, far below the weights the GEMM reads.
 __global__ void narrow_kernel(const float* x,  // [rows, x_stride]
-                              int64_t x_stride, int64_t rows, int64_t cols, bool to_bf16,
-                              uint16_t* out) {  // [rows, cols]
+                              int64_t x_stride, int64_t rows, int64_t cols,
+                              Narrow16 out) {  // [rows, cols]
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= device_offset(rows, cols)) return;
   const int64_t r = i / cols, c = i % cols;
-  const float value = x[device_offset(r, x_stride) + c];
-  out[i] = to_bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(value)) : __half_as_ushort(__float2half_rn(value));
+  store_narrow(out, i, x[device_offset(r, x_stride) + c]);
 }
 
 __global__ void negative_exp_kernel(const float* in,  // [count]
@@ -45,7 +43,7 @@ __global__ void negative_exp_kernel(const float* in,  // [count]
 
 __global__ void count_beyond_kernel(const float* x,  // [count]
                                     int64_t count, float limit,
-                                    unsigned long long* counter) {
+                                    unsigned long long* counter) {  // [1]
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count && fabsf(x[i]) >= limit) atomicAdd(counter, 1ull);
 }
@@ -57,7 +55,7 @@ int64_t count_beyond_f16(const float* x, int64_t count, cudaStream_t stream) {
   DeviceBuffer<unsigned long long> counter(1);
   JAMBO_CUDA_CHECK(cudaMemsetAsync(counter.data(), 0, sizeof(unsigned long long), stream));
   constexpr float kRoundsToInfinity = 65520.0f;  // half's largest finite value 65504 plus half its last step
-  count_beyond_kernel<<<num_blocks_for(count), kThreads, 0, stream>>>(x, count, kRoundsToInfinity, counter.data());
+  count_beyond_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(x, count, kRoundsToInfinity, counter.data());
   JAMBO_CUDA_CHECK_LAUNCH(count_beyond_kernel);
   unsigned long long host = 0;
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(&host, counter.data(), sizeof(host), cudaMemcpyDeviceToHost, stream));
@@ -67,7 +65,7 @@ int64_t count_beyond_f16(const float* x, int64_t count, cudaStream_t stream) {
 
 void widen_to_f32(const uint16_t* in, bool is_bf16, int64_t count, float* out, cudaStream_t stream) {
   if (count == 0) return;
-  widen_kernel<<<num_blocks_for(count), kThreads, 0, stream>>>(in, is_bf16, count, out);
+  widen_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(in, is_bf16, count, out);
   JAMBO_CUDA_CHECK_LAUNCH(widen_kernel);
 }
 
@@ -75,13 +73,14 @@ void narrow_to_16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, 
                   cudaStream_t stream) {
   const int64_t count = device_offset(rows, cols);
   if (count == 0) return;
-  narrow_kernel<<<num_blocks_for(count), kThreads, 0, stream>>>(x, x_stride, rows, cols, to_bf16, out);
+  const Narrow16 narrow{out, to_bf16 ? DType::BF16 : DType::F16};
+  narrow_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(x, x_stride, rows, cols, narrow);
   JAMBO_CUDA_CHECK_LAUNCH(narrow_kernel);
 }
 
 void negative_exp_f32(const float* in, int64_t count, float* out, cudaStream_t stream) {
   if (count == 0) return;
-  negative_exp_kernel<<<num_blocks_for(count), kThreads, 0, stream>>>(in, count, out);
+  negative_exp_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(in, count, out);
   JAMBO_CUDA_CHECK_LAUNCH(negative_exp_kernel);
 }
 

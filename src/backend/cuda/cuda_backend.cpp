@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <initializer_list>
-#include <limits>
 #include <vector>
 
 namespace jambo {
@@ -29,7 +28,7 @@ struct Activations {
   DeviceBuffer<float> update;        // [T, H] the mixer's or FFN's output
   DeviceBuffer<float> final_normed;  // [num_vectors, H]
   DeviceBuffer<float> logits;        // [num_vectors, V]
-  // The norms' outputs rounded for the 16-bit GEMMs they feed (bf16 mode).
+  // The norms' outputs rounded for the 16-bit GEMMs they feed (16-bit modes).
   DeviceBuffer<uint16_t> normed16;        // [T, H]
   DeviceBuffer<uint16_t> final_normed16;  // [num_vectors, H]
 };
@@ -87,18 +86,10 @@ class CudaBackend final : public Backend {
   FfnWorkspace ffn_workspace_;
   LogitsOutputs logits_outputs_;
   std::unique_ptr<StepGraphs> graphs_;  // null: every step runs launch by launch
-  DType narrow_dtype_ = DType::F32;     // the 16-bit GEMM weights' type (bf16 mode), F32 for none
+  DType narrow_dtype_ = DType::F32;     // the 16-bit GEMM weights' type (16-bit modes), F32 for none
   cudaEvent_t layers_start_ = nullptr, layers_end_ = nullptr;  // around each step's layers
   double layers_gpu_seconds_ = 0.0;
 };
-
-std::vector<int64_t> indices_within_kind(const JambaConfig& config) {
-  std::vector<int64_t> indices;
-  int64_t num_mamba = 0, num_attention = 0;
-  for (MixerKind kind : config.mixer_kinds)
-    indices.push_back(kind == MixerKind::Attention ? num_attention++ : num_mamba++);
-  return indices;
-}
 
 CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs)
     : config_(model.config),

@@ -31,23 +31,18 @@ __device__ inline float warp_max(float value) {
   return value;
 }
 
-// The sum (or max) over all threads of the block, returned to every thread. blockDim.x is a multiple of
-// 32 and at most 1024; `scratch` holds 32 floats of shared memory, free again when this returns.
-template <bool kMax>
-__device__ inline float block_reduce(float value, float* scratch) {
+// The sum over all threads of the block, returned to every thread. blockDim.x is a multiple of 32 and at most
+// 1024; `scratch` holds 32 floats of shared memory, free again when this returns.
+__device__ inline float block_sum(float value, float* scratch) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int num_warps = blockDim.x / kWarpSize;
-  value = kMax ? warp_max(value) : warp_sum(value);
+  value = warp_sum(value);
   if (lane == 0) scratch[warp] = value;
   __syncthreads();
-  float total = lane < num_warps ? scratch[lane] : (kMax ? -INFINITY : 0.0f);
-  total = kMax ? warp_max(total) : warp_sum(total);
+  const float total = warp_sum(lane < num_warps ? scratch[lane] : 0.0f);
   __syncthreads();  // scratch may be reused by the caller's next reduction
   return total;
 }
-
-__device__ inline float block_sum(float value, float* scratch) { return block_reduce<false>(value, scratch); }
-__device__ inline float block_max(float value, float* scratch) { return block_reduce<true>(value, scratch); }
 
 // value rounded to nearest even in the copy's 16-bit type.
 __device__ inline uint16_t narrow_bits(const Narrow16& copy, float value) {
@@ -72,7 +67,8 @@ __device__ inline void store_narrow4(const Narrow16& copy, int64_t i, const floa
 // block of that kernel has called let_next_kernel_start() or exited, so that its launch and ramp overlap that
 // kernel's tail. It must call wait_for_previous_kernel(), which returns when that kernel has finished and its writes
 // are visible, before it reads anything that kernel or an earlier one wrote, and before it writes anything (the
-// skinny GEMMs load their first weights before it; the other kernels wait on entry). Every block of an early kernel
+// skinny GEMMs load their first weights before it, the one-token state update its state; the other kernels wait on
+// entry). Every block of an early kernel
 // waits, so that its end implies its predecessor's. let_next_kernel_start() does nothing when the next kernel was
 // launched the usual way.
 __device__ inline void let_next_kernel_start() {

@@ -1,4 +1,5 @@
-// Device memory: an owning buffer of T that grows on demand, and the one 64-bit offset helper on the GPU.
+// Device memory: an owning buffer of T that grows on demand, its page-locked host twin (the staging of transfers),
+// and the one 64-bit offset helper on the GPU.
 #pragma once
 
 #include "backend/cuda/cuda_check.h"
@@ -67,6 +68,34 @@ class DeviceBuffer {
     size_ = 0;
   }
 
+  T* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+// cudaMallocHost'd (page-locked) storage of T on the host, grown on demand like DeviceBuffer::reserve: what a
+// transfer to or from the GPU stages through, so that cudaMemcpyAsync is truly asynchronous.
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (data_ != nullptr) cudaFreeHost(data_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  // Makes room for at least num_elements; old contents are lost when it grows.
+  T* reserve(int64_t num_elements) {
+    if (num_elements > size_) {
+      if (data_ != nullptr) JAMBO_CUDA_CHECK(cudaFreeHost(data_));
+      data_ = nullptr;
+      size_ = num_elements + num_elements / 4;  // headroom, as DeviceBuffer's
+      JAMBO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), size_t(device_offset(size_, sizeof(T)))));
+    }
+    return data_;
+  }
+
+ private:
   T* data_ = nullptr;
   int64_t size_ = 0;
 };

@@ -123,7 +123,7 @@ class DeviceWeights {
   const RandomWeights* random_recipe_ = nullptr;  // set when the views hold no host data
   bool count_only_ = false;  // bytes_on_device only: nothing allocated or copied, pointers stay null
   std::vector<DeviceBuffer<float>> owned_;
-  std::vector<DeviceBuffer<uint16_t>> owned_16_;                        // 16-bit matrices of the bf16 mode
+  std::vector<DeviceBuffer<uint16_t>> owned_16_;                        // 16-bit matrices of the 16-bit modes
   std::vector<DeviceBuffer<const void*>> expert_tables_;                // DeviceMoe::expert_matrices
   DeviceBuffer<uint16_t> staging_;                                      // a 16-bit tensor on its way to fp32
   DeviceBuffer<float> staging_f32_;                                     // a tensor on its way to f16

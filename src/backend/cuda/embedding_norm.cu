@@ -81,7 +81,8 @@ __global__ void rms_norm_kernel(const float* x,  // [num_rows, x_stride]
                                 const float* weight,  // [n]
                                 float eps,
                                 float* out,  // [num_rows, out_stride]
-                                int64_t out_stride, Narrow16 out16) {
+                                int64_t out_stride,
+                                Narrow16 out16) {  // [num_rows, n] or absent
   // Launched early, as the kernels around it (device_math.cuh).
   let_next_kernel_start();
   wait_for_previous_kernel();
@@ -112,8 +113,8 @@ __global__ void add_rms_norm_kernel(float* hidden,        // [num_rows, n]
                                     int64_t n,
                                     const float* weight,  // [n] or null
                                     float eps,
-                                    float* normed,  // [num_rows, n]
-                                    Narrow16 normed16) {
+                                    float* normed,        // [num_rows, n]
+                                    Narrow16 normed16) {  // [num_rows, n] or absent
   // Launched early, as the kernels around it (device_math.cuh).
   let_next_kernel_start();
   wait_for_previous_kernel();
@@ -129,8 +130,8 @@ __global__ void gather_rms_norm_kernel(const int64_t* selected,  // [num_vectors
                                        int64_t hidden_size,
                                        const float* weight,  // [H]
                                        float eps,
-                                       float* out,  // [num_vectors, H]
-                                       Narrow16 out16) {
+                                       float* out,        // [num_vectors, H]
+                                       Narrow16 out16) {  // [num_vectors, H] or absent
   // Launched early, as the kernels around it (device_math.cuh).
   let_next_kernel_start();
   wait_for_previous_kernel();
@@ -166,7 +167,8 @@ void rms_norm(const float* x, int64_t x_stride, int64_t num_rows, int64_t n, con
 
 void rms_norm_segments(float* x, int64_t x_stride, int64_t num_rows, std::span<const NormSegment> segments, float eps,
                        cudaStream_t stream) {
-  require(segments.size() <= size_t(kMaxNormSegments), "rms_norm_segments takes at most 3 segments");
+  require(segments.size() <= size_t(kMaxNormSegments),
+          "rms_norm_segments takes at most " + std::to_string(kMaxNormSegments) + " segments");
   if (num_rows == 0 || segments.empty()) return;
   NormSegments packed;
   int64_t widest = 0;

@@ -87,14 +87,14 @@ __global__ void route_kernel(const float* router_logits,  // [T, E]
 
 // One block, one thread per expert: expert e's tokens, in token order, take grouped rows
 // [expert_rows[e], expert_rows[e + 1]); the experts with rows are listed in increasing order in active_experts,
-// whose num_slots = min(E, T*k) entries end in -1s. Deterministic: no atomics.
+// whose num_launch_rows = min(E, T*k) entries end in -1s. Deterministic: no atomics.
 __global__ void group_kernel(const int32_t* expert_of,  // [T, k]
                              int64_t num_tokens, int64_t num_experts, int64_t k,
                              int32_t* position_of,     // [T, k]
                              int32_t* routed_token,    // [T*k]
                              int64_t* expert_rows,     // [E + 1]
-                             int32_t* active_experts,  // [num_slots]
-                             int64_t num_slots) {
+                             int32_t* active_experts,  // [num_launch_rows]
+                             int64_t num_launch_rows) {
   const int64_t e = threadIdx.x;
   const int64_t num_choices = device_offset(num_tokens, k);
   if (e < num_experts) {
@@ -110,7 +110,7 @@ __global__ void group_kernel(const int32_t* expert_of,  // [T, k]
       if (expert_rows[x] > 0) active_experts[num_active++] = int32_t(x - 1);
       expert_rows[x] += expert_rows[x - 1];
     }
-    while (num_active < num_slots) active_experts[num_active++] = -1;
+    while (num_active < num_launch_rows) active_experts[num_active++] = -1;
   }
   __syncthreads();
   if (e < num_experts) {
@@ -153,9 +153,9 @@ void swiglu(const float* gate_up, int64_t num_rows, int64_t intermediate, float*
 // The rows' buffers of one MLP: gate_up [rows, 2I]; activation [rows, I], and its copy rounded for a 16-bit
 // down_proj (activation16, [rows, I]).
 struct MlpBuffers {
-  float* gate_up;
-  float* activation;
-  uint16_t* activation16;
+  float* gate_up;          // [rows, 2I]
+  float* activation;       // [rows, I]
+  uint16_t* activation16;  // [rows, I]
 
   MlpBuffers from_row(int64_t row, int64_t intermediate) const {
     const int64_t offset = device_offset(row, intermediate);
@@ -187,18 +187,18 @@ void run_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, const Narrow16& x
   linear(gemm, buffers.activation, num_rows, mlp.down_proj, out, activation16);
 }
 
-// Every expert's MLP over its grouped rows, the counts read on the GPU: a launch row for each of the
-// active_experts' num_slots entries (the experts with rows, then -1s), not for every expert (at batch 1, 2 of 16).
+// Every expert's MLP over its grouped rows, the counts read on the GPU: a launch row for each of active_experts'
+// num_launch_rows entries (the experts with rows, then -1s), not for every expert (at batch 1, 2 of 16 have rows).
 void run_experts_grouped(const DeviceMoe& moe, const int64_t* expert_rows, const int32_t* active_experts,
-                         int64_t num_slots, const float* expert_input, int64_t num_routed, const MlpBuffers& buffers,
-                         float* expert_output, cudaStream_t stream) {
+                         int64_t num_launch_rows, const float* expert_input, int64_t num_routed,
+                         const MlpBuffers& buffers, float* expert_output, cudaStream_t stream) {
   const DeviceMlp& first_expert = moe.experts.front();  // every expert's matrices like these
   const int64_t num_experts = int64_t(moe.experts.size()), intermediate = first_expert.down_proj.cols;
   // Matrix `kind` of every expert (0: gate_up, 1: down_proj), each of `first`'s type and shape.
   const auto gemm = [&](int64_t kind, const DeviceMatrix& first, const float* x, float* y) {
     SkinnyGemm grouped;
     grouped.x = x, grouped.x_stride = first.cols, grouped.group_rows = expert_rows;
-    grouped.group_ids = active_experts, grouped.num_groups = num_slots;
+    grouped.group_ids = active_experts, grouped.num_groups = num_launch_rows;
     grouped.weights = moe.expert_matrices + device_offset(kind, num_experts), grouped.dtype = first.dtype;
     grouped.n = first.rows, grouped.k = first.cols, grouped.y = y;
     skinny_gemm(grouped, stream);
@@ -264,8 +264,8 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
   int32_t* position_of = workspace.position_of.reserve(num_routed);
   int32_t* routed_token = workspace.routed_token.reserve(num_routed);
   int64_t* expert_rows = workspace.expert_rows.reserve(num_experts + 1);
-  const int64_t num_slots = std::min(num_experts, num_routed);  // experts that can have rows
-  int32_t* active_experts = workspace.active_experts.reserve(num_slots);
+  const int64_t num_launch_rows = std::min(num_experts, num_routed);  // experts that can have rows
+  int32_t* active_experts = workspace.active_experts.reserve(num_launch_rows);
   float* expert_input = workspace.expert_input.reserve(device_offset(num_routed, hidden_size));
   float* expert_output = workspace.expert_output.reserve(device_offset(num_routed, hidden_size));
   const MlpBuffers buffers = reserve_mlp_buffers(workspace, num_routed, intermediate);
@@ -275,13 +275,13 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
                                                                               expert_of, weight_of);
   JAMBO_CUDA_CHECK_LAUNCH(route_kernel);
   group_kernel<<<1, unsigned((num_experts + 31) / 32 * 32), 0, stream>>>(
-      expert_of, num_tokens, num_experts, k, position_of, routed_token, expert_rows, active_experts, num_slots);
+      expert_of, num_tokens, num_experts, k, position_of, routed_token, expert_rows, active_experts, num_launch_rows);
   JAMBO_CUDA_CHECK_LAUNCH(group_kernel);
   gather_rows(x, routed_token, num_routed, hidden_size, expert_input, stream);
 
   if (experts_run_grouped(moe, num_tokens, gemms))
-    run_experts_grouped(moe, expert_rows, active_experts, num_slots, expert_input, num_routed, buffers, expert_output,
-                        stream);
+    run_experts_grouped(moe, expert_rows, active_experts, num_launch_rows, expert_input, num_routed, buffers,
+                        expert_output, stream);
   else
     run_experts_per_expert(gemm, moe, expert_rows, expert_input, buffers, expert_output, workspace, stream);
   combine_kernel<<<num_blocks_for(device_offset(num_tokens, hidden_size), kThreads), kThreads, 0, stream>>>(

@@ -14,7 +14,7 @@ namespace jambo::cuda {
 
 namespace {
 constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;  // what cuBLAS's documentation asks for on Hopper
-constexpr int kMaxCandidates = 8;                       // what the heuristic returns for these shapes (H200)
+constexpr int kMaxHeuristicCandidates = 8;              // what the heuristic returns for these shapes (H200)
 // Prefill steps bring new row counts; past this many plans the cache starts over rather than grow without bound.
 constexpr size_t kMaxPlans = 4096;
 }  // namespace
@@ -81,10 +81,10 @@ std::vector<cublasLtMatmulHeuristicResult_t> ranked_candidates(cublasLtHandle_t 
   set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignments[1]);
   set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignments[2]);
   set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignments[2]);
-  std::vector<cublasLtMatmulHeuristicResult_t> results(kMaxCandidates);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(kMaxHeuristicCandidates);
   int count = 0;
   JAMBO_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.operation, p.weights, p.inputs, p.outputs, p.outputs, raw,
-                                                    kMaxCandidates, results.data(), &count));
+                                                    kMaxHeuristicCandidates, results.data(), &count));
   results.resize(size_t(count));
   return results;
 }

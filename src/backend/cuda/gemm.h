@@ -1,24 +1,25 @@
 // Dense GEMMs: y = x · wᵀ with w in nn.Linear layout, all row-major. fp32 weights run as fp32 cuBLAS GEMMs;
-// 16-bit weights (bf16 mode) run with the activations rounded to the weight's 16-bit type at the GEMM input,
-// fp32 accumulation and fp32 output: as a cuBLASLt matmul on a narrowed copy of x, or, for a row or two (decode), as
-// skinny_gemm, which rounds x as it reads it. Why round the input rather than keep it fp32:
-// cuBLAS and the tensor cores take both operands in one type, so an fp32 input would need the weights upcast
-// (the f32 mode: twice the bytes, and decode is bandwidth-bound) or a custom mixed-type kernel; the rounding
-// reads T*K fp32 and writes T*K bf16, nothing beside the N*K weights (N >= 1000 here), and everything outside
-// the GEMMs (residual stream, norms, scan, state) stays fp32. Producers that write the rounded copy themselves
-// (Narrow16) save the rounding's launch.
+// 16-bit weights (the bf16 and f16 modes) run with the activations rounded to the weight's 16-bit type at the GEMM
+// input, fp32 accumulation and fp32 output: as a cuBLASLt matmul on a narrowed copy of x, or, for a row or two
+// (decode), as skinny_gemm, which rounds x as it reads it.
+//
+// Why round the input rather than keep it fp32: cuBLAS and the tensor cores take both operands in one type, so an
+// fp32 input would need the weights upcast (the f32 mode: twice the bytes, and decode is bandwidth-bound) or a custom
+// mixed-type kernel; the rounding reads T*K fp32 and writes T*K bf16, little beside the N*K weights (N >= 16 here),
+// and everything outside the GEMMs (residual stream, norms, scan, state) stays fp32. Producers that write the rounded
+// copy themselves (Narrow16) save the rounding's launch.
+//
 // Why cuBLASLt rather than cublasGemmEx for 16-bit weights: the same kernels and the same heuristic, but the
 // algorithm is ours to choose, once per shape, from the heuristic's ranked candidates (choose_gemm_candidate), and a
 // plan made once skips the per-call heuristic on the host. Timed in CUDA graphs on an H200, the heuristic's first
 // candidate runs as fast as cublasGemmEx's choice at every 3B shape from 8 to 256 rows; the one choice that differs,
-// down_proj at 256 rows without split-K, takes 20.3 us where the split-K candidate and its reduction take 24.9.
-// In the engine (3B, batch-256 decode, runs A B A B): 6.463/6.463 -> 6.455/6.426 ms a step in the layers.
+// down_proj at 256 rows without split-K, takes 20.3 us where the split-K candidate and its reduction take 24.9. In
+// the engine (3B, batch-256 decode, runs A B A B): 6.463/6.463 -> 6.455/6.426 ms a step in the layers.
 #pragma once
 
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/mamba_kernels.h"
 #include "backend/cuda/narrow16.h"
-#include "backend/cuda/skinny_gemm.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -106,8 +107,8 @@ bool linear_swiglu_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w
 void linear_swiglu(Gemm& gemm,
                    const float* x,  // [num_rows, w.cols]
                    int64_t num_rows,
-                   const DeviceMatrix& w,  // [2I, K]
-                   const Narrow16& x16,
+                   const DeviceMatrix& w,   // [2I, K]
+                   const Narrow16& x16,     // [num_rows, K] x rounded by its producer, or absent
                    float* out,              // [num_rows, I] or null
                    const Narrow16& out16);  // [num_rows, I] or absent
 
@@ -120,8 +121,8 @@ void linear_conv(Gemm& gemm,
                  const float* x,  // [num_rows, w.cols]
                  int64_t num_rows,
                  const DeviceMatrix& w,  // [2*Di, K]
-                 const Narrow16& x16,
-                 float* y,  // [num_rows, 2*Di]; columns Di.. written
+                 const Narrow16& x16,    // [num_rows, K] x rounded by its producer, or absent
+                 float* y,               // [num_rows, 2*Di]; columns Di.. written
                  const DecodeConv& conv);
 
 }  // namespace jambo::cuda

@@ -1,5 +1,4 @@
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/logits_ops.h"
 
@@ -55,8 +54,10 @@ struct HigherLogit {
 constexpr int kMaxStatsBlocks = 8;
 constexpr int64_t kMaxVectorsToSplit = 32;
 
-__global__ void __launch_bounds__(kThreads)
-    logits_stats_kernel(const float* logits, const int32_t* targets, int64_t vocab_size, VectorStats* stats) {
+__global__ void __launch_bounds__(kThreads) logits_stats_kernel(const float* logits,     // [num_vectors, V]
+                                                                const int32_t* targets,  // [num_vectors]
+                                                                int64_t vocab_size,
+                                                                VectorStats* stats) {  // [num_vectors]
   using MaxReduce = cub::BlockReduce<MaxArg, kThreads>;
   using SumReduce = cub::BlockReduce<double, kThreads>;
   using CountReduce = cub::BlockReduce<int, kThreads>;
@@ -115,8 +116,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // Radix select of the count-th largest key (4 passes of 8 bits), then the candidates in id order (all keys
 // above the threshold, and the lowest ids of those equal to it), then a bitonic sort in shared memory.
-__global__ void __launch_bounds__(kThreads) top_candidates_kernel(const float* logits, const TopRequest* requests, int64_t vocab_size,
-                                      int32_t* candidate_ids, float* candidate_logits) {
+__global__ void __launch_bounds__(kThreads) top_candidates_kernel(const float* logits,         // [num_vectors, V]
+                                                                  const TopRequest* requests,  // [num_requests]
+                                                                  int64_t vocab_size,
+                                                                  int32_t* candidate_ids,     // [sum of counts]
+                                                                  float* candidate_logits) {  // [sum of counts]
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   __shared__ int histogram[256];
@@ -171,7 +175,8 @@ __global__ void __launch_bounds__(kThreads) top_candidates_kernel(const float* l
     const float logit = row[i];
     const uint32_t key = order_key(logit);
     if (key > threshold) keys[above_before++] = candidate_key(logit, int32_t(i));
-    if (key == threshold && equal_before < num_equal_taken) keys[num_above + equal_before++] = candidate_key(logit, int32_t(i));
+    if (key == threshold && equal_before < num_equal_taken)
+      keys[num_above + equal_before++] = candidate_key(logit, int32_t(i));
   }
   __syncthreads();
   // Bitonic sort, descending.
@@ -240,10 +245,14 @@ __device__ int32_t sample_in_id_order(const float* row, int64_t vocab_size, cons
   return token;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_tokens_kernel(const float* logits, const SampleRequest* requests, int64_t vocab_size,
-                                     const VectorStats* stats, const TopRequest* top_requests,
-                                     const int32_t* candidate_ids, const float* candidate_logits,
-                                     SampleResult* results) {
+__global__ void __launch_bounds__(kThreads) sample_tokens_kernel(const float* logits,            // [num_vectors, V]
+                                                                 const SampleRequest* requests,  // [num_requests]
+                                                                 int64_t vocab_size,
+                                                                 const VectorStats* stats,        // [num_vectors]
+                                                                 const TopRequest* top_requests,  // [num_top]
+                                                                 const int32_t* candidate_ids,    // [sum of counts]
+                                                                 const float* candidate_logits,   // [sum of counts]
+                                                                 SampleResult* results) {         // [num_requests]
   using Reduce = cub::BlockReduce<double, kThreads>;
   __shared__ typename Reduce::TempStorage reduce_storage;
   __shared__ double weights[kMaxCandidates];
@@ -319,7 +328,6 @@ void logits_stats(const float* logits, const int32_t* targets, int64_t num_vecto
   config.attrs = &cluster;
   config.numAttrs = 1;
   JAMBO_CUDA_CHECK(cudaLaunchKernelEx(&config, logits_stats_kernel, logits, targets, vocab_size, stats));
-  JAMBO_CUDA_CHECK_LAUNCH(logits_stats_kernel);
 }
 
 void top_candidates(const float* logits, const TopRequest* requests, int64_t num_requests, int64_t vocab_size,

@@ -26,10 +26,6 @@ class Sections {
 
 }  // namespace
 
-LogitsOutputs::~LogitsOutputs() {
-  if (pinned_ != nullptr) cudaFreeHost(pinned_);
-}
-
 int32_t LogitsOutputs::add_top_request(int32_t vector, int64_t count) {
   TopRequest request;
   request.offset = num_candidates_;
@@ -64,8 +60,10 @@ void LogitsOutputs::plan(std::span<const BatchRow> rows, int64_t vocab_size) {
       work.vector = last;
       const bool sampled = choice.temperature > 0.0;
       const int64_t top_k = restricting_top_k(choice, vocab_size);
-      const int64_t needed_for_sampling =
-          !sampled ? 0 : top_k > 0 ? top_k : choice.top_p < 1.0 ? std::min(kMaxCandidates, vocab_size) : 0;
+      const int64_t needed_for_sampling = !sampled             ? 0
+                                          : top_k > 0          ? top_k
+                                          : choice.top_p < 1.0 ? std::min(kMaxCandidates, vocab_size)
+                                                               : 0;
       const int64_t count = std::max(needed_for_sampling, std::min(choice.num_top_logprobs, vocab_size));
       if (count > kMaxCandidates) {
         work.on_host = true;
@@ -104,18 +102,13 @@ void LogitsOutputs::run_kernels(const float* logits, int64_t vocab_size, cudaStr
   const int64_t at_results = down.add<SampleResult>(num_samples);
 
   const int64_t num_bytes = up.size() + down.size();
-  if (num_bytes > pinned_size_) {
-    if (pinned_ != nullptr) JAMBO_CUDA_CHECK(cudaFreeHost(pinned_));
-    pinned_ = nullptr;
-    pinned_size_ = num_bytes + num_bytes / 4;
-    JAMBO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_), size_t(pinned_size_)));
-  }
-  std::memcpy(pinned_ + at_targets, targets_.data(), targets_.size() * sizeof(int32_t));
-  std::memcpy(pinned_ + at_top, top_requests_.data(), top_requests_.size() * sizeof(TopRequest));
-  std::memcpy(pinned_ + at_samples, sample_requests_.data(), sample_requests_.size() * sizeof(SampleRequest));
+  std::byte* pinned = pinned_.reserve(num_bytes);
+  std::memcpy(pinned + at_targets, targets_.data(), targets_.size() * sizeof(int32_t));
+  std::memcpy(pinned + at_top, top_requests_.data(), top_requests_.size() * sizeof(TopRequest));
+  std::memcpy(pinned + at_samples, sample_requests_.data(), sample_requests_.size() * sizeof(SampleRequest));
   std::byte* device = device_.reserve(num_bytes);
   std::byte* results = device + up.size();
-  JAMBO_CUDA_CHECK(cudaMemcpyAsync(device, pinned_, size_t(up.size()), cudaMemcpyHostToDevice, stream));
+  JAMBO_CUDA_CHECK(cudaMemcpyAsync(device, pinned, size_t(up.size()), cudaMemcpyHostToDevice, stream));
 
   const auto at = [](std::byte* base, int64_t offset) { return static_cast<void*>(base + offset); };
   auto* stats = static_cast<VectorStats*>(at(results, at_stats));
@@ -127,7 +120,7 @@ void LogitsOutputs::run_kernels(const float* logits, int64_t vocab_size, cudaStr
   sample_tokens(logits, static_cast<SampleRequest*>(at(device, at_samples)), num_samples, vocab_size, stats, top, ids,
                 candidate_logits, static_cast<SampleResult*>(at(results, at_results)), stream);
 
-  std::byte* host = pinned_ + up.size();
+  std::byte* host = pinned + up.size();
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(host, results, size_t(down.size()), cudaMemcpyDeviceToHost, stream));
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream));
   const auto unpack = [&](auto& out, int64_t offset, int64_t count) {
@@ -181,7 +174,8 @@ void LogitsOutputs::assemble(std::span<const BatchRow> rows, const float* logits
       const TokenChoice& choice = row.choices[c];
       const ChoiceWork& work = choice_work_[r][c];
       const VectorStats& stats = stats_[work.vector];
-      const bool on_host = work.on_host || (work.sample_request >= 0 && sample_results_[work.sample_request].needs_host);
+      const bool on_host =
+          work.on_host || (work.sample_request >= 0 && sample_results_[work.sample_request].needs_host);
       if (on_host) {
         out.chosen.push_back(choose_token(download_vector(logits, work.vector, vocab_size, stream), choice));
         continue;
@@ -192,8 +186,8 @@ void LogitsOutputs::assemble(std::span<const BatchRow> rows, const float* logits
       const float logit = sampled ? sample_results_[work.sample_request].logit : stats.max_logit;
       chosen.logprob = double(logit) - stats.log_normalizer;
       if (choice.num_top_logprobs > 0)
-        chosen.top_logprobs = top_of(work.top_request, std::min(choice.num_top_logprobs, vocab_size),
-                                     stats.log_normalizer);
+        chosen.top_logprobs =
+            top_of(work.top_request, std::min(choice.num_top_logprobs, vocab_size), stats.log_normalizer);
       out.chosen.push_back(std::move(chosen));
     }
     const StepOutput::CopyTarget copies = output.add_copies(row, num_vectors);

@@ -15,11 +15,6 @@ namespace jambo::cuda {
 
 class LogitsOutputs {
  public:
-  LogitsOutputs() = default;
-  ~LogitsOutputs();
-  LogitsOutputs(const LogitsOutputs&) = delete;
-  LogitsOutputs& operator=(const LogitsOutputs&) = delete;
-
   // logits: the rows' computed vectors in row order (computes_all_vectors(row) ? num_tokens : 1 each).
   void compute(std::span<const BatchRow> rows,
                const float* logits,  // [num_vectors, V] on the GPU
@@ -43,22 +38,21 @@ class LogitsOutputs {
                 StepOutput& output) const;
 
   // The step's plan, rebuilt by each compute().
-  std::vector<int64_t> first_vector_;          // [num_rows]
-  std::vector<int32_t> targets_;               // [num_vectors] -1: none
-  std::vector<TopRequest> top_requests_;
-  std::vector<SampleRequest> sample_requests_;
+  std::vector<int64_t> first_vector_;                      // [num_rows]
+  std::vector<int32_t> targets_;                           // [num_vectors] -1: none
+  std::vector<TopRequest> top_requests_;                   // [num_top]
+  std::vector<SampleRequest> sample_requests_;             // [num_samples]
   std::vector<std::vector<int32_t>> target_top_requests_;  // [num_rows][targets] (empty without top-K)
   std::vector<std::vector<ChoiceWork>> choice_work_;       // [num_rows][choices]
   int64_t num_candidates_ = 0;
 
   // The kernels' results, back on the host.
-  std::vector<VectorStats> stats_;
-  std::vector<int32_t> candidate_ids_;
-  std::vector<float> candidate_logits_;
-  std::vector<SampleResult> sample_results_;
+  std::vector<VectorStats> stats_;            // [num_vectors]
+  std::vector<int32_t> candidate_ids_;        // [num_candidates_]
+  std::vector<float> candidate_logits_;       // [num_candidates_]
+  std::vector<SampleResult> sample_results_;  // [num_samples]
 
-  std::byte* pinned_ = nullptr;  // staging of both transfers
-  int64_t pinned_size_ = 0;
+  PinnedBuffer<std::byte> pinned_;  // staging of both transfers
   DeviceBuffer<std::byte> device_;
 };
 

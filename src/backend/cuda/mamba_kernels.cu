@@ -463,7 +463,8 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
                     int64_t b_column, const float* projected, const float* a, const float* d, StateValues state_pool,
                     float* gated, const Narrow16& gated16, ScanScratch& scratch, cudaStream_t stream) {
   require(layout.state_size >= 1 && layout.state_size <= kMaxStateSize,
-          "the CUDA selective scan supports mamba_d_state up to 32, got " + std::to_string(layout.state_size));
+          "the CUDA selective scan supports mamba_d_state up to " + std::to_string(kMaxStateSize) + ", got " +
+              std::to_string(layout.state_size));
   require(rows.num_rows < 65536 && rows.num_chunks < 65536,
           "a CUDA scan takes fewer than 65536 rows and 65536 chunks of " + std::to_string(kScanChunkTokens) +
               " tokens per step, got " + std::to_string(rows.num_rows) + " rows and " +

@@ -203,11 +203,11 @@ bool dense_of_few_rows(const SkinnyGemm& p) { return p.group_rows == nullptr && 
 
 // A dense GEMM of one or two rows: one pass, kDenseLoadsInFlight deep, x read as its 16-bit copy where there is one.
 template <typename Weight, int kWarpsPerOutput, Epilogue kEpilogue>
-void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream) {
+void launch_dense(const SkinnyGemm& p, cudaStream_t stream) {
   constexpr int kOutputs = kWarpsPerOutput == 1 ? kDenseOutputsPerBlock : 1;      // per block
   const unsigned num_blocks = kEpilogue == Epilogue::kSwiGlu ? unsigned(p.n / 2)  // a gate and its up a block
                                                              : num_blocks_for(p.n, kOutputs);
-  const dim3 grid(num_blocks, num_groups), block(kWarpsPerOutput * kOutputs * kWarpSize);
+  const dim3 grid(num_blocks), block(kWarpsPerOutput * kOutputs * kWarpSize);
   constexpr int kRows = int(kMaxSkinnyGemmRows);
   if (p.x16 != nullptr)
     launch_early(skinny_gemm_kernel<Weight, kRows, kDenseLoadsInFlight, true, kWarpsPerOutput, kOutputs, kEpilogue>,
@@ -217,27 +217,31 @@ void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream)
                  grid, block, 0, stream, p);
 }
 
-// A dense GEMM of one or two rows with the given epilogue; few outputs take the block's warps per output, except
-// with SwiGLU (an MLP's thousands of outputs).
+// A dense GEMM of one or two rows with the given epilogue; below kMinOutputsOfOneWarp outputs, kWarpsPerWideOutput
+// warps per output, except with SwiGLU (an MLP's thousands of outputs).
 template <typename Weight, Epilogue kEpilogue>
-void launch_dense(const SkinnyGemm& p, unsigned num_groups, cudaStream_t stream) {
+void launch_dense(const SkinnyGemm& p, cudaStream_t stream) {
   if constexpr (kEpilogue == Epilogue::kSwiGlu)
-    launch_dense<Weight, 1, kEpilogue>(p, num_groups, stream);
+    launch_dense<Weight, 1, kEpilogue>(p, stream);
   else if (p.n < kMinOutputsOfOneWarp)
-    launch_dense<Weight, kWarpsPerWideOutput, kEpilogue>(p, num_groups, stream);
+    launch_dense<Weight, kWarpsPerWideOutput, kEpilogue>(p, stream);
   else
-    launch_dense<Weight, 1, kEpilogue>(p, num_groups, stream);
+    launch_dense<Weight, 1, kEpilogue>(p, stream);
 }
 
-// Dense GEMMs of one or two rows; groups (experts): passes of kSkinnyRows, four loads deep, a warp per output.
+// 16-byte loads per lane in flight in the other launches (groups, and dense GEMMs of more than two rows).
+constexpr int kGroupLoadsInFlight = 4;
+
+// Dense GEMMs of one or two rows; groups (experts) and more rows: passes of kSkinnyRows, a warp per output.
 template <typename Weight>
 void launch(const SkinnyGemm& p, cudaStream_t stream) {
-  const unsigned num_groups = unsigned(p.num_groups);
-  if (p.swiglu) return launch_dense<Weight, Epilogue::kSwiGlu>(p, num_groups, stream);
-  if (p.conv.present()) return launch_dense<Weight, Epilogue::kConv>(p, num_groups, stream);
-  if (dense_of_few_rows(p)) return launch_dense<Weight, Epilogue::kStore>(p, num_groups, stream);
-  const dim3 grid(num_blocks_for(p.n, kGroupOutputsPerBlock), num_groups), block(kGroupOutputsPerBlock * kWarpSize);
-  launch_early(skinny_gemm_kernel<Weight, kSkinnyRows, 4, false, 1, kGroupOutputsPerBlock>, grid, block, 0, stream, p);
+  if (p.swiglu) return launch_dense<Weight, Epilogue::kSwiGlu>(p, stream);
+  if (p.conv.present()) return launch_dense<Weight, Epilogue::kConv>(p, stream);
+  if (dense_of_few_rows(p)) return launch_dense<Weight, Epilogue::kStore>(p, stream);
+  const dim3 grid(num_blocks_for(p.n, kGroupOutputsPerBlock), unsigned(p.num_groups));
+  const dim3 block(kGroupOutputsPerBlock * kWarpSize);
+  launch_early(skinny_gemm_kernel<Weight, kSkinnyRows, kGroupLoadsInFlight, false, 1, kGroupOutputsPerBlock>, grid,
+               block, 0, stream, p);
 }
 
 }  // namespace
@@ -246,17 +250,17 @@ int64_t skinny_weights_per_load(DType dtype) { return 16 / dtype_size(dtype); }
 
 bool skinny_gemm_applies(const SkinnyGemm& p) {
   const int64_t per_load = skinny_weights_per_load(p.dtype);
+  // Group weights are 16-byte aligned when K is a multiple of a load: each expert's matrix starts a whole number of
+  // [N, K] matrices into a cudaMalloc'd buffer.
   const bool weight_aligned = p.weights != nullptr || reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
   const bool x16_fits = p.x16 == nullptr || (p.dtype != DType::F32 && reinterpret_cast<uintptr_t>(p.x16) % 16 == 0);
   const bool swiglu_fits = !p.swiglu || (dense_of_few_rows(p) && p.n % 2 == 0);
   const bool conv_fits = !p.conv.present() || (dense_of_few_rows(p) && !p.swiglu);
-  const bool ids_fit = p.group_ids == nullptr || p.group_rows != nullptr;
+  const bool groups_fit = p.group_rows != nullptr ? true : p.num_groups == 1 && p.group_ids == nullptr;
   return p.k % per_load == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && weight_aligned &&
-         x16_fits && swiglu_fits && conv_fits && ids_fit;
+         x16_fits && swiglu_fits && conv_fits && groups_fit;
 }
 
-// Group weights (the experts' slices of their checkpoint tensors) are 16-byte aligned when K is a multiple of a
-// load: each starts a whole number of [N, K] matrices into a cudaMalloc'd buffer.
 void skinny_gemm(const SkinnyGemm& p, cudaStream_t stream) {
   require(skinny_gemm_applies(p), "skinny_gemm called on operands it does not take (please report this)");
   require(p.num_groups > 0 && p.num_groups < 65536,
@@ -267,7 +271,6 @@ void skinny_gemm(const SkinnyGemm& p, cudaStream_t stream) {
     launch<__nv_bfloat16>(p, stream);
   else
     launch<__half>(p, stream);
-  JAMBO_CUDA_CHECK_LAUNCH(skinny_gemm_kernel);
 }
 
 }  // namespace jambo::cuda

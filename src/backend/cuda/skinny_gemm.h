@@ -1,10 +1,10 @@
-// GEMMs of few rows (decode): y = x · wᵀ streamed at the weights' bandwidth, one warp per output row of w with
-// 16-byte weight loads, several per lane in flight, and up to kSkinnyRows rows of x per pass over the weights.
-// Rows come in groups, each with its own weight: the MoE experts, whose row counts stay on the GPU (one launch
-// for all experts, no transfer to the host, so that a MoE decode step stays one CUDA graph; a group without rows
-// costs blocks that return at once), or one group of num_rows rows (a dense GEMM). 16-bit weights multiply x
-// rounded to their type as it is read (what the cuBLAS path's narrowing gives, without its launch), fp32
-// weights multiply x as it is; fp32 accumulation. A dense GEMM of a row or two can also do the work of a small
+// GEMMs of few rows (decode): y = x · wᵀ streamed at the weights' bandwidth, one warp per output row of w (four
+// where a dense GEMM has few outputs) with 16-byte weight loads, several per lane in flight, and up to kSkinnyRows
+// rows of x per pass over the weights. Rows come in groups, each with its own weight: the MoE experts, whose row
+// counts stay on the GPU (one launch for all experts, no transfer to the host, so that a MoE decode step stays one
+// CUDA graph; only the experts listed in group_ids get blocks), or one group of num_rows rows (a dense GEMM). 16-bit
+// weights multiply x rounded to their type as it is read (what the cuBLAS path's narrowing gives, without its launch),
+// fp32 weights multiply x as it is; fp32 accumulation. A dense GEMM of a row or two can also do the work of a small
 // kernel after it in a decode step, which would cost a launch and a dependent wait: SwiGLU over its outputs
 // (swiglu) or the Mamba conv of the inputs among them (conv). H200, 3B shape, batch 1, GPU time in the layers: 2.48
 // ms a step without them, 2.37-2.41 with both. Fusing dt's RMSNorm into dt_proj, or dt_proj into the state update,
@@ -27,8 +27,8 @@ constexpr int64_t kSkinnyRows = 8;
 constexpr int64_t kMaxSkinnyGemmRows = 2;
 
 struct SkinnyGemm {
-  const float* x = nullptr;  // [R, x_stride] groups of rows, the first k columns read
-  int64_t x_stride = 0;
+  const float* x = nullptr;              // [R, x_stride] groups of rows, the first k columns read
+  int64_t x_stride = 0;                  // elements from one row of x to the next (>= K)
   const uint16_t* x16 = nullptr;         // [R, K] x rounded to the 16-bit weights' type by its producer, read
                                          //   instead of x when set (one group of up to 2 rows); or null
   const int64_t* group_rows = nullptr;   // [G + 1] on the GPU: group g's rows are [group_rows[g], group_rows[g + 1]);
@@ -54,8 +54,8 @@ struct SkinnyGemm {
 int64_t skinny_weights_per_load(DType dtype);
 
 // Whether the kernel takes these operands: 16-byte aligned weights and x rows, K a multiple of one load, x16
-// only beside 16-bit weights, group_ids only beside group_rows, swiglu only for one group of up to 2 rows with N
-// even, and conv only for one group of up to 2 rows without swiglu.
+// only beside 16-bit weights, group_ids only beside group_rows (without them, one group), swiglu only for one group of
+// up to 2 rows with N even, and conv only for one group of up to 2 rows without swiglu.
 bool skinny_gemm_applies(const SkinnyGemm& params);
 
 // y[i] = x[i] · w_gᵀ for every row i of every group g.

@@ -4,10 +4,6 @@
 
 namespace jambo::cuda {
 
-StepRowsUploader::~StepRowsUploader() {
-  if (pinned_ != nullptr) cudaFreeHost(pinned_);
-}
-
 DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<const int64_t> state_offsets,
                                     std::span<const int32_t> reads_state, cudaStream_t stream) {
   const int64_t num_rows = int64_t(rows.size());
@@ -68,18 +64,13 @@ DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<co
     table_entry += int64_t(row.block_table.size());
   }
 
-  if (num_words > pinned_size_) {
-    if (pinned_ != nullptr) JAMBO_CUDA_CHECK(cudaFreeHost(pinned_));
-    pinned_ = nullptr;
-    pinned_size_ = num_words + num_words / 4;
-    JAMBO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_), size_t(device_offset(pinned_size_, 8))));
-  }
+  int64_t* pinned = pinned_.reserve(num_words);
   // The last step's transfer from the pinned buffer must be done before it is overwritten.
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::memcpy(pinned_, words, size_t(device_offset(num_words, 8)));
+  std::memcpy(pinned, words, size_t(device_offset(num_words, 8)));
   int64_t* device = device_.reserve(num_words);
   JAMBO_CUDA_CHECK(
-      cudaMemcpyAsync(device, pinned_, size_t(device_offset(num_words, 8)), cudaMemcpyHostToDevice, stream));
+      cudaMemcpyAsync(device, pinned, size_t(device_offset(num_words, 8)), cudaMemcpyHostToDevice, stream));
 
   DeviceRows out;
   out.num_rows = num_rows;

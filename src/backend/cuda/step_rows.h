@@ -2,6 +2,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_rows.h"
 
 #include <cstdint>
@@ -16,13 +17,11 @@ class StepRowsUploader {
   // copies it to the GPU in one transfer on `stream`.
   DeviceRows upload(std::span<const BatchRow> rows, std::span<const int64_t> state_offsets,
                     std::span<const int32_t> reads_state, cudaStream_t stream);
-  ~StepRowsUploader();
 
  private:
-  std::vector<int64_t> host_;  // the packed step, 8-byte words
-  int64_t* pinned_ = nullptr;  // [pinned_size_] staging for the transfer
-  int64_t pinned_size_ = 0;
-  DeviceBuffer<int64_t> device_;
+  std::vector<int64_t> host_;     // the packed step, 8-byte words
+  PinnedBuffer<int64_t> pinned_;  // [words] staging for the transfer
+  DeviceBuffer<int64_t> device_;  // [words]
 };
 
 }  // namespace jambo::cuda
