@@ -15,6 +15,9 @@
 # gpu (the default) runs on the GPU machine; cpu-demo runs the same runs small on the CPU with the demo model, to
 # check the script (STRESS_REQUESTS overrides the request count of each run; default 10000, 40 for cpu-demo). The
 # third argument picks one run (each takes a few minutes on an H200), e.g. to fit a 10-minute command limit.
+# H200, 2026-11-30 (commit 8749967): tight: 24,854 samples, 0 flagged, worst 3.8e-4, 1075 preemptions,
+# 25,914 slot reuses, 149 s; pool: 160,000 samples, 0 flagged, worst 4.6e-4, top slot 2047 at elements
+# [5,177,436,160, 5,179,965,440), 159,456 slot reuses, 176 s; 0 law violations in both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
