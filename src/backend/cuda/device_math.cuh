@@ -65,12 +65,13 @@ __device__ inline void store_narrow4(const Narrow16& copy, int64_t i, const floa
 // Programmatic dependent launch (Hopper and later), for the chains of small kernels of a decode step: a kernel
 // started with launch_early may be scheduled before the kernel ahead of it in the stream has finished, once every
 // block of that kernel has called let_next_kernel_start() or exited, so that its launch and ramp overlap that
-// kernel's tail. It must call wait_for_previous_kernel(), which returns when that kernel has finished and its writes
-// are visible, before it reads anything that kernel or an earlier one wrote, and before it writes anything (the
-// skinny GEMMs load their first weights before it, the one-token state update its state; the other kernels wait on
-// entry). Every block of an early kernel
-// waits, so that its end implies its predecessor's. let_next_kernel_start() does nothing when the next kernel was
-// launched the usual way.
+// kernel's tail. As every kernel calls let_next_kernel_start() on entry, several can be in flight at once: code before
+// wait_for_previous_kernel() runs beside any earlier kernel of the step. So before its wait a kernel reads only what
+// no kernel of the step writes (weights, the uploaded rows, and the layer's conv tails in the skinny GEMM's fused conv
+// or its states in the one-token update, each the only writer of them in a step), writes nothing, and never reads
+// through the read-only path (tests/cuda_source_rules.sh). wait_for_previous_kernel() returns when the kernel ahead
+// has finished and its writes are visible. Some blocks of every early kernel wait, so that its end implies its
+// predecessor's. let_next_kernel_start() does nothing when the next kernel was launched the usual way.
 __device__ inline void let_next_kernel_start() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");

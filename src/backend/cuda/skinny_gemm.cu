@@ -265,6 +265,8 @@ void skinny_gemm(const SkinnyGemm& p, cudaStream_t stream) {
   require(skinny_gemm_applies(p), "skinny_gemm called on operands it does not take (please report this)");
   require(p.num_groups > 0 && p.num_groups < 65536,
           "a skinny GEMM takes 1 to 65535 groups, got " + std::to_string(p.num_groups));
+  // Without rows no block would wait for the kernel before it, and this one's end would no longer imply that one's.
+  require(p.group_rows != nullptr || p.num_rows > 0, "a dense skinny GEMM needs rows (please report this)");
   if (p.dtype == DType::F32)
     launch<float>(p, stream);
   else if (p.dtype == DType::BF16)
