@@ -45,6 +45,20 @@ class GpuParamTest : public ::testing::TestWithParam<Param> {
   void SetUp() override { JAMBO_SKIP_WITHOUT_GPU(); }
 };
 
+// A GPU test with a stream of its own, destroyed after the test body's buffers.
+class StreamTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
 // count values from the host in a new device buffer.
 template <typename T>
 cuda::DeviceBuffer<T> upload(const T* values, int64_t count) {

@@ -384,20 +384,6 @@ TEST_P(OpsTest, DecodeConvInTheGemmEqualsTheConvKernel) {
 
 INSTANTIATE_TEST_SUITE_P(TestModels, OpsTest, ::testing::ValuesIn(test_model_specs()), spec_name);
 
-// A GPU test with a stream of its own, destroyed after the test body's buffers.
-class StreamTest : public GpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t stream_ = nullptr;
-};
-
 class GemmTest : public StreamTest {};
 
 // 16-bit weights: linear() (skinny_gemm up to kMaxSkinnyGemmRows rows, cuBLAS beyond and for K not a multiple of 8;

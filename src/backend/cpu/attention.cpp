@@ -15,19 +15,6 @@ float dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-void store_keys_and_values(KvCache& kv_cache, int64_t attention_layer, const AttentionRow& row,
-                           const Matrix& keys,     // [num_tokens, nkv*hd]
-                           const Matrix& values) {  // [num_tokens, nkv*hd]
-  const int64_t width = keys.num_cols();
-  for (int64_t t = 0; t < row.num_tokens; ++t) {
-    const int64_t position = row.start_position + t;
-    const int64_t block = row.block_table[position / kv_cache.block_size()];
-    const int64_t slot_in_block = position % kv_cache.block_size();
-    std::copy_n(keys.row(row.first_token + t), width, kv_cache.key(block, attention_layer, slot_in_block));
-    std::copy_n(values.row(row.first_token + t), width, kv_cache.value(block, attention_layer, slot_in_block));
-  }
-}
-
 // The keys and values of one row in one attention layer, by position in the sequence.
 struct RowKeysAndValues {
   KvCache& kv_cache;
@@ -45,12 +32,12 @@ struct RowKeysAndValues {
 };
 
 // out = sum_j softmax_j(query · k_j * scale) v_j over positions j = 0..num_keys-1, in order.
-void attend_one_query(const float* query,             // [hd]
+void attend_one_query(const float* query,  // [hd]
                       const RowKeysAndValues& keys_and_values,
-                      int64_t kv_offset,              // offset of the KV head within [nkv, hd]
+                      int64_t kv_offset,  // offset of the KV head within [nkv, hd]
                       int64_t num_keys, int64_t head_dim, float scale,
-                      std::vector<float>& scores,     // scratch, [num_keys]
-                      float* out) {                   // [hd]
+                      std::vector<float>& scores,  // scratch, [num_keys]
+                      float* out) {                // [hd]
   scores.resize(size_t(num_keys));
   float max_score = -INFINITY;
   for (int64_t j = 0; j < num_keys; ++j) {
@@ -104,6 +91,18 @@ void attend(const JambaConfig& config, KvCache& kv_cache, int64_t attention_laye
 }
 
 }  // namespace
+
+void store_keys_and_values(KvCache& kv_cache, int64_t attention_layer, const AttentionRow& row, const Matrix& keys,
+                           const Matrix& values) {
+  const int64_t width = keys.num_cols();
+  for (int64_t t = 0; t < row.num_tokens; ++t) {
+    const int64_t position = row.start_position + t;
+    const int64_t block = row.block_table[position / kv_cache.block_size()];
+    const int64_t slot_in_block = position % kv_cache.block_size();
+    std::copy_n(keys.row(row.first_token + t), width, kv_cache.key(block, attention_layer, slot_in_block));
+    std::copy_n(values.row(row.first_token + t), width, kv_cache.value(block, attention_layer, slot_in_block));
+  }
+}
 
 void attention_mixer(const AttentionWeights& weights, const JambaConfig& config, KvCache& kv_cache,
                      int64_t attention_layer, const Matrix& x, std::span<const AttentionRow> rows, Matrix& out) {
