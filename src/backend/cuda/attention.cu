@@ -16,6 +16,19 @@ constexpr int kBlocksPerSmWanted = 4;
 constexpr int kMaxSplits = 32;
 constexpr int kCombineThreads = 128;
 
+// One step's attention, as every attention kernel reads it (each takes the fields it needs).
+struct AttentionParams {
+  DeviceRows rows;
+  KvLayout layout;
+  int64_t num_heads = 0;           // nh
+  int num_splits = 1;              // parts of each one-token row's keys; 1: the blocks write context themselves
+  bool skip_chunked_rows = false;  // rows of several tokens are attention_mma_kernel's
+  const float* queries = nullptr;  // [T, nh*hd]
+  const float* kv_pool = nullptr;  // [num_blocks, block_stride]
+  float* context = nullptr;        // [T, nh*hd]
+  float* partial = nullptr;        // [T, nh, num_splits, hd + 2] (several splits)
+};
+
 // Element offset of a position's [nkv, hd] keys (key_or_value 0) or values (1) in the pool.
 __device__ inline int64_t kv_entry(const DeviceRows& rows, const KvLayout& layout, int64_t row, int64_t position,
                                    int key_or_value) {
@@ -84,7 +97,8 @@ __device__ void load_tile(const DeviceRows& rows, const KvLayout& layout, int64_
   const int64_t tile_stride = AttentionShared{0, layout.head_dim}.tile_stride();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, num_warps = blockDim.x / kWarpSize;
   for (int k = warp; k < count; k += num_warps) {
-    const float* entry = kv_pool + kv_entry(rows, layout, r, first + k, key_or_value) + device_offset(kv_head, head_dim);
+    const float* entry =
+        kv_pool + kv_entry(rows, layout, r, first + k, key_or_value) + device_offset(kv_head, head_dim);
     for (int e = lane; e < head_dim; e += kWarpSize) tile[k * tile_stride + e] = entry[e];
   }
 }
@@ -94,31 +108,27 @@ __device__ void load_tile(const DeviceRows& rows, const KvLayout& layout, int64_
 // online softmax: per head a running max m, running sum l and the unnormalized outputs, rescaled when m grows.
 // With one split the block writes the context; with more, its (m, l, outputs) go to `partial` and
 // combine_splits_kernel merges them.
-__global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_heads, int num_splits,
-                                 bool skip_chunked_rows,  // rows of several tokens are attention_mma_kernel's
-                                 const float* queries,  // [T, nh*hd]
-                                 const float* kv_pool,  // [num_blocks, block_stride]
-                                 float* context,        // [T, nh*hd] (one split)
-                                 float* partial) {      // [T, nh, num_splits, hd + 2] (several)
+__global__ void attention_kernel(const AttentionParams p) {
   // Launched early, as the kernels around it (device_math.cuh).
   let_next_kernel_start();
   wait_for_previous_kernel();
   extern __shared__ float shared[];
-  const int64_t head_dim = layout.head_dim, group_size = num_heads / layout.num_kv_heads;
+  const int64_t head_dim = p.layout.head_dim, group_size = p.num_heads / p.layout.num_kv_heads;
   const AttentionShared at{group_size, head_dim};
-  float* query = shared + at.queries();  // [G, hd]
-  float* acc = shared + at.outputs();    // [G, hd]
-  float* tile = shared + at.tile();      // [kKeysPerTile, hd + 1]
+  float* query = shared + at.queries();    // [G, hd]
+  float* acc = shared + at.outputs();      // [G, hd]
+  float* tile = shared + at.tile();        // [kKeysPerTile, hd + 1]
   float* weights = shared + at.weights();  // [G, kKeysPerTile]
-  float* running_max = shared + at.stats(), *running_sum = running_max + group_size, *rescale = running_sum + group_size;
-  const int64_t t = blockIdx.x / layout.num_kv_heads, kv_head = blockIdx.x % layout.num_kv_heads;
+  float *running_max = shared + at.stats(), *running_sum = running_max + group_size,
+        *rescale = running_sum + group_size;
+  const int64_t t = blockIdx.x / p.layout.num_kv_heads, kv_head = blockIdx.x % p.layout.num_kv_heads;
   const int split = int(blockIdx.y);
-  const int64_t r = rows.token_row[t];
-  if (skip_chunked_rows && rows.row_tokens[r] > 1) return;
-  const auto [first_key, end_key] = split_keys(rows, t, split, num_splits);
+  const int64_t r = p.rows.token_row[t];
+  if (p.skip_chunked_rows && p.rows.row_tokens[r] > 1) return;
+  const auto [first_key, end_key] = split_keys(p.rows, t, split, p.num_splits);
   const float scale = 1.0f / sqrtf(float(head_dim));
   const int64_t group_width = group_size * head_dim;  // the group's query heads are contiguous
-  const float* q_in = queries + device_offset(t, num_heads * head_dim) + device_offset(kv_head, group_width);
+  const float* q_in = p.queries + device_offset(t, p.num_heads * head_dim) + device_offset(kv_head, group_width);
   for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) {
     query[i] = q_in[i];
     acc[i] = 0.0f;
@@ -130,7 +140,7 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, num_warps = blockDim.x / kWarpSize;
   for (int64_t first = first_key; first < end_key; first += kKeysPerTile) {
     const int count = int(min(int64_t(kKeysPerTile), end_key - first));
-    load_tile(rows, layout, r, first, count, 0, kv_head, kv_pool, tile);
+    load_tile(p.rows, p.layout, r, first, count, 0, kv_head, p.kv_pool, tile);
     __syncthreads();
     for (int i = threadIdx.x; i < int(group_size) * count; i += blockDim.x) {
       const int h = i / count, k = i % count;
@@ -152,7 +162,7 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
         running_max[h] = new_max;
       }
     }
-    load_tile(rows, layout, r, first, count, 1, kv_head, kv_pool, tile);  // the keys are no longer read
+    load_tile(p.rows, p.layout, r, first, count, 1, kv_head, p.kv_pool, tile);  // the keys are no longer read
     __syncthreads();
     for (int i = threadIdx.x; i < int(group_width); i += blockDim.x) {
       const int h = i / int(head_dim), e = i % int(head_dim);
@@ -163,14 +173,14 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
     __syncthreads();  // the tile and weights are rewritten by the next tile
   }
   __syncthreads();  // the stats are complete (a split without keys never entered the loop)
-  if (num_splits == 1) {
-    float* out = context + device_offset(t, num_heads * head_dim) + device_offset(kv_head, group_width);
+  if (p.num_splits == 1) {
+    float* out = p.context + device_offset(t, p.num_heads * head_dim) + device_offset(kv_head, group_width);
     for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) out[i] = acc[i] / running_sum[i / head_dim];
     return;
   }
   for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) {
     const int64_t head = device_offset(kv_head, group_size) + i / head_dim, e = i % head_dim;
-    float* entry = partial + partial_entry(device_offset(t, num_heads) + head, split, num_splits, head_dim);
+    float* entry = p.partial + partial_entry(device_offset(t, p.num_heads) + head, split, p.num_splits, head_dim);
     entry[e] = acc[i];
     if (e == 0) entry[head_dim] = running_max[i / head_dim], entry[head_dim + 1] = running_sum[i / head_dim];
   }
@@ -181,33 +191,30 @@ __global__ void attention_kernel(DeviceRows rows, KvLayout layout, int64_t num_h
 // (m, l) a lane each and leaves their weights in shared memory; then each thread sums one dimension over the splits,
 // its loads independent of each other (a loop over the splits per step, one load after another, took 9 us at
 // batch 1).
-__global__ void combine_splits_kernel(DeviceRows rows, int64_t num_heads, int64_t head_dim, int num_splits,
-                                      bool skip_chunked_rows,
-                                      const float* partial,  // [T, nh, num_splits, hd + 2]
-                                      float* context) {      // [T, nh*hd]
+__global__ void combine_splits_kernel(const AttentionParams p) {
   static_assert(kMaxSplits <= kWarpSize, "a lane per split");
   // Launched early, as the kernels around it (device_math.cuh).
   let_next_kernel_start();
   wait_for_previous_kernel();
-  const int64_t pair = blockIdx.x;  // t * nh + head
-  if (skip_chunked_rows && rows.row_tokens[rows.token_row[pair / num_heads]] > 1) return;
-  const float* entries = partial + partial_entry(pair, 0, num_splits, head_dim);  // [num_splits, hd + 2]
+  const int64_t head_dim = p.layout.head_dim, pair = blockIdx.x;  // pair: t * nh + head
+  if (p.skip_chunked_rows && p.rows.row_tokens[p.rows.token_row[pair / p.num_heads]] > 1) return;
+  const float* entries = p.partial + partial_entry(pair, 0, p.num_splits, head_dim);  // [num_splits, hd + 2]
   const int64_t entry_size = partial_entry_size(head_dim);
   __shared__ float weights[kMaxSplits];  // exp(m_s - M) / sum_s exp(m_s - M) l_s
   if (threadIdx.x < kWarpSize) {
     const int s = int(threadIdx.x);
     const float* entry = entries + device_offset(s, entry_size);
-    const float m = s < num_splits ? entry[head_dim] : -INFINITY, l = s < num_splits ? entry[head_dim + 1] : 0.0f;
+    const float m = s < p.num_splits ? entry[head_dim] : -INFINITY, l = s < p.num_splits ? entry[head_dim + 1] : 0.0f;
     const float weight = expf(m - warp_max(m));  // some split has keys: the max is finite
     const float total = warp_sum(weight * l);
-    if (s < num_splits) weights[s] = weight / total;
+    if (s < p.num_splits) weights[s] = weight / total;
   }
   __syncthreads();
   for (int64_t e = threadIdx.x; e < head_dim; e += blockDim.x) {
     float sum = 0.0f;
 #pragma unroll 8
-    for (int s = 0; s < num_splits; ++s) sum += weights[s] * entries[device_offset(s, entry_size) + e];
-    context[device_offset(pair, head_dim) + e] = sum;
+    for (int s = 0; s < p.num_splits; ++s) sum += weights[s] * entries[device_offset(s, entry_size) + e];
+    p.context[device_offset(pair, head_dim) + e] = sum;
   }
 }
 
@@ -221,7 +228,7 @@ constexpr int kMmaRows = 16;  // an mma's rows: a warp's query tokens (prefill) 
 constexpr int kMmaWarps = 4;
 constexpr int kMmaKeys = 64;
 constexpr int kMmaMaxHeadDim = 128;
-constexpr int kMmaDimTiles = kMmaMaxHeadDim / 16;  // k-steps of Q Kᵀ and pairs of 8-wide output tiles of P V
+constexpr int kMmaDimTiles = kMmaMaxHeadDim / 16;   // k-steps of Q Kᵀ and pairs of 8-wide output tiles of P V
 constexpr int kMmaTileStride = kMmaMaxHeadDim + 8;  // bf16 per staged key: rows 16 bytes apart mod 128 (no conflicts)
 static_assert(kMmaWarps * kMmaRows == kScanChunkTokens, "a block's warps cover one scan chunk");
 
@@ -261,14 +268,13 @@ __device__ inline void mma_bf16(float (&acc)[4], const uint32_t (&a)[4], uint32_
 // from end_key on are zeros (a zero value keeps 0 * value finite).
 __device__ void stage_keys_and_values(const DeviceRows& rows, const KvLayout& layout, int64_t r, int64_t kv_head,
                                       int64_t first_key, int64_t end_key, const float* kv_pool,
-                                      int64_t* entries,        // [kMmaKeys] shared
-                                      __nv_bfloat16* keys,     // [kMmaKeys, kMmaTileStride] shared
+                                      int64_t* entries,         // [kMmaKeys] shared
+                                      __nv_bfloat16* keys,      // [kMmaKeys, kMmaTileStride] shared
                                       __nv_bfloat16* values) {  // [kMmaKeys, kMmaTileStride] shared
   const int head_dim = int(layout.head_dim), quads = head_dim / 4;
   for (int k = threadIdx.x; k < kMmaKeys; k += blockDim.x)
-    entries[k] = first_key + k < end_key
-                     ? kv_entry(rows, layout, r, first_key + k, 0) + device_offset(kv_head, head_dim)
-                     : -1;
+    entries[k] =
+        first_key + k < end_key ? kv_entry(rows, layout, r, first_key + k, 0) + device_offset(kv_head, head_dim) : -1;
   __syncthreads();
 #pragma unroll 4
   for (int i = threadIdx.x; i < kMmaKeys * quads; i += blockDim.x) {
@@ -425,37 +431,33 @@ struct WarpAttention {
   }
 };
 
-__global__ void __launch_bounds__(kMmaWarps * kWarpSize)
-    attention_mma_kernel(DeviceRows rows, KvLayout layout, int64_t num_heads,
-                         const float* queries,  // [T, nh*hd]
-                         const float* kv_pool,  // [num_blocks, block_stride]
-                         float* context) {      // [T, nh*hd]
-  const int head_dim = int(layout.head_dim), dim_tiles = head_dim / 16;
+__global__ void __launch_bounds__(kMmaWarps* kWarpSize) attention_mma_kernel(const AttentionParams p) {
+  const int head_dim = int(p.layout.head_dim), dim_tiles = head_dim / 16;
   const int warp = threadIdx.x / kWarpSize;
 
-  const int64_t chunk = rows.num_chunks - 1 - blockIdx.x;  // the longest chunks (a row's last) first
-  const int64_t head = blockIdx.y, kv_head = head / (num_heads / layout.num_kv_heads);
-  const int64_t r = rows.chunk_row[chunk];
-  const int64_t chunk_first = rows.chunk_first_token[chunk];
-  const int64_t chunk_end = min(rows.first_token[r] + rows.row_tokens[r], chunk_first + kScanChunkTokens);
-  const int64_t position_of_first = rows.start_position[r] - rows.first_token[r];  // + t: position of token t
+  const int64_t chunk = p.rows.num_chunks - 1 - blockIdx.x;  // the longest chunks (a row's last) first
+  const int64_t head = blockIdx.y, kv_head = head / (p.num_heads / p.layout.num_kv_heads);
+  const int64_t r = p.rows.chunk_row[chunk];
+  const int64_t chunk_first = p.rows.chunk_first_token[chunk];
+  const int64_t chunk_end = min(p.rows.first_token[r] + p.rows.row_tokens[r], chunk_first + kScanChunkTokens);
+  const int64_t position_of_first = p.rows.start_position[r] - p.rows.first_token[r];  // + t: position of token t
   const int64_t warp_first = chunk_first + warp * kMmaRows;
   const int num_queries = int(max(int64_t(0), min(int64_t(kMmaRows), chunk_end - warp_first)));
   const int64_t first_position = position_of_first + warp_first;  // of the warp's first query
   const int64_t last_position = first_position + num_queries - 1;
   const int64_t num_keys = position_of_first + chunk_end;  // of the block: up to its last query's position
 
-  const int64_t query_stride = num_heads * head_dim;
+  const int64_t query_stride = p.num_heads * head_dim;
   uint32_t query[kMmaDimTiles][4];
-  load_query_fragments(queries + device_offset(warp_first, query_stride) + device_offset(head, head_dim), query_stride,
-                       num_queries, dim_tiles, query);
+  load_query_fragments(p.queries + device_offset(warp_first, query_stride) + device_offset(head, head_dim),
+                       query_stride, num_queries, dim_tiles, query);
   WarpAttention attention;
   attention.attend_keys(
-      query, rows, layout, r, kv_head, 0, num_keys, kv_pool,
+      query, p.rows, p.layout, r, kv_head, 0, num_keys, p.kv_pool,
       [&](int64_t first_key) { return num_queries > 0 && first_key <= last_position; },
       [&](int64_t key_position, int row) { return key_position <= first_position + row; });
   attention.finish();
-  attention.store(context + device_offset(warp_first, query_stride) + device_offset(head, head_dim), query_stride,
+  attention.store(p.context + device_offset(warp_first, query_stride) + device_offset(head, head_dim), query_stride,
                   num_queries, head_dim, /*normalized=*/true);
 }
 
@@ -465,39 +467,36 @@ __global__ void __launch_bounds__(kMmaWarps * kWarpSize)
 // head, split of the token's keys), as attention_kernel, whose results (context, or partial for
 // combine_splits_kernel) it writes in the same form. H200, 3B shape, batch 256 (about 550 keys a token): 89 us an
 // attention layer, against 297 on the fp32 kernel, which is bound by its shared-memory reads.
-__global__ void __launch_bounds__(kMmaWarps * kWarpSize)
-    attention_decode_mma_kernel(DeviceRows rows, KvLayout layout, int64_t num_heads, int num_splits,
-                                const float* queries,  // [T, nh*hd]
-                                const float* kv_pool,  // [num_blocks, block_stride]
-                                float* context,        // [T, nh*hd] (one split)
-                                float* partial) {      // [T, nh, num_splits, hd + 2] (several)
+__global__ void __launch_bounds__(kMmaWarps* kWarpSize) attention_decode_mma_kernel(const AttentionParams p) {
   // Launched early, as the kernels around it (device_math.cuh).
   let_next_kernel_start();
   wait_for_previous_kernel();
-  const int head_dim = int(layout.head_dim), dim_tiles = head_dim / 16;
-  const int64_t t = blockIdx.x / layout.num_kv_heads, kv_head = blockIdx.x % layout.num_kv_heads;
-  const int64_t r = rows.token_row[t];
-  if (rows.row_tokens[r] > 1) return;  // attention_mma_kernel's
-  const KeySplit split = split_keys(rows, t, int(blockIdx.y), num_splits);
-  const int64_t group_size = num_heads / layout.num_kv_heads;
+  const int head_dim = int(p.layout.head_dim), dim_tiles = head_dim / 16;
+  const int64_t t = blockIdx.x / p.layout.num_kv_heads, kv_head = blockIdx.x % p.layout.num_kv_heads;
+  const int64_t r = p.rows.token_row[t];
+  if (p.rows.row_tokens[r] > 1) return;  // attention_mma_kernel's
+  const KeySplit split = split_keys(p.rows, t, int(blockIdx.y), p.num_splits);
+  const int64_t group_size = p.num_heads / p.layout.num_kv_heads;
   const int64_t first_head = device_offset(kv_head, group_size) + int64_t(threadIdx.x / kWarpSize) * kMmaRows;
-  const int num_rows = int(max(int64_t(0), min(int64_t(kMmaRows), device_offset(kv_head + 1, group_size) - first_head)));
+  const int num_rows =
+      int(max(int64_t(0), min(int64_t(kMmaRows), device_offset(kv_head + 1, group_size) - first_head)));
 
   uint32_t query[kMmaDimTiles][4];
-  load_query_fragments(queries + device_offset(t, num_heads * head_dim) + device_offset(first_head, head_dim), head_dim,
-                       num_rows, dim_tiles, query);
+  load_query_fragments(p.queries + device_offset(t, p.num_heads * head_dim) + device_offset(first_head, head_dim),
+                       head_dim, num_rows, dim_tiles, query);
   WarpAttention attention;
   attention.attend_keys(
-      query, rows, layout, r, kv_head, split.first, split.end, kv_pool, [&](int64_t) { return num_rows > 0; },
+      query, p.rows, p.layout, r, kv_head, split.first, split.end, p.kv_pool, [&](int64_t) { return num_rows > 0; },
       [&](int64_t key_position, int) { return key_position < split.end; });
   attention.finish();
-  if (num_splits == 1)
-    attention.store(context + device_offset(t, num_heads * head_dim) + device_offset(first_head, head_dim), head_dim,
-                    num_rows, head_dim, /*normalized=*/true);
+  if (p.num_splits == 1)
+    attention.store(p.context + device_offset(t, p.num_heads * head_dim) + device_offset(first_head, head_dim),
+                    head_dim, num_rows, head_dim, /*normalized=*/true);
   else
-    attention.store(partial + partial_entry(device_offset(t, num_heads) + first_head, blockIdx.y, num_splits, head_dim),
-                    device_offset(num_splits, partial_entry_size(head_dim)), num_rows, head_dim,
-                    /*normalized=*/false);
+    attention.store(
+        p.partial + partial_entry(device_offset(t, p.num_heads) + first_head, blockIdx.y, p.num_splits, head_dim),
+        device_offset(p.num_splits, partial_entry_size(head_dim)), num_rows, head_dim,
+        /*normalized=*/false);
 }
 
 // An attribute of the current GPU (callers keep it in a static: asked once).
@@ -559,41 +558,43 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
                      cudaStream_t stream) {
   const int64_t num_pairs = device_offset(rows.num_tokens, layout.num_kv_heads);
   if (num_pairs == 0) return;
-  const bool tensor_cores = attention_runs_on_tensor_cores(rows, layout, sixteen_bit);
-  if (tensor_cores) {
+  AttentionParams p{.rows = rows,
+                    .layout = layout,
+                    .num_heads = num_heads,
+                    .skip_chunked_rows = attention_runs_on_tensor_cores(rows, layout, sixteen_bit),
+                    .queries = queries,
+                    .kv_pool = kv_pool,
+                    .context = context};
+  if (p.skip_chunked_rows) {
     require(rows.num_chunks < (int64_t(1) << 31) && num_heads < 65536,
             "too many chunks or heads for one attention launch");
-    attention_mma_kernel<<<dim3(unsigned(rows.num_chunks), unsigned(num_heads)), kMmaWarps * kWarpSize, 0, stream>>>(
-        rows, layout, num_heads, queries, kv_pool, context);
+    attention_mma_kernel<<<dim3(unsigned(rows.num_chunks), unsigned(num_heads)), kMmaWarps * kWarpSize, 0, stream>>>(p);
     JAMBO_CUDA_CHECK_LAUNCH(attention_mma_kernel);
   }
   require(num_pairs < (int64_t(1) << 31),
           "attention over " + std::to_string(num_pairs) + " (token, KV head) pairs is too many for one launch");
-  const int num_splits = attention_splits(rows.num_tokens, layout.num_kv_heads);
-  float* partial_data =
-      num_splits == 1 ? nullptr
-                      : partial.reserve(device_offset(device_offset(rows.num_tokens, num_heads),
-                                                      device_offset(num_splits, partial_entry_size(layout.head_dim))));
-  const dim3 grid{unsigned(num_pairs), unsigned(num_splits)};
+  p.num_splits = attention_splits(rows.num_tokens, layout.num_kv_heads);
+  if (p.num_splits > 1)
+    p.partial = partial.reserve(device_offset(device_offset(rows.num_tokens, num_heads),
+                                              device_offset(p.num_splits, partial_entry_size(layout.head_dim))));
+  const dim3 grid{unsigned(num_pairs), unsigned(p.num_splits)};
   const bool decode_tensor_cores = decode_runs_on_tensor_cores(layout, num_heads, sixteen_bit);
-  require(!decode_tensor_cores || rows.num_chunks == 0 || tensor_cores,
+  require(!decode_tensor_cores || rows.num_chunks == 0 || p.skip_chunked_rows,
           "the tensor-core decode attention leaves rows of several tokens to the tensor-core prefill attention, which "
           "does not take these rows (please report this)");
   if (decode_tensor_cores) {
-    launch_early(attention_decode_mma_kernel, grid, dim3(kMmaWarps * kWarpSize), 0, stream, rows, layout, num_heads,
-                 num_splits, queries, kv_pool, context, partial_data);
+    launch_early(attention_decode_mma_kernel, grid, dim3(kMmaWarps * kWarpSize), 0, stream, p);
   } else {
     const AttentionShared at{num_heads / layout.num_kv_heads, layout.head_dim};
     const size_t shared_bytes = size_t(at.num_floats()) * sizeof(float);
     require_shared_memory(shared_bytes, "attention with " + std::to_string(at.group_size) +
                                             " query heads per KV head of dimension " + std::to_string(layout.head_dim));
     [[maybe_unused]] static const bool allowed = allow_max_shared_memory(attention_kernel);
-    launch_early(attention_kernel, grid, dim3(kThreads), shared_bytes, stream, rows, layout, num_heads, num_splits,
-                 tensor_cores, queries, kv_pool, context, partial_data);
+    launch_early(attention_kernel, grid, dim3(kThreads), shared_bytes, stream, p);
   }
-  if (num_splits == 1) return;
+  if (p.num_splits == 1) return;
   launch_early(combine_splits_kernel, dim3(unsigned(device_offset(rows.num_tokens, num_heads))), dim3(kCombineThreads),
-               0, stream, rows, num_heads, layout.head_dim, num_splits, tensor_cores, partial_data, context);
+               0, stream, p);
 }
 
 }  // namespace jambo::cuda
