@@ -6,7 +6,6 @@
 #include "../backend/sequences.h"
 #include "../backend/test_models.h"
 #include "cuda_test_util.h"
-#include "model/config.h"
 
 #include <cmath>
 #include <cstdio>
@@ -16,12 +15,6 @@ namespace {
 
 class Bf16DecodeTest : public GpuTest {
  protected:
-  static Model three_b_shape() {
-    const JambaConfig config =
-        load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
-    return make_random_model(config, DType::BF16, 3);
-  }
-
   // Bitwise equal logits; prints the first differing position (-1: none) and the largest difference.
   static void expect_equal(const Logits& expected, const Logits& actual, const std::string& what) {
     ASSERT_EQ(expected.size(), actual.size()) << what;
@@ -41,7 +34,7 @@ class Bf16DecodeTest : public GpuTest {
 
   // One request in slot 0 and again in slot 1, their steps interleaved: a prefill, decodes, a continuing chunk.
   static void expect_slots_agree(bool decode_graphs, const std::string& what) {
-    const Model model = three_b_shape();
+    const Model model = reasoning_3b_model();
     auto backend = make_cuda_backend(model, test_cache(2), "bf16", decode_graphs);
     const std::vector<int32_t> tokens = random_tokens(12, model.config.vocab_size, 10);
     Sequence first(0, tokens), second(1, tokens);
@@ -63,7 +56,7 @@ TEST_F(Bf16DecodeTest, SlotOneEqualsSlotZeroAsGraphs) {
 }
 
 TEST_F(Bf16DecodeTest, GraphsEqualLaunchByLaunch) {
-  const Model model = three_b_shape();
+  const Model model = reasoning_3b_model();
   auto eager = make_cuda_backend(model, test_cache(1), "bf16", /*decode_graphs=*/false);
   auto graphed = make_cuda_backend(model, test_cache(1), "bf16", /*decode_graphs=*/true);
   const std::vector<int32_t> tokens = random_tokens(12, model.config.vocab_size, 10);

@@ -5,6 +5,7 @@
 #include "../backend/sequences.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_memory.h"
+#include "model/config.h"
 #include "model/weights.h"
 
 #include <cuda_runtime_api.h>
@@ -74,6 +75,15 @@ std::vector<T> download(const T* values, int64_t count) {
   EXPECT_EQ(cudaMemcpy(out.data(), values, size_t(count) * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
   return out;
 }
+
+// Issue 4's Jamba-Reasoning-3B shape (bench/shapes/jamba-reasoning-3b: hidden 2560, 28 layers, attention at 7 and 21,
+// MQA, dense MLP), for tests at production size.
+inline JambaConfig reasoning_3b_config() {
+  return load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
+}
+
+// That shape with random bf16 weights (seed 3), as the law-3 and bf16 decode tests run it.
+inline Model reasoning_3b_model() { return make_random_model(reasoning_3b_config(), DType::BF16, 3); }
 
 // The committed fixture checkpoints (tests/fixtures/models/*/config.json).
 inline std::vector<std::string> fixture_model_names() {

@@ -58,21 +58,15 @@ TEST_F(CudaLaw3Test, TopSlotPastTwoToThe32EqualsSlotZero) {
 // Issue 4's shape: Jamba-Reasoning-3B (hidden 2560, 28 layers, attention at 7 and 21, MQA, dense MLP),
 // random bf16 weights.
 TEST_F(CudaLaw3Test, ReasoningThreeBShapeTopSlotEqualsSlotZero) {
-  const JambaConfig config =
-      load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
-  expect_top_slot_equals_slot_zero(make_random_model(config, DType::BF16, 3), "Reasoning-3B shape");
+  expect_top_slot_equals_slot_zero(reasoning_3b_model(), "Reasoning-3B shape");
 }
 
 TEST_F(CudaLaw3Test, ReasoningThreeBShapeBf16StateTopSlotEqualsSlotZero) {
-  const JambaConfig config =
-      load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
-  expect_top_slot_equals_slot_zero(make_random_model(config, DType::BF16, 3), "Reasoning-3B shape", DType::BF16);
+  expect_top_slot_equals_slot_zero(reasoning_3b_model(), "Reasoning-3B shape", DType::BF16);
 }
 
 TEST_F(CudaLaw3Test, ReasoningThreeBShapeBf16WeightsTopSlotEqualsSlotZero) {
-  const JambaConfig config =
-      load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
-  expect_top_slot_equals_slot_zero(make_random_model(config, DType::BF16, 3), "Reasoning-3B shape", DType::F32, "bf16");
+  expect_top_slot_equals_slot_zero(reasoning_3b_model(), "Reasoning-3B shape", DType::F32, "bf16");
 }
 
 }  // namespace

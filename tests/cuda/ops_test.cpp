@@ -526,20 +526,14 @@ TEST_F(GemmTest, GroupIdsListingTheGroupsWithRowsEqualEveryGroupLaunched) {
     weights.push_back(upload(static_cast<const uint16_t*>(w.data), kN * kK));
     weight_pointers.push_back(weights.back().data());
   }
-  DeviceBuffer<const void*> device_weights(kGroups);
-  ASSERT_EQ(cudaMemcpy(device_weights.data(), weight_pointers.data(), kGroups * sizeof(void*), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  DeviceBuffer<int64_t> device_group_rows(kGroups + 1);
-  ASSERT_EQ(cudaMemcpy(device_group_rows.data(), group_rows.data(), group_rows.size() * 8, cudaMemcpyHostToDevice),
-            cudaSuccess);
+  const DeviceBuffer<const void*> device_weights = upload(weight_pointers.data(), kGroups);
+  const DeviceBuffer<int64_t> device_group_rows = upload(group_rows.data(), kGroups + 1);
   const Matrix x = store.matrix(num_rows, kK, 1.0f);
   DeviceBuffer<float> device_x = upload(x.data(), num_rows * kK);
 
   const auto run = [&](const std::vector<int32_t>& ids) {
-    DeviceBuffer<int32_t> device_ids(std::max<int64_t>(1, int64_t(ids.size())));
-    if (!ids.empty()) {
-      EXPECT_EQ(cudaMemcpy(device_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    }
+    DeviceBuffer<int32_t> device_ids;
+    if (!ids.empty()) device_ids = upload(ids.data(), int64_t(ids.size()));
     DeviceBuffer<float> y(num_rows * kN);
     EXPECT_EQ(cudaMemset(y.data(), 0xff, size_t(num_rows * kN) * 4), cudaSuccess);  // NaN where nothing writes
     cuda::SkinnyGemm p;

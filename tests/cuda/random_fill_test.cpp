@@ -87,9 +87,7 @@ class RandomFillShapeTest : public GpuTest {};
 // Issue 4's Jamba-Reasoning-3B shape in bf16, as bench/gpu.sh runs it: tensors of up to 168M elements, so the
 // fill's grid-stride loop takes several turns.
 TEST_F(RandomFillShapeTest, ReasoningThreeBShapeEqualsHostFillBitwise) {
-  const JambaConfig config =
-      load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
-  expect_gpu_fill_equals_host_fill(config, DType::BF16, WeightMode::Bf16, "Reasoning-3B shape");
+  expect_gpu_fill_equals_host_fill(reasoning_3b_config(), DType::BF16, WeightMode::Bf16, "Reasoning-3B shape");
 }
 
 // Memory plans count the bytes the CUDA backend will hold without a GPU: the same for a model without host data.

@@ -91,10 +91,9 @@ struct AttentionShared {
 // tile[k, d] = the keys (key_or_value 0) or values (1) of KV head kv_head at positions first + k: a warp per
 // key, its lanes along the head dimension (one block-table lookup per key, coalesced reads).
 __device__ void load_tile(const DeviceRows& rows, const KvLayout& layout, int64_t r, int64_t first, int count,
-                          int key_or_value, int64_t kv_head, const float* kv_pool,
-                          float* tile) {  // [kKeysPerTile, hd + 1] shared (AttentionShared::tile_stride)
+                          int key_or_value, int64_t kv_head, const float* kv_pool, int64_t tile_stride,
+                          float* tile) {  // [kKeysPerTile, tile_stride] shared
   const int head_dim = int(layout.head_dim);
-  const int64_t tile_stride = AttentionShared{0, layout.head_dim}.tile_stride();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, num_warps = blockDim.x / kWarpSize;
   for (int k = warp; k < count; k += num_warps) {
     const float* entry =
@@ -140,7 +139,7 @@ __global__ void attention_kernel(const AttentionParams p) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, num_warps = blockDim.x / kWarpSize;
   for (int64_t first = first_key; first < end_key; first += kKeysPerTile) {
     const int count = int(min(int64_t(kKeysPerTile), end_key - first));
-    load_tile(p.rows, p.layout, r, first, count, 0, kv_head, p.kv_pool, tile);
+    load_tile(p.rows, p.layout, r, first, count, 0, kv_head, p.kv_pool, at.tile_stride(), tile);
     __syncthreads();
     for (int i = threadIdx.x; i < int(group_size) * count; i += blockDim.x) {
       const int h = i / count, k = i % count;
@@ -162,7 +161,8 @@ __global__ void attention_kernel(const AttentionParams p) {
         running_max[h] = new_max;
       }
     }
-    load_tile(p.rows, p.layout, r, first, count, 1, kv_head, p.kv_pool, tile);  // the keys are no longer read
+    // The values, over the keys: these are no longer read.
+    load_tile(p.rows, p.layout, r, first, count, 1, kv_head, p.kv_pool, at.tile_stride(), tile);
     __syncthreads();
     for (int i = threadIdx.x; i < int(group_width); i += blockDim.x) {
       const int h = i / int(head_dim), e = i % int(head_dim);

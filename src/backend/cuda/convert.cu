@@ -55,7 +55,8 @@ int64_t count_beyond_f16(const float* x, int64_t count, cudaStream_t stream) {
   DeviceBuffer<unsigned long long> counter(1);
   JAMBO_CUDA_CHECK(cudaMemsetAsync(counter.data(), 0, sizeof(unsigned long long), stream));
   constexpr float kRoundsToInfinity = 65520.0f;  // half's largest finite value 65504 plus half its last step
-  count_beyond_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(x, count, kRoundsToInfinity, counter.data());
+  count_beyond_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(x, count, kRoundsToInfinity,
+                                                                                counter.data());
   JAMBO_CUDA_CHECK_LAUNCH(count_beyond_kernel);
   unsigned long long host = 0;
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(&host, counter.data(), sizeof(host), cudaMemcpyDeviceToHost, stream));

@@ -115,12 +115,11 @@ __device__ inline void store_swiglu(const SkinnyGemm& p, int64_t first_row, int 
 }
 
 // kWarpsPerOutput warps per (output n, group); the block's warps take consecutive outputs (with kSwiGlu: warp 0 the
-// gate of the block's output i, warp 1 its up). Passes of kRows rows
-// of x; each lane has kLoadsInFlight 16-byte loads in flight, the last batch of a row predicated rather than
-// issued one by one (a row of 2560 bf16 weights is 10 loads per lane: batches of 4, 4 and 2, not 4, 4, 1 and 1). A GEMM
-// of few outputs (x_proj: 192) takes four warps per output, so that it has blocks for every SM and fewer loads per
-// lane; their sums meet in shared memory, in warp order (H200, ncu: the 3B shape's x_proj at batch 1 took 7.3
-// us with a warp per output, 5.4 with four).
+// gate of the block's output i, warp 1 its up). Passes of kRows rows of x; each lane has kLoadsInFlight 16-byte
+// loads in flight, the last batch of a row predicated rather than issued one by one (a row of 2560 bf16 weights is
+// 10 loads per lane: batches of 4, 4 and 2, not 4, 4, 1 and 1). A GEMM of few outputs (x_proj: 192) takes four warps
+// per output, so that it has blocks for every SM and fewer loads per lane; their sums meet in shared memory, in warp
+// order (H200, ncu: the 3B shape's x_proj at batch 1 took 7.3 us with a warp per output, 5.4 with four).
 // Launched to start early (device_math.cuh): the weights are no kernel's output, so the first batch of them is in
 // flight before the wait for the previous kernel, whose end then overlaps this one's start. Groups wait first:
 // their row counts are the previous kernel's output.
@@ -256,7 +255,7 @@ bool skinny_gemm_applies(const SkinnyGemm& p) {
   const bool x16_fits = p.x16 == nullptr || (p.dtype != DType::F32 && reinterpret_cast<uintptr_t>(p.x16) % 16 == 0);
   const bool swiglu_fits = !p.swiglu || (dense_of_few_rows(p) && p.n % 2 == 0);
   const bool conv_fits = !p.conv.present() || (dense_of_few_rows(p) && !p.swiglu);
-  const bool groups_fit = p.group_rows != nullptr ? true : p.num_groups == 1 && p.group_ids == nullptr;
+  const bool groups_fit = p.group_rows != nullptr || (p.num_groups == 1 && p.group_ids == nullptr);
   return p.k % per_load == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && weight_aligned &&
          x16_fits && swiglu_fits && conv_fits && groups_fit;
 }
