@@ -1,7 +1,7 @@
 // jambo bench: prefill and decode speed of N sequences decoding together (one row each per decode step) on a
 // backend, straight through the backend's forward, with the bandwidth of the weights each decode step reads,
 // a hash of the final logits and, on the GPU, the copy ceiling measured in the same run.
-#include "backend/backend_factory.h"
+#include "engine/backend_factory.h"
 #include "cli/common.h"
 #include "forensics/svg_plot.h"
 #ifdef JAMBO_WITH_CUDA

@@ -1,7 +1,7 @@
 // jambo generate: continues a prompt, streaming text as it is produced (or one JSON object with --json).
 #include "cli/common.h"
 #include "engine/request_json.h"
-#include "engine/sequence_runner.h"
+#include "forensics/sequence_runner.h"
 
 #include <cstdio>
 #include <sstream>

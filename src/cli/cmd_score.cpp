@@ -1,7 +1,7 @@
 // jambo score: teacher-forced log-probabilities of token sequences, one JSON line per input line.
 #include "cli/common.h"
 #include "engine/request_json.h"
-#include "engine/sequence_runner.h"
+#include "forensics/sequence_runner.h"
 
 #include <fstream>
 #include <iostream>

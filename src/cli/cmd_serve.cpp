@@ -1,6 +1,6 @@
 // jambo serve: the OpenAI-compatible HTTP server over one engine. Stops cleanly on SIGINT or SIGTERM.
 #include "cli/common.h"
-#include "server/chat_template.h"
+#include "chat_template/chat_template.h"
 #include "server/server.h"
 
 #include <fmt/format.h>

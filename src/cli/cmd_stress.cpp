@@ -1,6 +1,6 @@
 // jambo stress: a workload built to surface state-cache bugs, then `compare` on every sample. Defaults
 // finish in well under a minute on the demo model with two cores; bench/stress_gpu.sh runs it at scale.
-#include "backend/backend_factory.h"
+#include "engine/backend_factory.h"
 #include "cli/common.h"
 #include "cli/progress.h"
 #include "engine/memory_budget.h"

@@ -1,8 +1,8 @@
 #include "cli/common.h"
 
-#include "backend/backend_factory.h"
+#include "engine/backend_factory.h"
 #include "engine/memory_budget.h"
-#include "engine/sequence_runner.h"
+#include "forensics/sequence_runner.h"
 #include "forensics/reference_scorer.h"
 
 #include <filesystem>

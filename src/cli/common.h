@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "engine/engine.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "model/weights.h"
 
 #include <CLI/CLI.hpp>

@@ -1,6 +1,6 @@
 #include "engine/engine.h"
 
-#include "backend/backend_factory.h"
+#include "engine/backend_factory.h"
 #include "core/error.h"
 #include "engine/kv_block_manager.h"
 #include "engine/memory_budget.h"

@@ -8,7 +8,7 @@
 #include "backend/backend.h"
 #include "engine/sampler.h"
 #include "engine/slot_pool.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cstdint>
 #include <functional>

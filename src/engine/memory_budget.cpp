@@ -1,6 +1,6 @@
 #include "engine/memory_budget.h"
 
-#include "backend/backend_factory.h"
+#include "engine/backend_factory.h"
 #include "backend/row_validation.h"
 #include "backend/state_layout.h"
 

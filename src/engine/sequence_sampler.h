@@ -6,7 +6,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/config.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <optional>
 #include <string>

@@ -1,6 +1,6 @@
 #include "forensics/reference_scorer.h"
 
-#include "backend/backend_factory.h"
+#include "engine/backend_factory.h"
 #include "core/error.h"
 
 #include <algorithm>

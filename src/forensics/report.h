@@ -5,7 +5,7 @@
 
 #include "forensics/compare.h"
 #include "forensics/svg_plot.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <string>
 #include <string_view>

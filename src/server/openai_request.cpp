@@ -1,7 +1,7 @@
 #include "server/openai_request.h"
 
 #include "core/json.h"
-#include "server/chat_template.h"
+#include "chat_template/chat_template.h"
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 // and the server-sent-event chunks (streaming), for completions and chat completions alike.
 #pragma once
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "server/openai_request.h"
 #include "server/request_stream.h"
 

@@ -1,6 +1,6 @@
 #include "server/server.h"
 
-#include "server/chat_template.h"
+#include "chat_template/chat_template.h"
 #include "server/connection_probe.h"
 #include "server/engine_loop.h"
 #include "server/metrics.h"

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "engine/engine.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cstdint>
 #include <memory>

@@ -2,7 +2,7 @@
 // a stale lease fails the step with an error naming the request and slot, never as text; and a freed
 // slot is poisoned with NaN, so a read that slips past the check still cannot look like a valid state.
 #include "engine/model_runner.h"
-#include "engine_test_util.h"
+#include "support/engine_test_util.h"
 
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // Laws 4 and 5: every sample's ids and logprobs are bitwise equal between running it alone (one-shot
 // prefill, nothing else in the batch) and running it among 64 requests, however the engine is set:
 // token budget, sequences at once, memory so tight that preemption happens, n = 1 and 4, slot policy.
-#include "engine_test_util.h"
+#include "support/engine_test_util.h"
 
 namespace jambo::testing {
 namespace {

@@ -1,7 +1,7 @@
 // Law 1: the phase comes from the state, not from the token count. A one-token prompt, and a new
 // request admitted with a one-token chunk (a nearly spent budget) while the slot pool hands out slots
 // just freed by others, run the prefill path from zero state and come out as if run alone.
-#include "engine_test_util.h"
+#include "support/engine_test_util.h"
 
 namespace jambo::testing {
 namespace {

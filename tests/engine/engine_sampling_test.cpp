@@ -1,7 +1,7 @@
 // The engine's sampling extensions (stop token ids, stop strings, min-p, n samples with their own
 // seeds) and its request lifecycle around them: validation errors, abort, counters and the trace.
-#include "engine_test_util.h"
-#include "model/tokenizer.h"
+#include "support/engine_test_util.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cmath>
 #include <set>

@@ -1,6 +1,6 @@
 // The server's engine loop: requests from many threads at once come out as if run alone (law 5),
 // aborts free slots and blocks at once, a full loop refuses, and a dying loop fails every stream loudly.
-#include "../engine/engine_test_util.h"
+#include "support/engine_test_util.h"
 #include "server/engine_loop.h"
 
 #include <gtest/gtest.h>

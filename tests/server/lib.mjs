@@ -1,5 +1,5 @@
 // Shared helpers of the end-to-end server tests: the openai client, extra servers, metrics, SSE.
-// tests/server_test.sh sets JAMBO_URL (the shared server), JAMBO_BIN, JAMBO_MODEL and JAMBO_WORK.
+// tests/server/server_test.sh sets JAMBO_URL (the shared server), JAMBO_BIN, JAMBO_MODEL and JAMBO_WORK.
 import { spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { join } from 'node:path';
@@ -29,7 +29,7 @@ export function withTimeout(promise, ms, what) {
 }
 
 // Starts `jambo serve` on a free port with extra flags; its output goes to $JAMBO_WORK/<name>.log,
-// which tests/server_test.sh prints when anything fails.
+// which tests/server/server_test.sh prints when anything fails.
 export async function startServer(name, flags = []) {
   const logPath = join(WORK, `${name}.log`);
   const log = createWriteStream(logPath);

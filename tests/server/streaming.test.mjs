@@ -112,7 +112,7 @@ test('X-Request-Id: echoed on whole and streamed responses, named in the engine 
   assert.ok(plain.headers.get('x-request-id'));
 
   const tracePath = process.env.JAMBO_TRACE;
-  if (!tracePath) return;  // the shared server runs with --trace when started by tests/server_test.sh
+  if (!tracePath) return;  // the shared server runs with --trace when started by tests/server/server_test.sh
   await waitIdle();
   let trace = '';
   for (let tries = 0; tries < 20 && !(trace.includes(id) && trace.includes(streamId)); tries += 1) {

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "model/unicode.h"
+#include "tokenizer/unicode.h"
 #include "tokenizer_test_util.h"
 
 namespace jambo {

@@ -2,7 +2,7 @@
 // regex.findall on the same pattern), and HF's delimiter behaviours on hand-worked examples.
 #include <gtest/gtest.h>
 
-#include "model/tokenizer_split.h"
+#include "tokenizer/split.h"
 
 namespace jambo::tokenizer_detail {
 namespace {

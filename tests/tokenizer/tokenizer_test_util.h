@@ -5,7 +5,7 @@
 #include <fstream>
 #include <string>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace jambo::test {
 

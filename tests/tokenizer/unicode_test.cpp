@@ -1,6 +1,6 @@
 // UTF-8 repair and the generated Unicode tables, against facts from the Unicode standard and
 // Rust's String::from_utf8_lossy documentation.
-#include "model/unicode.h"
+#include "tokenizer/unicode.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 #include "backend/cpu/attention.h"
 
-#include "backend/cpu/matmul.h"
+#include "backend/cpu/gemm.h"
 
 #include <algorithm>
 #include <cmath>

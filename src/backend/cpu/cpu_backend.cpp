@@ -3,7 +3,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ffn.h"
 #include "backend/cpu/mamba.h"
-#include "backend/cpu/matmul.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/state_memory.h"
 #include "backend/cpu/vector_ops.h"
 #include "backend/logits_ops.h"

@@ -1,6 +1,6 @@
 #include "backend/cpu/ffn.h"
 
-#include "backend/cpu/matmul.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/vector_ops.h"
 
 #include <algorithm>

@@ -1,10 +1,10 @@
-// The causal conv's per-(token, channel) arithmetic, shared by the conv kernel (mamba_kernels.cu) and the in_proj
+// The causal conv's per-(token, channel) arithmetic, shared by the conv kernel (mamba.cu) and the in_proj
 // GEMM that runs a decode step's conv as it finishes each input u (DecodeConv, skinny_gemm.cu): one conv_output, so
 // that both give the same bits. Included by .cu files only.
 #pragma once
 
 #include "backend/cuda/device_math.cuh"
-#include "backend/cuda/mamba_kernels.h"
+#include "backend/cuda/mamba.h"
 
 namespace jambo::cuda {
 

@@ -1,6 +1,6 @@
 // The CUDA backend: the whole Jamba forward on one GPU, fp32 activations and state. Weights: "f32" (upcast to
 // fp32 at load, fp32 GEMMs: within 1e-4 of the CPU backend on logprobs), "bf16" (GEMM weights as stored, GEMM
-// inputs rounded to the weights' 16-bit type, fp32 accumulation: tests/cuda/forward_test.cpp states its
+// inputs rounded to the weights' 16-bit type, fp32 accumulation: tests/backend/cuda/forward_test.cpp states its
 // tolerance) or "f16" (GEMM weights converted to IEEE half at load, then as bf16). Decode steps run as CUDA
 // graphs (step_graphs.h). Same rows, slots, KV blocks, checks and fault injection as the CPU backend, whose
 // kernels are each one's test oracle.

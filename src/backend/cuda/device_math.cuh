@@ -69,7 +69,7 @@ __device__ inline void store_narrow4(const Narrow16& copy, int64_t i, const floa
 // wait_for_previous_kernel() runs beside any earlier kernel of the step. So before its wait a kernel reads only what
 // no kernel of the step writes (weights, the uploaded rows, and the layer's conv tails in the skinny GEMM's fused conv
 // or its states in the one-token update, each the only writer of them in a step), writes nothing, and never reads
-// through the read-only path (tests/cuda_source_rules.sh). wait_for_previous_kernel() returns when the kernel ahead
+// through the read-only path (tests/backend/cuda/source_rules.sh). wait_for_previous_kernel() returns when the kernel ahead
 // has finished and its writes are visible. Some blocks of every early kernel wait, so that its end implies its
 // predecessor's. let_next_kernel_start() does nothing when the next kernel was launched the usual way.
 __device__ inline void let_next_kernel_start() {

@@ -9,7 +9,7 @@
 
 namespace jambo::cuda {
 
-// Rows of several tokens are scanned in chunks of this many tokens, in parallel (mamba_kernels.h).
+// Rows of several tokens are scanned in chunks of this many tokens, in parallel (mamba.h).
 constexpr int64_t kScanChunkTokens = 64;
 
 // Device pointers into one upload; valid until the next upload.

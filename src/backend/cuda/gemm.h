@@ -18,7 +18,7 @@
 #pragma once
 
 #include "backend/cuda/device_weights.h"
-#include "backend/cuda/mamba_kernels.h"
+#include "backend/cuda/mamba.h"
 #include "backend/cuda/narrow16.h"
 
 #include <cublasLt.h>
@@ -112,7 +112,7 @@ void linear_swiglu(Gemm& gemm,
                    float* out,              // [num_rows, I] or null
                    const Narrow16& out16);  // [num_rows, I] or absent
 
-// A decode step's Mamba in_proj with the conv fused (DecodeConv, mamba_kernels.h): y = x · wᵀ where outputs
+// A decode step's Mamba in_proj with the conv fused (DecodeConv, mamba.h): y = x · wᵀ where outputs
 // [0, Di), the conv's inputs u, go through the conv instead of into y. linear_conv_fuses says whether the operands
 // take it (16-bit weights, the skinny GEMM, every row one token); where not, the caller runs linear, then the conv.
 bool linear_conv_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16,

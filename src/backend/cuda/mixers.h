@@ -6,7 +6,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
-#include "backend/cuda/mamba_kernels.h"
+#include "backend/cuda/mamba.h"
 #include "model/config.h"
 
 namespace jambo::cuda {

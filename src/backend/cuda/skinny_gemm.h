@@ -12,7 +12,7 @@
 #pragma once
 
 #include "backend/cuda/device_memory.h"
-#include "backend/cuda/mamba_kernels.h"
+#include "backend/cuda/mamba.h"
 #include "backend/cuda/narrow16.h"
 #include "core/dtype.h"
 

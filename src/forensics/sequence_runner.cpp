@@ -1,0 +1,108 @@
+#include "forensics/sequence_runner.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace jambo {
+
+CacheConfig single_sequence_cache(int64_t max_tokens) {
+  CacheConfig cache;
+  cache.num_state_slots = 1;
+  cache.num_kv_blocks = std::max<int64_t>(1, (max_tokens + cache.kv_block_size - 1) / cache.kv_block_size);
+  return cache;
+}
+
+SequenceRunner::SequenceRunner(Backend& backend, const CacheConfig& cache, int64_t max_chunk_tokens)
+    : backend_(backend), cache_(cache), max_chunk_tokens_(max_chunk_tokens), block_table_(cache.num_kv_blocks) {
+  std::iota(block_table_.begin(), block_table_.end(), 0);
+}
+
+BatchRow SequenceRunner::make_row(std::span<const int32_t> sequence, int64_t first, int64_t count) const {
+  const int64_t num_blocks = (first + count + cache_.kv_block_size - 1) / cache_.kv_block_size;
+  JAMBO_ASSERT(num_blocks <= int64_t(block_table_.size()));
+  BatchRow row;
+  row.request_id = 0;
+  row.tokens = sequence.subspan(size_t(first), size_t(count));
+  row.start_position = first;
+  row.has_initial_state = first > 0;  // law 1: the phase comes from the state, not the token count
+  row.slot = 0;
+  row.block_table = std::span<const int32_t>(block_table_).first(size_t(num_blocks));
+  return row;
+}
+
+const RowOutput& SequenceRunner::run(const BatchRow& row) {
+  backend_.forward(std::span<const BatchRow>(&row, 1), output_);
+  return output_.rows[0];
+}
+
+ScoredSequence SequenceRunner::score(std::span<const int32_t> tokens, int64_t num_top_logprobs) {
+  const int64_t num_tokens = int64_t(tokens.size());
+  JAMBO_REQUIRE(num_tokens <= max_sequence_length(), "sequence of {} tokens is longer than the maximum of {}",
+                num_tokens, max_sequence_length());
+  ScoredSequence out;
+  out.logprobs.assign(size_t(num_tokens), std::nullopt);
+  out.top_logprobs.resize(size_t(num_tokens));
+  const int64_t chunk = max_chunk_tokens_ > 0 ? max_chunk_tokens_ : std::max<int64_t>(num_tokens, 1);
+  for (int64_t first = 0; first < num_tokens; first += chunk) {
+    const int64_t count = std::min(chunk, num_tokens - first);
+    BatchRow row = make_row(tokens, first, count);
+    // The logits at position p predict token p + 1: the chunk's targets are the tokens after each of its own.
+    row.targets = tokens.subspan(size_t(first + 1), size_t(std::min(count, num_tokens - first - 1)));
+    row.num_top_logprobs = num_top_logprobs;
+    const RowOutput& scored = run(row);
+    for (size_t i = 0; i < row.targets.size(); ++i) {
+      out.logprobs[first + i + 1] = scored.target_logprobs[i];
+      if (num_top_logprobs > 0) out.top_logprobs[first + i + 1] = scored.target_top_logprobs[i];
+    }
+  }
+  return out;
+}
+
+GenerationResult SequenceRunner::generate(std::span<const int32_t> prompt, const SamplingParams& params,
+                                          const std::function<void(int32_t)>& on_token) {
+  params.validate();
+  JAMBO_REQUIRE(!prompt.empty(), "the prompt is empty: give at least one token");
+  const int64_t num_prompt = int64_t(prompt.size());
+  JAMBO_REQUIRE(params.max_tokens <= max_sequence_length() - num_prompt,
+                "prompt of {} tokens plus max_tokens {} exceeds the maximum sequence length {}", num_prompt,
+                params.max_tokens, max_sequence_length());
+  std::vector<int32_t> sequence(prompt.begin(), prompt.end());
+  GenerationResult out;
+  out.finish_reason = "length";
+  if (params.max_tokens == 0) return out;
+
+  Sampler sampler(params);
+  TokenChoice choice;
+  const int64_t chunk = max_chunk_tokens_ > 0 ? max_chunk_tokens_ : num_prompt;
+  for (int64_t first = 0; first < num_prompt; first += chunk) {
+    BatchRow row = make_row(sequence, first, std::min(chunk, num_prompt - first));
+    if (first + chunk >= num_prompt) {  // the last chunk chooses the first token
+      choice = sampler.next_choice();
+      row.choices = std::span(&choice, 1);
+    }
+    run(row);
+  }
+  const JambaConfig& config = backend_.config();
+  while (true) {
+    ChosenToken chosen = output_.rows[0].chosen[0];
+    out.ids.push_back(chosen.token);
+    out.logprobs.push_back(chosen.logprob);
+    out.top_logprobs.push_back(std::move(chosen.top_logprobs));
+    if (on_token) on_token(chosen.token);
+    if (!params.ignore_eos && config.is_eos(chosen.token)) {
+      out.finish_reason = "stop";
+      break;
+    }
+    if (int64_t(out.ids.size()) == params.max_tokens) break;
+    sequence.push_back(chosen.token);
+    BatchRow row = make_row(sequence, int64_t(sequence.size()) - 1, 1);
+    choice = sampler.next_choice();
+    row.choices = std::span(&choice, 1);
+    run(row);
+  }
+  return out;
+}
+
+}  // namespace jambo

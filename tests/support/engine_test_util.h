@@ -1,0 +1,192 @@
+// Helpers of the engine tests: a tiny fixture model, random workloads, the engine run to the end, and
+// the independent reference: each sample run alone through SequenceRunner (one request, one-shot prefill).
+#pragma once
+
+#include "engine/backend_factory.h"
+#include "backend/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "engine/memory_budget.h"
+#include "forensics/sequence_runner.h"
+#include "engine/sequence_sampler.h"
+#include "model/weights.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace jambo::testing {
+
+// One OpenMP thread while alive: on models this small threads only add overhead (and stall on a busy
+// 2-core machine); the backend's own tests show its results do not depend on the thread count.
+class OneThread {
+ public:
+  OneThread() : saved_num_threads_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(saved_num_threads_); }
+
+ private:
+  int saved_num_threads_;
+};
+
+inline Model load_fixture_model(const std::string& name = "moe-top2-gqa2-fp32") {
+  return load_model(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/" + name);
+}
+
+// Checked-mode options whose memory budget holds the weights as `backend` holds them, exactly max_num_seqs
+// state slots and num_kv_blocks KV blocks.
+inline EngineOptions exact_engine_options(const Model& model, int64_t max_num_seqs, int64_t num_kv_blocks,
+                                          int64_t kv_block_size, int64_t max_model_len,
+                                          const std::string& backend = "cpu") {
+  EngineOptions options;
+  options.backend = backend;
+  options.max_num_seqs = max_num_seqs;
+  options.kv_block_size = kv_block_size;
+  options.max_model_len = max_model_len;
+  options.checked = true;
+  options.memory_budget = std::to_string(exact_memory_budget(model.config, backend_weight_bytes(backend, model),
+                                                             max_num_seqs, num_kv_blocks, kv_block_size, DType::F32));
+  return options;
+}
+
+// num_requests requests with prompts of 1..max_prompt random tokens, greedy and seeded sampled ones,
+// some with n = 4 (when allow_n is set), top logprobs and prompt logprobs.
+inline std::vector<RequestSpec> random_workload(const Model& model, int64_t num_requests, uint64_t seed,
+                                                int64_t max_prompt = 40, bool allow_n = true) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int64_t low, int64_t high) { return std::uniform_int_distribution<int64_t>(low, high)(rng); };
+  std::vector<RequestSpec> specs;
+  for (int64_t i = 0; i < num_requests; ++i) {
+    RequestSpec spec;
+    spec.id = fmt::format("r{}", i);
+    const int64_t num_prompt = i % 5 == 0 ? 1 : uniform(1, max_prompt);  // plenty of one-token prompts
+    for (int64_t t = 0; t < num_prompt; ++t)
+      spec.prompt_ids.push_back(int32_t(uniform(0, model.config.vocab_size - 1)));
+    spec.n = allow_n && i % 4 == 1 ? 4 : 1;
+    spec.sampling.max_tokens = uniform(1, 8);
+    spec.sampling.num_top_logprobs = uniform(0, 3);
+    if (i % 2 == 1) {
+      spec.sampling.temperature = 0.9;
+      spec.sampling.top_k = i % 3 == 0 ? 20 : 0;
+      spec.sampling.top_p = i % 7 == 0 ? 0.9 : 1.0;
+    }
+    spec.sampling.seed = uint64_t(1000 + i);
+    if (i % 6 == 0) spec.num_prompt_logprobs = 2;
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+// A trace file of the running test alone (ctest runs the tests of one program in parallel processes), in the
+// test temp folder and removed when the test is done with it.
+class TestTraceFile {
+ public:
+  TestTraceFile() {
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "." + info->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    path_ = ::testing::TempDir() + name + "." + std::to_string(getpid()) + ".trace.jsonl";
+  }
+  ~TestTraceFile() { std::remove(path_.c_str()); }
+  TestTraceFile(const TestTraceFile&) = delete;
+  TestTraceFile& operator=(const TestTraceFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The lines of a JSONL trace whose "type" is `type` ("step" or "event").
+inline std::vector<nlohmann::json> read_trace(const std::string& path, const std::string& type) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream trace(path);
+  for (std::string line; std::getline(trace, line);) {
+    nlohmann::json json = nlohmann::json::parse(line);
+    if (json["type"] == type) lines.push_back(std::move(json));
+  }
+  return lines;
+}
+
+// Runs the engine until every request is done; outputs keyed by (id, sample).
+using Outputs = std::map<std::pair<std::string, int64_t>, SampleOutput>;
+
+inline Outputs run_to_end(Engine& engine, const std::vector<RequestSpec>& specs) {
+  for (const RequestSpec& spec : specs) engine.add_request(spec);
+  Outputs outputs;
+  int64_t num_steps = 0;
+  while (engine.has_unfinished()) {
+    for (SampleOutput& output : engine.step()) {
+      const auto key = std::pair(output.id, output.sample);
+      EXPECT_FALSE(outputs.count(key)) << output.id << " sample " << output.sample << " finished twice";
+      outputs[key] = std::move(output);
+    }
+    if (++num_steps > 1000000) throw std::runtime_error("the engine does not finish");
+  }
+  return outputs;
+}
+
+// Each sample of each request run alone: SequenceRunner, one-shot prefill, slot 0, its own seed.
+inline Outputs run_alone(const Model& model, const std::vector<RequestSpec>& specs) {
+  CacheConfig cache;
+  cache.num_kv_blocks = 64;
+  auto backend = make_cpu_backend(model, cache);
+  SequenceRunner runner(*backend, cache);
+  Outputs outputs;
+  for (const RequestSpec& spec : specs) {
+    ScoredSequence scored;
+    if (spec.num_prompt_logprobs >= 0) scored = runner.score(spec.prompt_ids, spec.num_prompt_logprobs);
+    for (int64_t s = 0; s < spec.n; ++s) {
+      SamplingParams params = spec.sampling;
+      params.seed = sample_seed(*spec.sampling.seed, s);
+      const GenerationResult result = runner.generate(spec.prompt_ids, params);
+      SampleOutput& output = outputs[{spec.id, s}];
+      output.id = spec.id;
+      output.sample = s;
+      output.prompt_ids = spec.prompt_ids;
+      output.ids = result.ids;
+      output.logprobs = result.logprobs;
+      output.top_logprobs = result.top_logprobs;
+      output.finish_reason = result.finish_reason;
+      output.prompt_logprobs = scored.logprobs;
+      output.prompt_top_logprobs = scored.top_logprobs;
+    }
+  }
+  return outputs;
+}
+
+inline void expect_same_top(const std::vector<std::vector<TokenLogprob>>& expected,
+                            const std::vector<std::vector<TokenLogprob>>& actual, const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  for (size_t p = 0; p < expected.size(); ++p) {
+    ASSERT_EQ(expected[p].size(), actual[p].size()) << what << " position " << p;
+    for (size_t k = 0; k < expected[p].size(); ++k) {
+      EXPECT_EQ(expected[p][k].token, actual[p][k].token) << what << " position " << p << " rank " << k;
+      EXPECT_EQ(expected[p][k].logprob, actual[p][k].logprob) << what << " position " << p << " rank " << k;
+    }
+  }
+}
+
+// Bitwise: ids, logprobs, top logprobs, prompt logprobs and finish reasons (laws 4 and 5).
+inline void expect_bitwise_equal(const Outputs& expected, const Outputs& actual) {
+  ASSERT_EQ(expected.size(), actual.size());
+  for (const auto& [key, want] : expected) {
+    const std::string what = key.first + " sample " + std::to_string(key.second);
+    ASSERT_TRUE(actual.count(key)) << what << " is missing";
+    const SampleOutput& got = actual.at(key);
+    EXPECT_EQ(want.ids, got.ids) << what;
+    EXPECT_EQ(want.logprobs, got.logprobs) << what;  // doubles compared with ==: bitwise
+    EXPECT_EQ(want.finish_reason, got.finish_reason) << what;
+    expect_same_top(want.top_logprobs, got.top_logprobs, what + " top logprobs");
+    EXPECT_EQ(want.prompt_logprobs, got.prompt_logprobs) << what << " prompt logprobs";
+    expect_same_top(want.prompt_top_logprobs, got.prompt_top_logprobs, what + " prompt top logprobs");
+  }
+}
+
+}  // namespace jambo::testing
