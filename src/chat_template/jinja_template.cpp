@@ -445,7 +445,7 @@ class Renderer {
       case Expr::Kind::kBinary:
         return binary(expr.name, eval(*expr.object, scope), eval(*expr.other, scope));
       default:
-        fail("internal error: unknown expression");
+        fail_internal("internal error: unknown expression");
     }
   }
 

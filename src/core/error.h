@@ -1,5 +1,5 @@
-// Errors: one exception type whose message names what was wrong, and check macros that add
-// the source location only when the failure is ours (a bug), not the user's (bad input).
+// Errors: two exception types, one for bad input (the user's to fix) and one for a broken invariant (a bug in
+// jambo), and check macros for each; only the second names the source location.
 #pragma once
 
 #include <fmt/format.h>
@@ -15,9 +15,21 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A broken internal invariant: a bug in jambo, never the caller's input. Deliberately not an Error, so that code
+// that turns bad input into a 400 or a skipped line lets it through (the server answers 500).
+class InternalError : public std::logic_error {
+ public:
+  explicit InternalError(const std::string& message) : std::logic_error(message) {}
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+template <typename... Args>
+[[noreturn]] void fail_internal(fmt::format_string<Args...> format, Args&&... args) {
+  throw InternalError(fmt::format(format, std::forward<Args>(args)...));
 }
 
 }  // namespace jambo
@@ -29,9 +41,9 @@ template <typename... Args>
   } while (0)
 
 // Internal invariant: a failure is a bug in jambo, so the message says where.
-#define JAMBO_ASSERT(cond)                                                                     \
-  do {                                                                                         \
-    if (!(cond))                                                                               \
-      ::jambo::fail("internal error at {}:{}: '{}' does not hold (please report this)", __FILE__, \
-                    __LINE__, #cond);                                                          \
+#define JAMBO_ASSERT(cond)                                                                       \
+  do {                                                                                           \
+    if (!(cond))                                                                                 \
+      ::jambo::fail_internal("internal error at {}:{}: '{}' does not hold (please report this)", \
+                             __FILE__, __LINE__, #cond);                                         \
   } while (0)

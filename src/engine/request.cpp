@@ -31,8 +31,8 @@ bool Sequence::leads_fork() const { return sample == 0 && request.spec.n > 1 && 
 
 void Sequence::require_state(bool allowed, const char* transition) const {
   if (!allowed)
-    fail("internal error: request '{}' sample {} cannot {} while {} (please report this)", request.spec.id, sample,
-         transition, state_name(state_));
+    fail_internal("internal error: request '{}' sample {} cannot {} while {} (please report this)", request.spec.id,
+                  sample, transition, state_name(state_));
 }
 
 void Sequence::admit(SlotLease new_lease) {
