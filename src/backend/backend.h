@@ -20,6 +20,11 @@ struct CacheConfig {
   DType state_dtype = DType::F32;  // storage of the recurrent state: F32, or BF16 (half the memory; state_values.h)
 };
 
+// KV blocks of kv_block_size tokens that hold num_tokens tokens: the one place the paged cache rounds up.
+inline int64_t kv_blocks_for(int64_t num_tokens, int64_t kv_block_size) {
+  return (num_tokens + kv_block_size - 1) / kv_block_size;
+}
+
 struct TokenLogprob {
   int32_t token = 0;
   double logprob = 0.0;

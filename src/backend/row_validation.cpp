@@ -53,7 +53,7 @@ void validate_row(const BatchRow& row, const JambaConfig& config, const CacheExt
 // blocks [0, end).
 std::pair<int64_t, int64_t> written_blocks(const BatchRow& row, int64_t block_size) {
   const int64_t end_position = row.start_position + int64_t(row.tokens.size());
-  return {row.start_position / block_size, (end_position + block_size - 1) / block_size};
+  return {row.start_position / block_size, kv_blocks_for(end_position, block_size)};
 }
 
 void validate_block_table(const BatchRow& row, const CacheExtent& extent) {

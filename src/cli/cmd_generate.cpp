@@ -1,7 +1,10 @@
-// jambo generate: continues a prompt, streaming text as it is produced (or one JSON object with --json).
+// jambo generate: continues one prompt as one request through the engine, the path every front end takes,
+// streaming text as it is produced (or one JSON object with --json).
 #include "cli/common.h"
+#include "engine/backend_factory.h"
+#include "engine/memory_budget.h"
 #include "engine/request_json.h"
-#include "forensics/sequence_runner.h"
+#include "engine/sequence_sampler.h"
 
 #include <cstdio>
 #include <sstream>
@@ -14,8 +17,9 @@ struct GenerateOptions {
   BackendChoice backend;
   std::string prompt;
   std::string prompt_ids;
-  SamplingParams sampling;
+  RequestSpec request;
   bool json = false;
+  bool print_logprobs = false;  // --logprobs given without --json
 };
 
 std::vector<int32_t> parse_prompt_ids(const std::string& text) {
@@ -39,55 +43,103 @@ std::vector<int32_t> parse_prompt_ids(const std::string& text) {
 }
 
 // Ids as text when the model folder has no tokenizer.
-std::string ids_as_text(const std::vector<int32_t>& ids) { return fmt::format("{}", fmt::join(ids, " ")); }
+std::string ids_as_text(std::span<const int32_t> ids) { return fmt::format("{}", fmt::join(ids, " ")); }
+
+// An engine that holds exactly this one request: one state slot and the KV blocks of its tokens.
+EngineOptions single_request_engine(const Model& model, const BackendChoice& choice, int64_t num_tokens) {
+  EngineOptions options;
+  options.backend = choice.backend;
+  options.cuda_weights = choice.cuda_weights;
+  options.state_dtype = choice.state_dtype;
+  options.max_num_seqs = 1;
+  options.max_model_len = num_tokens;
+  const int64_t num_kv_blocks =
+      model.config.num_attention_layers() > 0 ? kv_blocks_for(num_tokens, options.kv_block_size) : 0;
+  options.memory_budget = std::to_string(
+      exact_memory_budget(model.config, backend_weight_bytes(options.backend, model, options.cuda_weights), 1,
+                          num_kv_blocks, options.kv_block_size, state_dtype_named(options.state_dtype)));
+  return options;
+}
+
+// Streams what no stop string can cut any more: the text, or the ids when there is no tokenizer.
+class TextPrinter {
+ public:
+  TextPrinter(bool has_tokenizer, const RequestSpec& request) : has_tokenizer_(has_tokenizer) {
+    for (const std::string& stop : request.stop) max_stop_length_ = std::max(max_stop_length_, stop.size());
+  }
+
+  void on_progress(const SampleProgress& progress) {
+    if (!has_tokenizer_) {
+      const std::span<const int32_t> ids(progress.output.ids);
+      for (size_t i = num_printed_; i < ids.size(); ++i) fmt::print("{} ", ids[i]);
+      num_printed_ = ids.size();
+    } else {
+      const size_t length =
+          std::max(stable_text_length(progress.text, progress.finished, max_stop_length_), num_printed_);
+      fmt::print("{}", progress.text.substr(num_printed_, length - num_printed_));
+      num_printed_ = length;
+    }
+    if (progress.finished) fmt::print("\n");
+    std::fflush(stdout);
+  }
+
+ private:
+  bool has_tokenizer_;
+  size_t max_stop_length_ = 0;
+  size_t num_printed_ = 0;  // bytes of text, or ids
+};
+
+// One line per generated token on stderr: position, id, logprob and the top-K alternatives.
+void print_logprobs(const SampleOutput& sample) {
+  for (size_t i = 0; i < sample.ids.size(); ++i) {
+    std::string top;
+    for (const TokenLogprob& entry : sample.top_logprobs[i])
+      top += fmt::format(" {}:{:.6f}", entry.token, entry.logprob);
+    fmt::print(stderr, "{}\t{}\t{:.6f}\t{}\n", i, sample.ids[i], sample.logprobs[i], top.empty() ? "" : top.substr(1));
+  }
+}
 
 void run_generate(GenerateOptions& options) {
-  try {
-    options.sampling.validate();
-  } catch (const Error& error) {
-    throw UsageError(error.what());
-  }
   const Model model = options.model.load(options.backend.backend);
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
-  std::vector<int32_t> prompt;
+  RequestSpec& request = options.request;
+  request.id = "generate";
   if (!options.prompt_ids.empty()) {
-    prompt = parse_prompt_ids(options.prompt_ids);
+    request.prompt_ids = parse_prompt_ids(options.prompt_ids);
   } else {
     JAMBO_REQUIRE(tokenizer, "--prompt needs {}/tokenizer.json; use --prompt-ids instead", options.model.folder);
-    prompt = tokenizer->encode(options.prompt);
+    request.prompt_ids = tokenizer->encode(options.prompt);
   }
-  for (int32_t id : prompt)
-    JAMBO_REQUIRE(id < model.config.vocab_size, "prompt token id {} is outside the vocabulary (size {})", id,
-                  model.config.vocab_size);
-
   const int64_t max_length = model.config.max_position_embeddings;
-  if (options.sampling.max_tokens > max_length - int64_t(prompt.size()))
+  const int64_t num_prompt = int64_t(request.prompt_ids.size());
+  if (request.sampling.max_tokens > max_length - num_prompt)
     throw UsageError(fmt::format("the prompt ({} tokens) plus --max-tokens {} exceeds the model's {} positions",
-                                 prompt.size(), options.sampling.max_tokens, max_length));
-  SingleSequenceBackend single = make_single_sequence_backend(model, int64_t(prompt.size()) + options.sampling.max_tokens,
-                                                             options.backend);
-  SequenceRunner runner(*single.backend, single.cache, /*max_chunk_tokens=*/512);
-  std::optional<IncrementalDecoder> stream;
-  if (tokenizer && !options.json) stream.emplace(*tokenizer, /*skip_special_tokens=*/true);
-  const auto print_token = [&](int32_t id) {
-    if (options.json) return;
-    fmt::print("{}", stream ? stream->push(id) : fmt::format("{} ", id));
-    std::fflush(stdout);
-  };
-  const GenerationResult result = runner.generate(prompt, options.sampling, print_token);
+                                 num_prompt, request.sampling.max_tokens, max_length));
+
+  Engine engine(model, tokenizer ? &*tokenizer : nullptr,
+                single_request_engine(model, options.backend, num_prompt + request.sampling.max_tokens));
+  TextPrinter printer(tokenizer.has_value(), request);
+  if (!options.json)
+    engine.set_progress_listener([&](const SampleProgress& progress) { printer.on_progress(progress); });
+  engine.add_request(request);
+  std::vector<SampleOutput> finished;
+  while (engine.has_unfinished())
+    for (SampleOutput& sample : engine.step()) finished.push_back(std::move(sample));
+  JAMBO_ASSERT(finished.size() == 1);
+  const SampleOutput& sample = finished[0];
   if (!options.json) {
-    fmt::print("{}\n", stream ? stream->finish() : "");
+    if (options.print_logprobs) print_logprobs(sample);
     return;
   }
   nlohmann::json top = nlohmann::json::array();
-  for (const auto& entries : result.top_logprobs) top.push_back(top_logprobs_to_json(entries));
+  for (const auto& entries : sample.top_logprobs) top.push_back(top_logprobs_to_json(entries));
   nlohmann::json out = {
-      {"prompt_ids", prompt},
-      {"ids", result.ids},
-      {"text", tokenizer ? tokenizer->decode(result.ids, /*skip_special_tokens=*/true) : ids_as_text(result.ids)},
-      {"logprobs", result.logprobs},
+      {"prompt_ids", sample.prompt_ids},
+      {"ids", sample.ids},
+      {"text", tokenizer ? sample.text : ids_as_text(sample.ids)},
+      {"logprobs", sample.logprobs},
       {"top_logprobs", top},
-      {"finish_reason", result.finish_reason},
+      {"finish_reason", sample.finish_reason},
   };
   fmt::print("{}\n", out.dump());
 }
@@ -98,20 +150,31 @@ void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "continue a prompt (greedy by default)");
   options->model.add_to(*command, /*allow_random_weights=*/true);
-  add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights,
-                    options->backend.state_dtype);
+  add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights, options->backend.state_dtype);
   CLI::Option* prompt = command->add_option("--prompt", options->prompt, "prompt text");
   CLI::Option* prompt_ids = command->add_option("--prompt-ids", options->prompt_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(prompt_ids);
-  command->add_option("--max-tokens", options->sampling.max_tokens, "tokens to generate at most")->capture_default_str();
-  command->add_option("--temperature", options->sampling.temperature, "0 is greedy")->capture_default_str();
-  command->add_option("--top-k", options->sampling.top_k, "sample among the K most likely (0: all)");
-  command->add_option("--top-p", options->sampling.top_p, "sample within probability mass P");
-  command->add_option("--seed", options->sampling.seed, "seed for reproducible sampling")->check(CLI::NonNegativeNumber);
-  command->add_option("--logprobs", options->sampling.num_top_logprobs, "top-K logprobs per generated token");
+  SamplingParams& sampling = options->request.sampling;
+  command->add_option("--max-tokens", sampling.max_tokens, "tokens to generate at most")->capture_default_str();
+  command->add_option("--temperature", sampling.temperature, "0 is greedy")->capture_default_str();
+  command->add_option("--top-k", sampling.top_k, "sample among the K most likely (0: all)");
+  command->add_option("--top-p", sampling.top_p, "sample within probability mass P");
+  command->add_option("--seed", sampling.seed, "seed for reproducible sampling")->check(CLI::NonNegativeNumber);
+  command->add_option("--stop", options->request.stop,
+                      "stop before this text (repeatable; needs the model's tokenizer); not printed");
+  CLI::Option* logprobs =
+      command->add_option("--logprobs", sampling.num_top_logprobs,
+                          "top-K logprobs per generated token: in the JSON object with --json, else a line per token "
+                          "on stderr (position, id, logprob, top-K as id:logprob)");
   command->add_flag("--json", options->json, "print one JSON object instead of streaming text");
-  command->callback([options, prompt, prompt_ids] {
+  command->callback([options, prompt, prompt_ids, logprobs] {
     if (prompt->count() == 0 && prompt_ids->count() == 0) throw UsageError("give --prompt or --prompt-ids");
+    options->print_logprobs = logprobs->count() > 0 && !options->json;
+    try {
+      options->request.sampling.validate();
+    } catch (const Error& error) {
+      throw UsageError(error.what());
+    }
     run_generate(*options);
   });
 }

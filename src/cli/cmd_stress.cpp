@@ -70,7 +70,7 @@ void apply_tight_budget(StressOptions& options, const Model& model) {
     throw UsageError(
         fmt::format("--budget-slots {} cannot hold the {} samples of one request", num_slots, workload.max_samples));
   const int64_t num_blocks =
-      workload.max_samples * ((engine.max_model_len + engine.kv_block_size - 1) / engine.kv_block_size);
+      workload.max_samples * kv_blocks_for(engine.max_model_len, engine.kv_block_size);
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
   engine.memory_budget = std::to_string(
       exact_memory_budget(model.config, backend_weight_bytes(engine.backend, model, engine.cuda_weights), num_slots,

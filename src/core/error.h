@@ -35,15 +35,15 @@ template <typename... Args>
 }  // namespace jambo
 
 // Input validation: throws jambo::Error with the formatted message.
-#define JAMBO_REQUIRE(cond, ...)            \
-  do {                                      \
+#define JAMBO_REQUIRE(cond, ...)             \
+  do {                                       \
     if (!(cond)) ::jambo::fail(__VA_ARGS__); \
   } while (0)
 
 // Internal invariant: a failure is a bug in jambo, so the message says where.
-#define JAMBO_ASSERT(cond)                                                                       \
-  do {                                                                                           \
-    if (!(cond))                                                                                 \
-      ::jambo::fail_internal("internal error at {}:{}: '{}' does not hold (please report this)", \
-                             __FILE__, __LINE__, #cond);                                         \
+#define JAMBO_ASSERT(cond)                                                                                           \
+  do {                                                                                                               \
+    if (!(cond))                                                                                                     \
+      ::jambo::fail_internal("internal error at {}:{}: '{}' does not hold (please report this)", __FILE__, __LINE__, \
+                             #cond);                                                                                 \
   } while (0)

@@ -1,8 +1,9 @@
 #include "engine/kv_block_manager.h"
 
-#include <limits>
-
+#include "backend/backend.h"
 #include "core/error.h"
+
+#include <limits>
 
 namespace jambo {
 
@@ -20,7 +21,7 @@ KvBlockManager::KvBlockManager(int64_t num_blocks, int64_t block_size, bool mode
 int64_t KvBlockManager::blocks_for(int64_t num_tokens) const {
   JAMBO_REQUIRE(num_tokens >= 0, "cannot size KV blocks for a negative token count {}", num_tokens);
   if (!model_has_attention_) return 0;
-  return (num_tokens + block_size_ - 1) / block_size_;
+  return kv_blocks_for(num_tokens, block_size_);
 }
 
 int64_t KvBlockManager::full_blocks(int64_t num_tokens) const {

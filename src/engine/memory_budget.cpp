@@ -85,7 +85,7 @@ CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t bu
   plan.cache.kv_block_size = kv_block_size;
 
   const bool has_attention = plan.bytes_per_kv_block > 0;
-  const int64_t blocks_per_request = has_attention ? (max_model_len + kv_block_size - 1) / kv_block_size : 0;
+  const int64_t blocks_per_request = has_attention ? kv_blocks_for(max_model_len, kv_block_size) : 0;
   JAMBO_REQUIRE(blocks_per_request <= kMaxKvBlocks,
                 "max_model_len {} needs {} KV blocks of {} tokens, more than the 2^31-1 a block table can address",
                 max_model_len, blocks_per_request, kv_block_size);

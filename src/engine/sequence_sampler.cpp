@@ -13,6 +13,14 @@ uint64_t sample_seed(uint64_t seed, int64_t sample) {
   return z ^ (z >> 31);
 }
 
+size_t stable_text_length(const std::string& text, bool finished, size_t max_stop_length) {
+  if (finished || max_stop_length <= 1) return text.size();
+  size_t length = text.size() > max_stop_length - 1 ? text.size() - (max_stop_length - 1) : 0;
+  const auto is_utf8_continuation = [](char byte) { return (static_cast<unsigned char>(byte) & 0xC0) == 0x80; };
+  while (length > 0 && length < text.size() && is_utf8_continuation(text[length])) --length;
+  return length;
+}
+
 namespace {
 
 SamplingParams seeded(SamplingParams params, uint64_t seed) {

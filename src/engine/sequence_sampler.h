@@ -17,6 +17,11 @@ namespace jambo {
 // n = 1 samples exactly like `jambo generate --seed`.
 uint64_t sample_seed(uint64_t seed, int64_t sample);
 
+// The length of the prefix of a sample's text that no stop string can cut any more: all of it once the sample
+// finished, else all but the last max_stop_length - 1 bytes (a stop string may still begin there), never ending
+// inside a UTF-8 character. What streams to a client or a terminal.
+size_t stable_text_length(const std::string& text, bool finished, size_t max_stop_length);
+
 class SequenceSampler {
  public:
   // tokenizer may be null when the request has no stop strings.

@@ -9,10 +9,6 @@
 namespace jambo {
 namespace {
 
-int64_t blocks_for(int64_t num_tokens, int64_t kv_block_size) {
-  return (num_tokens + kv_block_size - 1) / kv_block_size;
-}
-
 // Enough slots and KV blocks for the largest step: row r of a step takes slot r, and the KV blocks after
 // those of the rows before it.
 CacheConfig reference_cache(std::span<const std::vector<int32_t>> sequences, std::span<const ReferenceStep> steps) {
@@ -23,7 +19,7 @@ CacheConfig reference_cache(std::span<const std::vector<int32_t>> sequences, std
       const int64_t num_tokens = reference_row_tokens(sequences[i].size());
       if (num_tokens == 0) continue;
       ++num_rows;
-      num_blocks += blocks_for(num_tokens, cache.kv_block_size);
+      num_blocks += kv_blocks_for(num_tokens, cache.kv_block_size);
     }
     cache.num_state_slots = std::max(cache.num_state_slots, num_rows);
     cache.num_kv_blocks = std::max(cache.num_kv_blocks, num_blocks);
@@ -47,7 +43,7 @@ void score_step(Backend& backend, const CacheConfig& cache, std::span<const std:
     const std::span<const int32_t> sequence = sequences[i];
     const int64_t num_tokens = reference_row_tokens(sequence.size());
     if (num_tokens == 0) continue;
-    const int64_t num_blocks = blocks_for(num_tokens, cache.kv_block_size);
+    const int64_t num_blocks = kv_blocks_for(num_tokens, cache.kv_block_size);
     BatchRow row;
     row.request_id = int64_t(i);
     row.tokens = sequence.first(size_t(num_tokens));

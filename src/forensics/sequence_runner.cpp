@@ -10,7 +10,7 @@ namespace jambo {
 CacheConfig single_sequence_cache(int64_t max_tokens) {
   CacheConfig cache;
   cache.num_state_slots = 1;
-  cache.num_kv_blocks = std::max<int64_t>(1, (max_tokens + cache.kv_block_size - 1) / cache.kv_block_size);
+  cache.num_kv_blocks = std::max<int64_t>(1, kv_blocks_for(max_tokens, cache.kv_block_size));
   return cache;
 }
 
@@ -20,7 +20,7 @@ SequenceRunner::SequenceRunner(Backend& backend, const CacheConfig& cache, int64
 }
 
 BatchRow SequenceRunner::make_row(std::span<const int32_t> sequence, int64_t first, int64_t count) const {
-  const int64_t num_blocks = (first + count + cache_.kv_block_size - 1) / cache_.kv_block_size;
+  const int64_t num_blocks = kv_blocks_for(first + count, cache_.kv_block_size);
   JAMBO_ASSERT(num_blocks <= int64_t(block_table_.size()));
   BatchRow row;
   row.request_id = 0;
@@ -56,51 +56,6 @@ ScoredSequence SequenceRunner::score(std::span<const int32_t> tokens, int64_t nu
       out.logprobs[first + i + 1] = scored.target_logprobs[i];
       if (num_top_logprobs > 0) out.top_logprobs[first + i + 1] = scored.target_top_logprobs[i];
     }
-  }
-  return out;
-}
-
-GenerationResult SequenceRunner::generate(std::span<const int32_t> prompt, const SamplingParams& params,
-                                          const std::function<void(int32_t)>& on_token) {
-  params.validate();
-  JAMBO_REQUIRE(!prompt.empty(), "the prompt is empty: give at least one token");
-  const int64_t num_prompt = int64_t(prompt.size());
-  JAMBO_REQUIRE(params.max_tokens <= max_sequence_length() - num_prompt,
-                "prompt of {} tokens plus max_tokens {} exceeds the maximum sequence length {}", num_prompt,
-                params.max_tokens, max_sequence_length());
-  std::vector<int32_t> sequence(prompt.begin(), prompt.end());
-  GenerationResult out;
-  out.finish_reason = "length";
-  if (params.max_tokens == 0) return out;
-
-  Sampler sampler(params);
-  TokenChoice choice;
-  const int64_t chunk = max_chunk_tokens_ > 0 ? max_chunk_tokens_ : num_prompt;
-  for (int64_t first = 0; first < num_prompt; first += chunk) {
-    BatchRow row = make_row(sequence, first, std::min(chunk, num_prompt - first));
-    if (first + chunk >= num_prompt) {  // the last chunk chooses the first token
-      choice = sampler.next_choice();
-      row.choices = std::span(&choice, 1);
-    }
-    run(row);
-  }
-  const JambaConfig& config = backend_.config();
-  while (true) {
-    ChosenToken chosen = output_.rows[0].chosen[0];
-    out.ids.push_back(chosen.token);
-    out.logprobs.push_back(chosen.logprob);
-    out.top_logprobs.push_back(std::move(chosen.top_logprobs));
-    if (on_token) on_token(chosen.token);
-    if (!params.ignore_eos && config.is_eos(chosen.token)) {
-      out.finish_reason = "stop";
-      break;
-    }
-    if (int64_t(out.ids.size()) == params.max_tokens) break;
-    sequence.push_back(chosen.token);
-    BatchRow row = make_row(sequence, int64_t(sequence.size()) - 1, 1);
-    choice = sampler.next_choice();
-    row.choices = std::span(&choice, 1);
-    run(row);
   }
   return out;
 }

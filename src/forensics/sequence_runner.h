@@ -1,12 +1,10 @@
-// Runs one request at a time through a backend, in slot 0 and KV blocks 0..n-1: the plain reference
-// path used by `jambo score` and `jambo generate` (`jambo compare` re-scores many samples per step through
-// forensics/reference_scorer, bitwise the same on the CPU backend).
+// Scores one sequence at a time through a backend, in slot 0 and KV blocks 0..n-1: the plain scoring reference
+// behind `jambo score` and the tests' oracle (`jambo compare` re-scores many samples per step through
+// forensics/reference_scorer, bitwise the same on the CPU backend). Generation runs through the engine only.
 #pragma once
 
 #include "backend/backend.h"
-#include "engine/sampler.h"
 
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,13 +14,6 @@ namespace jambo {
 struct ScoredSequence {
   std::vector<std::optional<double>> logprobs;          // [T]; position 0 has none
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // [T] each [K]; position 0 empty
-};
-
-struct GenerationResult {
-  std::vector<int32_t> ids;                             // generated ids (the prompt excluded)
-  std::vector<double> logprobs;                         // [num generated]
-  std::vector<std::vector<TokenLogprob>> top_logprobs;  // [num generated][K]
-  std::string finish_reason;                            // "stop" (EOS) or "length"
 };
 
 // The cache of the reference path: one state slot and KV blocks for max_tokens tokens (at least one block).
@@ -37,10 +28,6 @@ class SequenceRunner {
   int64_t max_sequence_length() const { return cache_.num_kv_blocks * cache_.kv_block_size; }
 
   ScoredSequence score(std::span<const int32_t> tokens, int64_t num_top_logprobs);
-
-  // on_token is called with each generated id as soon as it is sampled.
-  GenerationResult generate(std::span<const int32_t> prompt, const SamplingParams& params,
-                            const std::function<void(int32_t)>& on_token = {});
 
  private:
   // A row feeding tokens [first, first + count) of the sequence, whose tokens before `first` are already in

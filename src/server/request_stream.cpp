@@ -1,6 +1,7 @@
 #include "server/request_stream.h"
 
 #include "core/error.h"
+#include "engine/sequence_sampler.h"
 
 #include <utility>
 
@@ -12,19 +13,10 @@ double seconds_between(RequestStream::Clock::time_point from, RequestStream::Clo
   return std::chrono::duration<double>(to - from).count();
 }
 
-bool is_utf8_continuation(char byte) { return (static_cast<unsigned char>(byte) & 0xC0) == 0x80; }
-
 }  // namespace
 
 RequestStream::RequestStream(int64_t num_choices, size_t max_stop_length, LatencyObserver* latency)
     : choices_(size_t(num_choices)), max_stop_length_(max_stop_length), latency_(latency) {}
-
-size_t RequestStream::safe_text_length(const std::string& text, bool finished) const {
-  if (finished || max_stop_length_ <= 1) return text.size();
-  size_t length = text.size() > max_stop_length_ - 1 ? text.size() - (max_stop_length_ - 1) : 0;
-  while (length > 0 && length < text.size() && is_utf8_continuation(text[length])) --length;
-  return length;
-}
 
 void RequestStream::on_progress(int64_t choice_index, const SampleProgress& progress) {
   const auto now = Clock::now();
@@ -49,7 +41,8 @@ void RequestStream::on_progress(int64_t choice_index, const SampleProgress& prog
   choice.num_ids_sent = output.ids.size();
   // A stop string can only cut text that was held back, so what was sent stays a prefix of the text.
   JAMBO_ASSERT(progress.text.size() >= choice.num_text_bytes_sent);
-  const size_t text_length = std::max(safe_text_length(progress.text, progress.finished), choice.num_text_bytes_sent);
+  const size_t text_length =
+      std::max(stable_text_length(progress.text, progress.finished, max_stop_length_), choice.num_text_bytes_sent);
   event.text = progress.text.substr(choice.num_text_bytes_sent, text_length - choice.num_text_bytes_sent);
   choice.num_text_bytes_sent = text_length;
 

@@ -58,7 +58,6 @@ class RequestStream {
     bool finished = false;
     std::optional<Clock::time_point> last_token_time;
   };
-  size_t safe_text_length(const std::string& text, bool finished) const;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

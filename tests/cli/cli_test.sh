@@ -107,6 +107,22 @@ b=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 12 --temperatu
 streamed=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 12)
 json_text=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 12 --json | jq -r .text)
 [[ $streamed == "$json_text" ]] && pass "streamed text equals json text" || fail "streamed '$streamed' vs json '$json_text'"
+# generate --stop cuts the text before the stop string, streamed and in JSON; --logprobs without --json prints a
+# line per generated token on stderr, the logprobs of the JSON object
+full=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 24 --json | jq -r .text)
+stop=$(head -n 1 <<<"$full" | cut -d' ' -f4)
+cut_json=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 24 --stop " $stop" --json)
+cut_streamed=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 24 --stop " $stop")
+want=${full%% "$stop"*}
+if [[ -n $stop && $(jq -r .text <<<"$cut_json") == "$want" && $cut_streamed == "$want" &&
+      $(jq -r .finish_reason <<<"$cut_json") == stop ]]
+then pass "generate --stop"; else fail "generate --stop ' $stop': json $(jq -c '[.text, .finish_reason]' <<<"$cut_json"), streamed '$cut_streamed', full '$full'"; fi
+"$jambo" generate --model "$demo" --prompt "The" --max-tokens 6 --logprobs 2 >"$work/out" 2>"$work/err"
+json_logprobs=$("$jambo" generate --model "$demo" --prompt "The" --max-tokens 6 --logprobs 2 --json | jq -r '.logprobs[] | . * 1e6 | round')
+text_logprobs=$(awk -F'\t' '{printf "%.0f\n", $3 * 1e6}' "$work/err")
+if [[ $(wc -l <"$work/err") -ge 1 && $(awk -F'\t' 'NF == 4' "$work/err" | wc -l) -eq $(wc -l <"$work/err") &&
+      $json_logprobs == "$text_logprobs" ]]
+then pass "generate --logprobs without --json"; else fail "generate --logprobs: stderr $(cat "$work/err"), json $json_logprobs"; fi
 
 # bench runs on random weights from a config.json alone
 mkdir -p "$work/shape" && cp "$fixture/config.json" "$work/shape/"

@@ -4,6 +4,7 @@
 #include "forensics/sequence_runner.h"
 #include "forensics/compare.h"
 #include "forensics/report.h"
+#include "support/engine_test_util.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -25,27 +26,30 @@ class CompareTest : public ::testing::Test {
   static void SetUpTestSuite() {
     model_ = new Model(load_model(kDemoModel));
     tokenizer_ = new Tokenizer(Tokenizer::load(kDemoModel));
-    CacheConfig cache;
-    cache.num_kv_blocks = 8;
-    const std::unique_ptr<Backend> backend = make_cpu_backend(*model_, cache);
-    SequenceRunner runner(*backend, cache, /*max_chunk_tokens=*/3);  // chunked prefill, then decode steps
-    SamplingParams params;
-    params.max_tokens = 12;
-    params.ignore_eos = true;
-    lines_ = new std::vector<json>();
+    std::vector<RequestSpec> specs;
     const std::vector<std::string> prompts = {"Once upon a time", "The cat", "A", "In the morning the sun"};
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const std::vector<int32_t> prompt = tokenizer_->encode(prompts[i]);
-      const GenerationResult result = runner.generate(prompt, params);
-      lines_->push_back({{"id", fmt::format("req-{}", i)},
-                         {"sample", 0},
-                         {"prompt_ids", prompt},
-                         {"ids", result.ids},
-                         {"text", tokenizer_->decode(result.ids)},
-                         {"logprobs", result.logprobs},
-                         {"top_logprobs", json::array()},
-                         {"finish_reason", result.finish_reason}});
+      RequestSpec& spec = specs.emplace_back();
+      spec.id = fmt::format("req-{}", i);
+      spec.prompt_ids = tokenizer_->encode(prompts[i]);
+      spec.sampling.max_tokens = 12;
+      spec.sampling.ignore_eos = true;
+      spec.sampling.seed = 0;
     }
+    // Chunked prefills (3 tokens a step) beside each other, then decode steps.
+    EngineOptions options = testing::exact_engine_options(*model_, 4, 8, 16, 64);
+    options.max_num_batched_tokens = 3;
+    Engine engine(*model_, nullptr, options);
+    lines_ = new std::vector<json>();
+    for (const auto& [key, sample] : testing::run_to_end(engine, specs))
+      lines_->push_back({{"id", sample.id},
+                         {"sample", 0},
+                         {"prompt_ids", sample.prompt_ids},
+                         {"ids", sample.ids},
+                         {"text", tokenizer_->decode(sample.ids)},
+                         {"logprobs", sample.logprobs},
+                         {"top_logprobs", json::array()},
+                         {"finish_reason", sample.finish_reason}});
   }
 
   static void TearDownTestSuite() {

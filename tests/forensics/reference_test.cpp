@@ -2,6 +2,7 @@
 // teacher-forced logprobs (top-5) and greedy continuations computed by HF in fp32 (tools/).
 #include "backend/cpu/cpu_backend.h"
 #include "forensics/sequence_runner.h"
+#include "support/engine_test_util.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -71,7 +72,7 @@ class ReferenceTest : public ::testing::TestWithParam<Fixture> {
  protected:
   void SetUp() override {
     model_ = load_model(GetParam().model_dir);
-    cache_.num_kv_blocks = (longest_sequence(GetParam().reference) + cache_.kv_block_size - 1) / cache_.kv_block_size;
+    cache_.num_kv_blocks = kv_blocks_for(longest_sequence(GetParam().reference), cache_.kv_block_size);
     backend_ = make_cpu_backend(model_, cache_);
   }
   Model model_;
@@ -111,20 +112,22 @@ TEST_P(ReferenceTest, TeacherForcedLogprobsMatchTransformers) {
               worst_fp32);
 }
 
+// Greedy generation as every front end runs it (the engine, one request alone), against HF's.
 TEST_P(ReferenceTest, GreedyContinuationsMatchTransformers) {
-  SequenceRunner runner(*backend_, cache_);
   for (const auto& greedy : GetParam().reference["greedy"]) {
-    const auto prompt = greedy["prompt"].get<std::vector<int32_t>>();
+    RequestSpec spec;
+    spec.id = "greedy";
+    spec.prompt_ids = greedy["prompt"].get<std::vector<int32_t>>();
     const auto expected = greedy["ids"].get<std::vector<int32_t>>();
     const auto margins = greedy["top2_margins"].get<std::vector<double>>();
-    SamplingParams params;
-    params.max_tokens = int64_t(expected.size());
-    params.ignore_eos = true;
-    const GenerationResult result = runner.generate(prompt, params);
-    ASSERT_EQ(result.ids.size(), expected.size());
+    spec.sampling.max_tokens = int64_t(expected.size());
+    spec.sampling.ignore_eos = true;
+    spec.sampling.seed = 0;
+    const std::vector<int32_t> ids = testing::run_alone(model_, {spec}).at({"greedy", 0}).ids;
+    ASSERT_EQ(ids.size(), expected.size());
     for (size_t i = 0; i < expected.size(); ++i) {
       if (margins[i] < kNearTieMargin) break;  // a near tie: what follows may legitimately differ
-      ASSERT_EQ(result.ids[i], expected[i]) << "generated position " << i;
+      ASSERT_EQ(ids[i], expected[i]) << "generated position " << i;
     }
   }
 }

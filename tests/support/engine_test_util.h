@@ -1,5 +1,5 @@
-// Helpers of the engine tests: a tiny fixture model, random workloads, the engine run to the end, and
-// the independent reference: each sample run alone through SequenceRunner (one request, one-shot prefill).
+// Helpers of the engine tests: a tiny fixture model, random workloads, the engine run to the end, each request run
+// alone, and the independent reference: every logprob scored again by SequenceRunner (one-shot prefill).
 #pragma once
 
 #include "engine/backend_factory.h"
@@ -132,32 +132,52 @@ inline Outputs run_to_end(Engine& engine, const std::vector<RequestSpec>& specs)
   return outputs;
 }
 
-// Each sample of each request run alone: SequenceRunner, one-shot prefill, slot 0, its own seed.
-inline Outputs run_alone(const Model& model, const std::vector<RequestSpec>& specs) {
+// Every logprob of every sample, prompt and generated, against the independent reference: prompt plus generated
+// tokens scored by SequenceRunner in one one-shot prefill. Bitwise: a decode step computes what a prefill of the
+// same tokens computes (law 5, phase invariance).
+inline void expect_scores_match_reference(const Model& model, const Outputs& outputs) {
   CacheConfig cache;
   cache.num_kv_blocks = 64;
   auto backend = make_cpu_backend(model, cache);
   SequenceRunner runner(*backend, cache);
-  Outputs outputs;
-  for (const RequestSpec& spec : specs) {
-    ScoredSequence scored;
-    if (spec.num_prompt_logprobs >= 0) scored = runner.score(spec.prompt_ids, spec.num_prompt_logprobs);
-    for (int64_t s = 0; s < spec.n; ++s) {
-      SamplingParams params = spec.sampling;
-      params.seed = sample_seed(*spec.sampling.seed, s);
-      const GenerationResult result = runner.generate(spec.prompt_ids, params);
-      SampleOutput& output = outputs[{spec.id, s}];
-      output.id = spec.id;
-      output.sample = s;
-      output.prompt_ids = spec.prompt_ids;
-      output.ids = result.ids;
-      output.logprobs = result.logprobs;
-      output.top_logprobs = result.top_logprobs;
-      output.finish_reason = result.finish_reason;
-      output.prompt_logprobs = scored.logprobs;
-      output.prompt_top_logprobs = scored.top_logprobs;
+  for (const auto& [key, sample] : outputs) {
+    const std::string what = key.first + " sample " + std::to_string(key.second);
+    std::vector<int32_t> tokens = sample.prompt_ids;
+    tokens.insert(tokens.end(), sample.ids.begin(), sample.ids.end());
+    const int64_t num_top = sample.top_logprobs.empty() ? 0 : int64_t(sample.top_logprobs[0].size());
+    const ScoredSequence scored = runner.score(tokens, num_top);
+    const size_t num_prompt = sample.prompt_ids.size();
+    for (size_t i = 0; i < sample.ids.size(); ++i) {
+      ASSERT_TRUE(scored.logprobs[num_prompt + i]) << what << " token " << i;
+      EXPECT_EQ(*scored.logprobs[num_prompt + i], sample.logprobs[i]) << what << " token " << i;
+      if (num_top > 0) {
+        const std::vector<TokenLogprob>& want = scored.top_logprobs[num_prompt + i];
+        ASSERT_EQ(want.size(), sample.top_logprobs[i].size()) << what << " token " << i;
+        for (size_t k = 0; k < want.size(); ++k) {
+          EXPECT_EQ(want[k].token, sample.top_logprobs[i][k].token) << what << " token " << i << " rank " << k;
+          EXPECT_EQ(want[k].logprob, sample.top_logprobs[i][k].logprob) << what << " token " << i << " rank " << k;
+        }
+      }
+    }
+    if (!sample.prompt_logprobs.empty()) {
+      const std::vector<std::optional<double>> want(scored.logprobs.begin(), scored.logprobs.begin() + num_prompt);
+      EXPECT_EQ(want, sample.prompt_logprobs) << what << " prompt logprobs";
     }
   }
+}
+
+// Each request run alone, in an engine of its own: its whole prompt in one step (a one-shot prefill), slot 0, every
+// logprob checked against the reference scoring. The engine's batched runs must equal these bitwise (law 5).
+inline Outputs run_alone(const Model& model, const std::vector<RequestSpec>& specs) {
+  Outputs outputs;
+  for (const RequestSpec& spec : specs) {
+    const int64_t num_tokens = int64_t(spec.prompt_ids.size()) + spec.sampling.max_tokens;
+    EngineOptions options = exact_engine_options(model, spec.n, spec.n * kv_blocks_for(num_tokens, 16), 16, num_tokens);
+    options.max_num_batched_tokens = std::max<int64_t>(int64_t(spec.prompt_ids.size()), spec.n);
+    Engine engine(model, nullptr, options);
+    outputs.merge(run_to_end(engine, {spec}));
+  }
+  expect_scores_match_reference(model, outputs);
   return outputs;
 }
 

@@ -32,7 +32,7 @@ inline StressResult run_small_stress(const Model& model, const EngineFaults& fau
   const int64_t kv_block_size = 16;
   EngineOptions options = exact_engine_options(
       model, /*max_num_seqs=*/workload.max_samples + 2,
-      /*num_kv_blocks=*/workload.max_samples * ((max_model_len + kv_block_size - 1) / kv_block_size), kv_block_size,
+      /*num_kv_blocks=*/workload.max_samples * kv_blocks_for(max_model_len, kv_block_size), kv_block_size,
       max_model_len, backend);
   options.checked = false;  // an injected bug must reach the logprobs, not stop at a poisoned slot
   options.max_num_batched_tokens = 8;
