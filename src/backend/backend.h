@@ -54,7 +54,7 @@ enum class LogitsCopy { None, Last, All };
 
 // One request's share of a forward step, and what the step returns for it.
 struct BatchRow {
-  int64_t request_id = 0;                // carried for traces and error messages
+  int64_t sequence_id = 0;               // the engine-wide Sequence::id: named by errors, joined to traces (law 6)
   std::span<const int32_t> tokens;       // [num_tokens] this step's input tokens
   int64_t start_position = 0;            // tokens already folded into this row's state and KV
   bool has_initial_state = false;        // law 1: false => zero state; the slot is never read

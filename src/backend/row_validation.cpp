@@ -15,37 +15,37 @@ namespace {
 
 // What the row asks back: targets within the step and the vocabulary, choices in range.
 void validate_outputs(const BatchRow& row, int64_t vocab_size) {
-  const int64_t id = row.request_id;
-  JAMBO_REQUIRE(row.targets.size() <= row.tokens.size(), "request {}: {} targets for a step of {} tokens", id,
+  const int64_t id = row.sequence_id;
+  JAMBO_REQUIRE(row.targets.size() <= row.tokens.size(), "sequence {}: {} targets for a step of {} tokens", id,
                 row.targets.size(), row.tokens.size());
   for (int32_t target : row.targets)
-    JAMBO_REQUIRE(target >= 0 && target < vocab_size, "request {}: target {} is outside the vocabulary [0, {})", id,
+    JAMBO_REQUIRE(target >= 0 && target < vocab_size, "sequence {}: target {} is outside the vocabulary [0, {})", id,
                   target, vocab_size);
-  JAMBO_REQUIRE(row.num_top_logprobs >= 0, "request {}: num_top_logprobs must be >= 0, got {}", id,
+  JAMBO_REQUIRE(row.num_top_logprobs >= 0, "sequence {}: num_top_logprobs must be >= 0, got {}", id,
                 row.num_top_logprobs);
   for (const TokenChoice& choice : row.choices) {
     try {
       validate_choice(choice);
     } catch (const Error& error) {
-      fail("request {}: {}", id, error.what());
+      fail("sequence {}: {}", id, error.what());
     }
   }
 }
 
 void validate_row(const BatchRow& row, const JambaConfig& config, const CacheExtent& extent) {
-  const int64_t id = row.request_id;
+  const int64_t id = row.sequence_id;
   const int64_t vocab_size = config.vocab_size;
-  JAMBO_REQUIRE(!row.tokens.empty(), "request {}: a step row needs at least one token", id);
+  JAMBO_REQUIRE(!row.tokens.empty(), "sequence {}: a step row needs at least one token", id);
   for (int32_t token : row.tokens)
-    JAMBO_REQUIRE(token >= 0 && token < vocab_size, "request {}: token {} is outside the vocabulary [0, {})", id, token,
-                  vocab_size);
-  JAMBO_REQUIRE(row.start_position >= 0, "request {}: negative start position {}", id, row.start_position);
+    JAMBO_REQUIRE(token >= 0 && token < vocab_size, "sequence {}: token {} is outside the vocabulary [0, {})", id,
+                  token, vocab_size);
+  JAMBO_REQUIRE(row.start_position >= 0, "sequence {}: negative start position {}", id, row.start_position);
   // Law 1: a zero state can only start a sequence, and a sequence can only start from zero.
   JAMBO_REQUIRE(row.has_initial_state == (row.start_position > 0),
-                "request {}: has_initial_state is {} at start position {} (state exists iff start > 0)", id,
+                "sequence {}: has_initial_state is {} at start position {} (state exists iff start > 0)", id,
                 row.has_initial_state, row.start_position);
-  JAMBO_REQUIRE(row.slot >= 0 && row.slot < extent.num_state_slots, "request {}: state slot {} is out of range [0, {})",
-                id, row.slot, extent.num_state_slots);
+  JAMBO_REQUIRE(row.slot >= 0 && row.slot < extent.num_state_slots,
+                "sequence {}: state slot {} is out of range [0, {})", id, row.slot, extent.num_state_slots);
   validate_outputs(row, vocab_size);
 }
 
@@ -57,15 +57,15 @@ std::pair<int64_t, int64_t> written_blocks(const BatchRow& row, int64_t block_si
 }
 
 void validate_block_table(const BatchRow& row, const CacheExtent& extent) {
-  const int64_t id = row.request_id;
+  const int64_t id = row.sequence_id;
   const int64_t end_position = row.start_position + int64_t(row.tokens.size());
   const int64_t num_blocks_needed = written_blocks(row, extent.kv_block_size).second;
   JAMBO_REQUIRE(int64_t(row.block_table.size()) >= num_blocks_needed,
-                "request {}: block table has {} blocks but positions up to {} need {}", id, row.block_table.size(),
+                "sequence {}: block table has {} blocks but positions up to {} need {}", id, row.block_table.size(),
                 end_position, num_blocks_needed);
   for (int64_t i = 0; i < num_blocks_needed; ++i)
     JAMBO_REQUIRE(row.block_table[i] >= 0 && row.block_table[i] < extent.num_kv_blocks,
-                  "request {}: KV block {} (logical block {}) is out of range [0, {})", id, row.block_table[i], i,
+                  "sequence {}: KV block {} (logical block {}) is out of range [0, {})", id, row.block_table[i], i,
                   extent.num_kv_blocks);
 }
 
@@ -93,8 +93,8 @@ void validate_kv_writes(std::span<const BatchRow> rows, const CacheExtent& exten
       // The block's first writer in row order.
       const auto writer = std::lower_bound(writers.begin(), writers.end(), std::pair<int32_t, int64_t>{block, 0});
       JAMBO_REQUIRE(writer == writers.end() || writer->first != block || writer->second == int64_t(r),
-                    "request {}: KV block {} is written by request {} in the same step", rows[r].request_id, block,
-                    rows[writer->second].request_id);
+                    "sequence {}: KV block {} is written by sequence {} in the same step", rows[r].sequence_id, block,
+                    rows[writer->second].sequence_id);
     }
   }
 }
@@ -107,8 +107,8 @@ void validate_distinct_slots(std::span<const BatchRow> rows) {
   if (std::adjacent_find(slots.begin(), slots.end()) == slots.end()) return;
   std::set<int64_t> seen;
   for (const BatchRow& row : rows)
-    JAMBO_REQUIRE(seen.insert(row.slot).second, "request {}: state slot {} is used by two rows of one step",
-                  row.request_id, row.slot);
+    JAMBO_REQUIRE(seen.insert(row.slot).second, "sequence {}: state slot {} is used by two rows of one step",
+                  row.sequence_id, row.slot);
 }
 
 }  // namespace

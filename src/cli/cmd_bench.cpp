@@ -119,7 +119,7 @@ class BatchBench {
       backend_.forward(rows, output_);
       times.prefill_seconds += seconds_since(start);
       for (size_t r = 0; r < rows.size(); ++r) {
-        const int64_t s = rows[r].request_id;
+        const int64_t s = rows[r].sequence_id;
         if (rows[r].start_position + int64_t(rows[r].tokens.size()) == options_.num_prompt_tokens)
           tokens[s].push_back(output_.rows[r].chosen[0].token);
       }
@@ -175,7 +175,7 @@ class BatchBench {
 
   BatchRow row(int64_t sequence, std::span<const int32_t> step_tokens, int64_t start_position) const {
     BatchRow out;
-    out.request_id = sequence;
+    out.sequence_id = sequence;
     out.tokens = step_tokens;
     out.start_position = start_position;
     out.has_initial_state = start_position > 0;

@@ -7,24 +7,39 @@
 namespace jambo::cli {
 namespace {
 
-void run_trace(const std::string& path, const std::string& request_id) {
-  std::ifstream file(path);
-  JAMBO_REQUIRE(file, "cannot open trace file '{}'", path);
-  const RequestLife life = read_request_life(file, request_id);
-  JAMBO_REQUIRE(!life.lines.empty(), "{}: no event or row of request '{}'", path, request_id);
+struct TraceOptions {
+  std::string path;
+  std::string request_id;
+  std::optional<int64_t> sequence_id;
+};
+
+void run_trace(const TraceOptions& options) {
+  std::ifstream file(options.path);
+  JAMBO_REQUIRE(file, "cannot open trace file '{}'", options.path);
+  const RequestLife life = options.sequence_id ? read_sequence_life(file, *options.sequence_id)
+                                               : read_request_life(file, options.request_id);
+  JAMBO_REQUIRE(!life.lines.empty(), "{}: no event or row of {}", options.path,
+                options.sequence_id ? fmt::format("sequence {}", *options.sequence_id)
+                                    : fmt::format("request '{}'", options.request_id));
   for (const std::string& line : life.lines) fmt::print("{}\n", line);
-  if (life.num_unreadable > 0) fmt::print(stderr, "{}: {} unreadable lines skipped\n", path, life.num_unreadable);
+  if (life.num_unreadable > 0)
+    fmt::print(stderr, "{}: {} unreadable lines skipped\n", options.path, life.num_unreadable);
 }
 
 }  // namespace
 
 void add_trace_command(CLI::App& app) {
-  auto path = std::make_shared<std::string>();
-  auto request_id = std::make_shared<std::string>();
+  auto options = std::make_shared<TraceOptions>();
   CLI::App* command = app.add_subcommand("trace", "print the life of one request from a --trace file");
-  command->add_option("--input", *path, "JSONL trace written by batch or stress with --trace")->required();
-  command->add_option("--request", *request_id, "the request's id")->required();
-  command->callback([path, request_id] { run_trace(*path, *request_id); });
+  command->add_option("--input", options->path, "JSONL trace written with --trace (batch, stress, serve)")->required();
+  CLI::Option* request = command->add_option("--request", options->request_id, "the request's id (all its samples)");
+  CLI::Option* sequence = command->add_option("--sequence", options->sequence_id,
+                                              "the engine's sequence id, as backend and law-2 errors name it");
+  request->excludes(sequence);
+  command->callback([options, request, sequence] {
+    if (request->count() == 0 && sequence->count() == 0) throw UsageError("give --request or --sequence");
+    run_trace(*options);
+  });
 }
 
 }  // namespace jambo::cli

@@ -44,7 +44,7 @@ BatchRow ModelRunner::make_row(const ScheduledRow& scheduled, size_t row_index) 
   choices_[row_index].clear();
   for (Sequence* chooser : choosers_[row_index]) choices_[row_index].push_back(chooser->sampler.next_choice());
   BatchRow row;
-  row.request_id = sequence.id;
+  row.sequence_id = sequence.id;
   row.tokens = std::span<const int32_t>(sequence.tokens()).subspan(sequence.num_computed(), scheduled.num_tokens);
   row.start_position = sequence.num_computed();
   row.has_initial_state = sequence.has_state();  // law 1: from the state, never from the token count

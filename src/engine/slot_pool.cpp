@@ -35,8 +35,8 @@ SlotPool::SlotPool(int64_t num_slots, SlotPolicy policy, uint64_t seed) : policy
 }
 
 SlotLease SlotPool::allocate(int64_t owner_id) {
-  JAMBO_REQUIRE(owner_id >= 0, "request {}: a state slot owner needs a non-negative request id", owner_id);
-  JAMBO_REQUIRE(can_allocate(), "request {}: no free state slot (all {} are in use)", owner_id, num_slots());
+  JAMBO_REQUIRE(owner_id >= 0, "sequence {}: a state slot owner needs a non-negative sequence id", owner_id);
+  JAMBO_REQUIRE(can_allocate(), "sequence {}: no free state slot (all {} are in use)", owner_id, num_slots());
   if (policy_ == SlotPolicy::Random) {
     // rng_() % n rather than a distribution: std::mt19937_64's output is fixed by the standard, so a
     // seed picks the same slots with every standard library.
@@ -56,14 +56,14 @@ SlotLease SlotPool::allocate(int64_t owner_id) {
 
 void SlotPool::free(const SlotLease& lease, int64_t owner_id) {
   const int64_t slot = lease.slot;
-  JAMBO_REQUIRE(slot >= 0 && slot < num_slots(), "request {}: cannot free state slot {}: out of range [0, {})",
+  JAMBO_REQUIRE(slot >= 0 && slot < num_slots(), "sequence {}: cannot free state slot {}: out of range [0, {})",
                 owner_id, slot, num_slots());
-  JAMBO_REQUIRE(owners_[slot] != kNoOwner, "request {}: cannot free state slot {}: it is already free (double free)",
+  JAMBO_REQUIRE(owners_[slot] != kNoOwner, "sequence {}: cannot free state slot {}: it is already free (double free)",
                 owner_id, slot);
-  JAMBO_REQUIRE(owners_[slot] == owner_id, "request {}: cannot free state slot {}: it is held by request {}", owner_id,
-                slot, owners_[slot]);
+  JAMBO_REQUIRE(owners_[slot] == owner_id, "sequence {}: cannot free state slot {}: it is held by sequence {}",
+                owner_id, slot, owners_[slot]);
   JAMBO_REQUIRE(generations_[slot] == lease.generation,
-                "request {}: cannot free state slot {}: its lease of generation {} is stale (current generation {})",
+                "sequence {}: cannot free state slot {}: its lease of generation {} is stale (current generation {})",
                 owner_id, slot, lease.generation, generations_[slot]);
 
   owners_[slot] = kNoOwner;

@@ -23,6 +23,7 @@ void Trace::step(int64_t step, const std::vector<ScheduledRow>& rows) {
     const auto first = sequence.tokens().begin() + sequence.num_computed();
     json_rows.push_back({{"request", sequence.request.spec.id},
                          {"sample", sequence.sample},
+                         {"sequence", sequence.id},
                          {"phase", sequence.state() == SequenceState::Decoding ? "decode" : "prefill"},
                          {"start", sequence.num_computed()},
                          {"num_tokens", row.num_tokens},
@@ -41,6 +42,7 @@ void Trace::event(int64_t step, const Sequence& sequence, const char* event, nlo
                          {"step", step},
                          {"request", sequence.request.spec.id},
                          {"sample", sequence.sample},
+                         {"sequence", sequence.id},
                          {"event", event}};
   line.update(details);
   write(line);

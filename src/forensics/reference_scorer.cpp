@@ -45,7 +45,7 @@ void score_step(Backend& backend, const CacheConfig& cache, std::span<const std:
     if (num_tokens == 0) continue;
     const int64_t num_blocks = kv_blocks_for(num_tokens, cache.kv_block_size);
     BatchRow row;
-    row.request_id = int64_t(i);
+    row.sequence_id = int64_t(i);
     row.tokens = sequence.first(size_t(num_tokens));
     row.start_position = 0;
     row.has_initial_state = false;  // law 1: from zero state, whatever the slot held before

@@ -23,7 +23,7 @@ BatchRow SequenceRunner::make_row(std::span<const int32_t> sequence, int64_t fir
   const int64_t num_blocks = kv_blocks_for(first + count, cache_.kv_block_size);
   JAMBO_ASSERT(num_blocks <= int64_t(block_table_.size()));
   BatchRow row;
-  row.request_id = 0;
+  row.sequence_id = 0;
   row.tokens = sequence.subspan(size_t(first), size_t(count));
   row.start_position = first;
   row.has_initial_state = first > 0;  // law 1: the phase comes from the state, not the token count

@@ -29,7 +29,7 @@ class KvWritesTest : public ::testing::Test {
   std::vector<BatchRow> rows() const {
     std::vector<BatchRow> out(tables_.size());
     for (size_t r = 0; r < out.size(); ++r) {
-      out[r].request_id = int64_t(100 + r);
+      out[r].sequence_id = int64_t(100 + r);
       out[r].tokens = tokens_[r];
       out[r].start_position = 40;
       out[r].has_initial_state = true;
@@ -67,7 +67,7 @@ TEST_F(KvWritesTest, ARowReadingABlockAnotherRowWritesIsRejected) {
     validate_rows(rows(), config_, extent());
     ADD_FAILURE() << "a row reading a block written in the same step was accepted";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("request 101: KV block 3 is written by request 100"), std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("sequence 101: KV block 3 is written by sequence 100"), std::string::npos)
         << error.what();
   }
 }

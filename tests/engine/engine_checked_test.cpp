@@ -46,6 +46,37 @@ TEST(EngineCheckedTest, StaleLeaseFailsTheStepNamingRequestAndSlot) {
   EXPECT_EQ(engine.counters().law_violations, 1);
 }
 
+// Law 6: the numeric sequence id that the error names is in the trace, so the failing row joins its request.
+TEST(EngineCheckedTest, TheSequenceAnErrorNamesIsTheTracesSequence) {
+  OneThread one_thread;
+  const Model model = load_fixture_model();
+  TestTraceFile trace;
+  EngineOptions options = checked_options(model);
+  options.trace_path = trace.path();
+  Engine engine(model, nullptr, options);
+  engine.add_request(request("first", {5, 6, 7}));
+  engine.add_request(request("second", {8, 9}));
+  engine.step();
+  engine.corrupt_lease_for_testing("second");
+  std::string message;
+  try {
+    engine.step();
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  const size_t at = message.find("(sequence ");
+  ASSERT_NE(at, std::string::npos) << message;
+  const int64_t sequence_id = std::stoll(message.substr(at + 10));
+  int64_t num_rows = 0;
+  for (const nlohmann::json& step : read_trace(trace.path(), "step"))
+    for (const nlohmann::json& row : step["rows"])
+      if (row["sequence"] == sequence_id) {
+        EXPECT_EQ(row["request"], "second");
+        ++num_rows;
+      }
+  EXPECT_GE(num_rows, 1) << "no trace row of sequence " << sequence_id;
+}
+
 // A row that reads a freed slot: poisoned in checked mode (NaN logits), still zero otherwise.
 std::vector<float> logits_after_reading_freed_slot(const Model& model, bool checked) {
   CacheConfig cache;

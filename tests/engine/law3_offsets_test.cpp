@@ -44,7 +44,7 @@ struct Request {
   BatchRow next_row() const {
     const int64_t num_tokens = num_computed == 0 ? kPromptLength : 1;
     BatchRow row;
-    row.request_id = id;
+    row.sequence_id = id;
     row.tokens = std::span<const int32_t>(tokens).subspan(num_computed, num_tokens);
     row.start_position = num_computed;
     row.has_initial_state = num_computed > 0;

@@ -170,17 +170,17 @@ TEST(SlotPool, IsHeldByChecksOwnerSlotAndGeneration) {
   EXPECT_TRUE(pool.is_held_by(next, 10));
 }
 
-// Every misuse names the request and the slot, and leaves the pool as it was.
+// Every misuse names the sequence and the slot, and leaves the pool as it was.
 void expect_misuse(SlotPool& pool, const SlotLease& lease, int64_t owner_id, const std::string& reason) {
   const int64_t num_free = pool.num_free();
   const std::string message = error_of([&] { pool.free(lease, owner_id); });
-  EXPECT_NE(message.find(fmt::format("request {}", owner_id)), std::string::npos) << message;
+  EXPECT_NE(message.find(fmt::format("sequence {}", owner_id)), std::string::npos) << message;
   EXPECT_NE(message.find(fmt::format("slot {}", lease.slot)), std::string::npos) << message;
   EXPECT_NE(message.find(reason), std::string::npos) << message;
   EXPECT_EQ(pool.num_free(), num_free);
 }
 
-TEST(SlotPool, MisusesAreErrorsNamingRequestAndSlot) {
+TEST(SlotPool, MisusesAreErrorsNamingSequenceAndSlot) {
   SlotPool pool(3, SlotPolicy::Lowest);
   const SlotLease stale = pool.allocate(7);
   pool.free(stale, 7);
@@ -189,14 +189,14 @@ TEST(SlotPool, MisusesAreErrorsNamingRequestAndSlot) {
   const SlotLease current = pool.allocate(7);  // slot 0 again, generation 2
   ASSERT_EQ(current.slot, stale.slot);
   expect_misuse(pool, stale, 7, "stale");
-  expect_misuse(pool, current, 8, "held by request 7");
+  expect_misuse(pool, current, 8, "held by sequence 7");
   expect_misuse(pool, SlotLease{3, 1}, 7, "out of range");
   EXPECT_TRUE(pool.is_held_by(current, 7));
 
   pool.allocate(8);
   pool.allocate(9);
   const std::string message = error_of([&] { pool.allocate(12); });
-  EXPECT_NE(message.find("request 12"), std::string::npos) << message;
+  EXPECT_NE(message.find("sequence 12"), std::string::npos) << message;
   EXPECT_NE(message.find("no free state slot"), std::string::npos) << message;
 }
 

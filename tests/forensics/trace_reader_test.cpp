@@ -44,6 +44,19 @@ TEST(TraceReader, ReadsPastLinesWithFieldsOfTheWrongType) {
   EXPECT_NE(life.lines[1].find("finished"), std::string::npos);
 }
 
+TEST(TraceReader, FindsASequenceByTheIdBackendErrorsName) {
+  std::istringstream trace(
+      R"({"type":"event","step":0,"request":"a","sample":1,"sequence":17,"event":"queued"})"
+      "\n"
+      R"({"type":"step","step":1,"rows":[{"request":"a","sample":0,"sequence":16,"start":0,"num_tokens":2},)"
+      R"({"request":"a","sample":1,"sequence":17,"start":0,"num_tokens":2}]})"
+      "\n");
+  const RequestLife life = read_sequence_life(trace, 17);
+  ASSERT_EQ(life.lines.size(), 2u);
+  EXPECT_NE(life.lines[0].find("sample 1 seq 17"), std::string::npos) << life.lines[0];
+  EXPECT_NE(life.lines[1].find("sample 1 seq 17"), std::string::npos) << life.lines[1];
+}
+
 TEST(TraceReader, MatchesNumericIdsAsText) {
   std::istringstream trace(R"({"type":"event","step":0,"request":12,"event":"queued"})");
   EXPECT_EQ(read_request_life(trace, "12").lines.size(), 1u);

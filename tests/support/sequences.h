@@ -40,7 +40,7 @@ struct Sequence {
 
   BatchRow row(int64_t num_tokens, LogitsCopy copy) const {
     BatchRow out;
-    out.request_id = request_id;
+    out.sequence_id = request_id;
     out.tokens = std::span<const int32_t>(tokens).subspan(size_t(num_computed), size_t(num_tokens));
     out.start_position = num_computed;
     out.has_initial_state = num_computed > 0;

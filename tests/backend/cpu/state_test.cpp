@@ -170,7 +170,7 @@ void expect_rejected(Backend& backend, const BatchRow& row, const std::string& e
     ADD_FAILURE() << "a row with " << expected_words << " was accepted";
   } catch (const Error& error) {
     const std::string message = error.what();
-    EXPECT_NE(message.find("request 100"), std::string::npos) << message;
+    EXPECT_NE(message.find("sequence 100"), std::string::npos) << message;
     EXPECT_NE(message.find(expected_words), std::string::npos) << message;
   }
 }
@@ -220,7 +220,7 @@ TEST_F(StateTest, TwoRowsWritingOneKvBlockAreRejected) {
     backend->forward(rows, logits);
     ADD_FAILURE() << "two rows writing KV block " << first.block_table[0] << " were accepted";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("is written by request 100"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("is written by sequence 100"), std::string::npos) << error.what();
   }
 }
 

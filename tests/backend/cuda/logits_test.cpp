@@ -67,7 +67,7 @@ Case make_case(int64_t vocab_size, std::mt19937_64& random, int64_t num_rows = 6
   }
   for (size_t r = 0; r < c.tokens.size(); ++r) {
     BatchRow row;
-    row.request_id = int64_t(r);
+    row.sequence_id = int64_t(r);
     row.tokens = c.tokens[r];
     row.targets = c.targets[r];
     row.num_top_logprobs = r == 2 ? 7 : 0;
