@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -66,6 +67,25 @@ struct BatchRow {
   std::span<const TokenChoice> choices;  // tokens chosen from the last vector (n samples forking share one)
   LogitsCopy copy_logits = LogitsCopy::None;
 };
+
+// The one way every driver (the engine's model runner, the scoring references, the benchmark) describes a row: tokens
+// [start_position, start_position + num_tokens) of a sequence whose first start_position tokens are already in its
+// state slot and KV blocks. Law 1: the row has an initial state exactly when some of the sequence ran before; a row
+// at position 0 starts from zero state and never reads its slot. The block table is cut to the blocks it covers.
+// What a row asks of its logits (targets, top-K, choices, copies) the caller sets after.
+inline BatchRow sequence_row(int64_t sequence_id, std::span<const int32_t> sequence_tokens, int64_t start_position,
+                             int64_t num_tokens, int64_t slot, std::span<const int32_t> block_table,
+                             int64_t kv_block_size) {
+  BatchRow row;
+  row.sequence_id = sequence_id;
+  row.tokens = sequence_tokens.subspan(size_t(start_position), size_t(num_tokens));
+  row.start_position = start_position;
+  row.has_initial_state = start_position > 0;
+  row.slot = slot;
+  const int64_t num_blocks = kv_blocks_for(start_position + num_tokens, kv_block_size);
+  row.block_table = block_table.first(std::min(block_table.size(), size_t(num_blocks)));
+  return row;
+}
 
 // A row computes the logits of every position when it scores targets or copies them all, else of its last.
 inline bool computes_all_vectors(const BatchRow& row) {

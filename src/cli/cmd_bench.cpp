@@ -103,7 +103,7 @@ class BatchBench {
   }
 
   static int64_t blocks_per_sequence(const BenchOptions& options) {
-    return (options.num_prompt_tokens + options.num_decode_tokens + kKvBlockSize - 1) / kKvBlockSize;
+    return kv_blocks_for(options.num_prompt_tokens + options.num_decode_tokens, kKvBlockSize);
   }
 
   // Prefill of the first `batch` prompts from zero state, then num_decode greedy steps of one token per
@@ -130,7 +130,7 @@ class BatchBench {
     for (int64_t s = 0; s < batch; ++s) {
       for (int64_t start = 0; start < options_.num_prompt_tokens;) {
         const int64_t length = std::min(options_.num_prompt_tokens - start, options_.max_step_tokens - step_tokens);
-        rows.push_back(row(s, std::span(prompts_[s]).subspan(size_t(start), size_t(length)), start));
+        rows.push_back(row(s, prompts_[s], start, length));
         step_tokens += length;
         start += length;
         if (step_tokens == options_.max_step_tokens) flush();
@@ -140,8 +140,7 @@ class BatchBench {
     profiler_capture("prefill", false);
     profiler_capture("decode", true);
     for (int64_t i = 0; i < options_.num_decode_tokens; ++i) {
-      for (int64_t s = 0; s < batch; ++s)
-        rows.push_back(row(s, std::span(tokens[s]).last(1), int64_t(tokens[s].size()) - 1));
+      for (int64_t s = 0; s < batch; ++s) rows.push_back(row(s, tokens[s], int64_t(tokens[s].size()) - 1, 1));
       // The hash's logits, copied in the last step only: a copy every step would add its transfer to the timing.
       if (i + 1 == options_.num_decode_tokens) rows.back().copy_logits = LogitsCopy::Last;
       const auto start = std::chrono::steady_clock::now();
@@ -173,15 +172,9 @@ class BatchBench {
 #endif
   }
 
-  BatchRow row(int64_t sequence, std::span<const int32_t> step_tokens, int64_t start_position) const {
-    BatchRow out;
-    out.sequence_id = sequence;
-    out.tokens = step_tokens;
-    out.start_position = start_position;
-    out.has_initial_state = start_position > 0;
-    out.slot = sequence;
-    const int64_t covered = (start_position + int64_t(step_tokens.size()) + kKvBlockSize - 1) / kKvBlockSize;
-    out.block_table = std::span(tables_[sequence]).first(size_t(covered));
+  BatchRow row(int64_t sequence, std::span<const int32_t> tokens, int64_t start_position, int64_t num_tokens) const {
+    BatchRow out =
+        sequence_row(sequence, tokens, start_position, num_tokens, sequence, tables_[sequence], kKvBlockSize);
     out.choices = std::span(&kGreedy, 1);
     return out;
   }

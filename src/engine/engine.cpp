@@ -79,7 +79,7 @@ Engine::Impl::Impl(const Model& model, const Tokenizer* tokenizer, const EngineO
       backend(make_backend(options.backend, model, cache_plan.cache, options.cuda_weights)),
       slots(cache_plan.cache.num_state_slots, options.slot_policy, options.slot_seed),
       kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
-      runner(*backend, slots, options.checked),
+      runner(*backend, slots, options.kv_block_size, options.checked),
       scheduler(options.max_num_batched_tokens, slots, kv_blocks, [this](int64_t slot) { runner.on_slot_freed(slot); }),
       trace(options.trace_path) {
   inject_faults(options.faults);

@@ -7,8 +7,8 @@
 
 namespace jambo {
 
-ModelRunner::ModelRunner(Backend& backend, const SlotPool& slots, bool checked)
-    : backend_(backend), slots_(slots), checked_(checked) {}
+ModelRunner::ModelRunner(Backend& backend, const SlotPool& slots, int64_t kv_block_size, bool checked)
+    : backend_(backend), slots_(slots), kv_block_size_(kv_block_size), checked_(checked) {}
 
 namespace {
 
@@ -43,13 +43,10 @@ BatchRow ModelRunner::make_row(const ScheduledRow& scheduled, size_t row_index) 
   choosers_[row_index] = row_choosers(scheduled);
   choices_[row_index].clear();
   for (Sequence* chooser : choosers_[row_index]) choices_[row_index].push_back(chooser->sampler.next_choice());
-  BatchRow row;
-  row.sequence_id = sequence.id;
-  row.tokens = std::span<const int32_t>(sequence.tokens()).subspan(sequence.num_computed(), scheduled.num_tokens);
-  row.start_position = sequence.num_computed();
-  row.has_initial_state = sequence.has_state();  // law 1: from the state, never from the token count
-  row.slot = sequence.lease->slot;
-  row.block_table = sequence.block_table;
+  // Law 1: the row's initial state is the sequence's (has_state: some of it ran), never a guess from token counts.
+  JAMBO_ASSERT(sequence.has_state() == (sequence.num_computed() > 0));
+  BatchRow row = sequence_row(sequence.id, sequence.tokens(), sequence.num_computed(), scheduled.num_tokens,
+                              sequence.lease->slot, sequence.block_table, kv_block_size_);
   row.targets = targets_[row_index];
   row.num_top_logprobs = std::max<int64_t>(sequence.request.spec.num_prompt_logprobs, 0);
   row.choices = choices_[row_index];

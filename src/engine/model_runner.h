@@ -16,7 +16,7 @@ namespace jambo {
 
 class ModelRunner {
  public:
-  ModelRunner(Backend& backend, const SlotPool& slots, bool checked);
+  ModelRunner(Backend& backend, const SlotPool& slots, int64_t kv_block_size, bool checked);
 
   int64_t num_law_violations() const { return num_law_violations_; }
   double forward_seconds() const { return forward_seconds_; }         // wall time inside the backend's forward, in all
@@ -39,6 +39,7 @@ class ModelRunner {
 
   Backend& backend_;
   const SlotPool& slots_;
+  int64_t kv_block_size_;
   bool checked_;
   int64_t num_law_violations_ = 0;
   double forward_seconds_ = 0.0;

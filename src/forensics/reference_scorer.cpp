@@ -44,13 +44,9 @@ void score_step(Backend& backend, const CacheConfig& cache, std::span<const std:
     const int64_t num_tokens = reference_row_tokens(sequence.size());
     if (num_tokens == 0) continue;
     const int64_t num_blocks = kv_blocks_for(num_tokens, cache.kv_block_size);
-    BatchRow row;
-    row.sequence_id = int64_t(i);
-    row.tokens = sequence.first(size_t(num_tokens));
-    row.start_position = 0;
-    row.has_initial_state = false;  // law 1: from zero state, whatever the slot held before
-    row.slot = int64_t(rows.size());
-    row.block_table = all_blocks.subspan(size_t(next_block), size_t(num_blocks));
+    // From zero state (position 0), whatever the slot held before.
+    BatchRow row = sequence_row(int64_t(i), sequence, 0, num_tokens, int64_t(rows.size()),
+                                all_blocks.subspan(size_t(next_block), size_t(num_blocks)), cache.kv_block_size);
     row.targets = sequence.subspan(1);  // the logits at position t predict token t + 1
     next_block += num_blocks;
     rows.push_back(row);

@@ -19,19 +19,6 @@ SequenceRunner::SequenceRunner(Backend& backend, const CacheConfig& cache, int64
   std::iota(block_table_.begin(), block_table_.end(), 0);
 }
 
-BatchRow SequenceRunner::make_row(std::span<const int32_t> sequence, int64_t first, int64_t count) const {
-  const int64_t num_blocks = kv_blocks_for(first + count, cache_.kv_block_size);
-  JAMBO_ASSERT(num_blocks <= int64_t(block_table_.size()));
-  BatchRow row;
-  row.sequence_id = 0;
-  row.tokens = sequence.subspan(size_t(first), size_t(count));
-  row.start_position = first;
-  row.has_initial_state = first > 0;  // law 1: the phase comes from the state, not the token count
-  row.slot = 0;
-  row.block_table = std::span<const int32_t>(block_table_).first(size_t(num_blocks));
-  return row;
-}
-
 const RowOutput& SequenceRunner::run(const BatchRow& row) {
   backend_.forward(std::span<const BatchRow>(&row, 1), output_);
   return output_.rows[0];
@@ -47,7 +34,8 @@ ScoredSequence SequenceRunner::score(std::span<const int32_t> tokens, int64_t nu
   const int64_t chunk = max_chunk_tokens_ > 0 ? max_chunk_tokens_ : std::max<int64_t>(num_tokens, 1);
   for (int64_t first = 0; first < num_tokens; first += chunk) {
     const int64_t count = std::min(chunk, num_tokens - first);
-    BatchRow row = make_row(tokens, first, count);
+    BatchRow row =
+        sequence_row(/*sequence_id=*/0, tokens, first, count, /*slot=*/0, block_table_, cache_.kv_block_size);
     // The logits at position p predict token p + 1: the chunk's targets are the tokens after each of its own.
     row.targets = tokens.subspan(size_t(first + 1), size_t(std::min(count, num_tokens - first - 1)));
     row.num_top_logprobs = num_top_logprobs;

@@ -30,9 +30,6 @@ class SequenceRunner {
   ScoredSequence score(std::span<const int32_t> tokens, int64_t num_top_logprobs);
 
  private:
-  // A row feeding tokens [first, first + count) of the sequence, whose tokens before `first` are already in
-  // the state (none when first == 0: the state starts from zero).
-  BatchRow make_row(std::span<const int32_t> sequence, int64_t first, int64_t count) const;
   const RowOutput& run(const BatchRow& row);
 
   Backend& backend_;

@@ -85,7 +85,7 @@ std::vector<float> logits_after_reading_freed_slot(const Model& model, bool chec
   cache.kv_block_size = 4;
   auto backend = make_cpu_backend(model, cache);
   SlotPool slots(cache.num_state_slots, SlotPolicy::Lowest);
-  ModelRunner runner(*backend, slots, checked);
+  ModelRunner runner(*backend, slots, cache.kv_block_size, checked);
   runner.on_slot_freed(1);
 
   const std::vector<int32_t> tokens = {5};
