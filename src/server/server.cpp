@@ -61,6 +61,14 @@ std::string caller_request_id(const httplib::Request& request) {
   return id;
 }
 
+// Why httplib could not bind. It says only that it failed, but the errno of its failed bind() or listen() is
+// still there: the close() and freeaddrinfo() that follow leave errno alone.
+std::string bind_failure(int error) {
+  if (error == EADDRINUSE) return "address already in use (is another server listening there?)";
+  if (error == 0) return "not an address of this machine?";
+  return std::strerror(error);
+}
+
 size_t longest(const std::vector<std::string>& strings) {
   size_t length = 0;
   for (const std::string& string : strings) length = std::max(length, string.size());
@@ -116,9 +124,12 @@ Server::Impl::Impl(Engine& engine, const Tokenizer& tokenizer, const ChatTemplat
   http.new_task_queue = [num_workers] { return new httplib::ThreadPool(num_workers); };
   http.set_payload_max_length(options.max_body_bytes);
   http.set_keep_alive_max_count(1000);
-  // httplib's listening socket is remembered (with httplib's own options) so that bind() can raise its backlog.
+  // httplib's own options set SO_REUSEPORT, which lets a second server share the port without a word; SO_REUSEADDR
+  // alone still lets a restarted server listen past its predecessor's TIME_WAIT connections. The socket is
+  // remembered so that bind() can raise its backlog.
   http.set_socket_options([this](socket_t socket) {
-    httplib::default_socket_options(socket);
+    const int yes = 1;
+    ::setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     listening_socket = socket;
   });
   add_routes();
@@ -308,10 +319,10 @@ Server::~Server() = default;
 int Server::bind() {
   httplib::Server& http = impl_->http;
   const ServerOptions& options = impl_->options;
+  errno = 0;
   const int port = options.port == 0 ? http.bind_to_any_port(options.host)
                                      : (http.bind_to_port(options.host, options.port) ? options.port : -1);
-  JAMBO_REQUIRE(port > 0, "cannot listen on {}:{} (in use, or not an address of this machine?)", options.host,
-                options.port);
+  JAMBO_REQUIRE(port > 0, "cannot listen on {}:{}: {}", options.host, options.port, bind_failure(errno));
   // httplib (Debian's shared library) listens with a backlog of 5: a burst of clients connecting at once past it
   // would wait for SYN retries, or on some network stacks be reset. Listening again only changes the backlog.
   JAMBO_REQUIRE(::listen(impl_->listening_socket, SOMAXCONN) == 0, "cannot raise the listen backlog on {}:{}: {}",

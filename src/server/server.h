@@ -32,7 +32,8 @@ class Server {
          const ServerOptions& options);
   ~Server();
 
-  // Binds host:port (throws jambo::Error naming them when it cannot); returns the port.
+  // Binds host:port, which no other socket may share (throws jambo::Error naming them and why when it cannot);
+  // returns the port.
   int bind();
   void run();   // serves until stop()
   void stop();  // safe from another thread

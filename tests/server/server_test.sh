@@ -51,6 +51,16 @@ done
 [[ -n $url ]] || die "jambo serve did not print its address within 30 s"
 pass "server listening on $url"
 
+# A second server on the same port must fail, not share it (SO_REUSEPORT would let it listen there too).
+address=${url#http://}
+timeout 20 "$jambo" serve --model "$demo" --port "${address##*:}" >"$work/second.log" 2>&1
+code=$?
+if [[ $code == 1 ]] && grep -q "cannot listen on $address: address already in use" "$work/second.log"; then
+  pass "a second server on $address exits 1: address already in use"
+else
+  fail "a second server on $address exited with $code (124: it served too): $(cat "$work/second.log")"
+fi
+
 # curl_json NAME STATUS METHOD PATH [BODY]: the response body goes to $work/body, headers to $work/headers.
 curl_json() {
   local name=$1 want=$2 method=$3 path=$4 body=${5-}
