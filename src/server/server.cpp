@@ -37,6 +37,10 @@ void reply_error(httplib::Response& response, int status, const std::string& mes
   reply_json(response, status, error_body(message, type, param));
 }
 
+void reply_error(httplib::Response& response, const ApiError& error) {
+  reply_error(response, error.status, error.what(), error.type, error.param);
+}
+
 // httplib reads a form-encoded body (what `curl -d` sends without a Content-Type) only up to 8 KiB.
 std::string too_large_message(const httplib::Request& request) {
   if (request.get_header_value("Content-Type").starts_with("application/x-www-form-urlencoded"))
@@ -169,14 +173,7 @@ void Server::Impl::add_routes() {
     reply_error(response, response.status, message, "invalid_request_error");
   });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
-    std::string message = "internal error";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& exception) {
-      message = fmt::format("internal error: {}", exception.what());
-    } catch (...) {
-    }
-    reply_error(response, 500, message, "server_error");
+    reply_error(response, api_error_for(error));
   });
 }
 
@@ -222,6 +219,8 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
         break;
       case EngineLoop::Verdict::Rejected:
         throw ApiError(400, admission.message);
+      case EngineLoop::Verdict::Failed:
+        std::rethrow_exception(admission.error);  // a bug in jambo: a 500, below
       case EngineLoop::Verdict::Full:
         response.set_header("Retry-After", "1");
         // An idle keep-alive connection holds one of httplib's workers: a refused client must not keep one.
@@ -232,9 +231,10 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
     }
     if (request.stream) return respond_streaming(std::move(exchange), response);
     respond_whole(*exchange, ConnectionProbe(http_request), response);
-  } catch (const ApiError& error) {
+  } catch (...) {
+    const ApiError error = api_error_for(std::current_exception());
     metrics.count_request(error.status);
-    reply_error(response, error.status, error.what(), error.type, error.param);
+    reply_error(response, error);
   }
 }
 
@@ -296,8 +296,8 @@ void Server::Impl::tokenize(const httplib::Request& http_request, httplib::Respo
     const std::vector<int32_t> ids =
         parse_tokenize_request(parse_body(http_request.body), limits, tokenizer, chat_template);
     reply_json(response, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", options.max_model_len}});
-  } catch (const ApiError& error) {
-    reply_error(response, error.status, error.what(), error.type, error.param);
+  } catch (...) {
+    reply_error(response, api_error_for(std::current_exception()));
   }
 }
 
@@ -305,8 +305,8 @@ void Server::Impl::detokenize(const httplib::Request& http_request, httplib::Res
   try {
     const std::vector<int32_t> ids = parse_detokenize_request(parse_body(http_request.body), limits);
     reply_json(response, 200, {{"prompt", tokenizer.decode(ids)}});
-  } catch (const ApiError& error) {
-    reply_error(response, error.status, error.what(), error.type, error.param);
+  } catch (...) {
+    reply_error(response, api_error_for(std::current_exception()));
   }
 }
 
