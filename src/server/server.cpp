@@ -15,7 +15,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <thread>
 
 namespace jambo::server {
 
@@ -73,6 +78,28 @@ std::string bind_failure(int error) {
   return std::strerror(error);
 }
 
+// What the access log needs of the request that this worker thread answers. httplib runs a request's routing, its
+// handler, its content provider and its logger on one worker thread, one request after another.
+struct AccessRecord {
+  std::optional<std::chrono::steady_clock::time_point> arrival;  // none when httplib refused the request line
+  std::string id;                                                // the response's id, when it has one
+  bool streamed = false;
+};
+thread_local AccessRecord current_access;
+
+// "POST /v1/completions 200 812B 35.2ms id=cmpl-abc-0"
+std::string access_line(const httplib::Request& request, const httplib::Response& response,
+                        const AccessRecord& access) {
+  std::string line = fmt::format("{} {} {} ", request.method, request.path, response.status);
+  line += access.streamed ? "stream" : fmt::format("{}B", response.body.size());
+  if (access.arrival) {
+    const std::chrono::duration<double, std::milli> duration = std::chrono::steady_clock::now() - *access.arrival;
+    line += fmt::format(" {:.1f}ms", duration.count());
+  }
+  if (!access.id.empty()) line += fmt::format(" id={}", access.id);
+  return line;
+}
+
 size_t longest(const std::vector<std::string>& strings) {
   size_t length = 0;
   for (const std::string& string : strings) length = std::max(length, string.size());
@@ -95,6 +122,8 @@ struct Server::Impl {
        const ServerOptions& options);
 
   void add_routes();
+  void add_access_log();
+  void log_throughput(std::stop_token stop);
   void generate(const httplib::Request& http_request, httplib::Response& response, bool chat);
   void respond_whole(Exchange& exchange, const ConnectionProbe& connection, httplib::Response& response);
   void respond_streaming(std::shared_ptr<Exchange> exchange, httplib::Response& response);
@@ -137,6 +166,7 @@ Server::Impl::Impl(Engine& engine, const Tokenizer& tokenizer, const ChatTemplat
     listening_socket = socket;
   });
   add_routes();
+  if (options.log_requests) add_access_log();
 }
 
 // Unique even when callers repeat an X-Request-Id (retries, one id for a whole conversation).
@@ -177,6 +207,30 @@ void Server::Impl::add_routes() {
   });
 }
 
+void Server::Impl::add_access_log() {
+  http.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    current_access = {std::chrono::steady_clock::now(), "", false};
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // httplib calls it once the response is written, streamed ones too.
+  http.set_logger([](const httplib::Request& request, const httplib::Response& response) {
+    fmt::print(stderr, "jambo serve: {}\n", access_line(request, response, std::exchange(current_access, {})));
+  });
+}
+
+// Every log interval, when the engine ran or its occupancy moved since the last line.
+void Server::Impl::log_throughput(std::stop_token stop) {
+  const auto interval = std::chrono::duration_cast<ThroughputLog::Clock::duration>(
+      std::chrono::duration<double>(options.log_interval_seconds));
+  ThroughputLog log(loop.counters(), ThroughputLog::Clock::now());
+  std::mutex mutex;
+  std::condition_variable_any stopped;
+  std::unique_lock lock(mutex);
+  while (!stopped.wait_for(lock, stop, interval, [&] { return stop.stop_requested(); }))
+    if (const auto line = log.next(loop.counters(), ThroughputLog::Clock::now()))
+      fmt::print(stderr, "jambo serve: {}\n", *line);
+}
+
 json Server::Impl::models() const {
   return {{"object", "list"},
           {"data", json::array({{{"id", options.model_name},
@@ -200,6 +254,7 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
     const GenerationRequest& request = exchange->request;
     const std::string id = next_id(chat ? "chatcmpl-" : "cmpl-", caller_id);
     response.set_header("X-Request-Id", caller_id.empty() ? id : caller_id);
+    current_access.id = id;
 
     std::vector<RequestSpec> specs;
     for (size_t p = 0; p < request.prompts.size(); ++p) {
@@ -245,7 +300,8 @@ void Server::Impl::respond_whole(Exchange& exchange, const ConnectionProbe& conn
     if (const auto error = exchange.stream->error()) throw ApiError(503, *error, "", "server_error");
     if (connection.client_left()) {
       loop.abort(exchange.engine_ids);
-      metrics.count_request(499);  // nginx's "client closed request"
+      response.status = 499;  // nginx's "client closed request": for the metrics and the access log, no one reads it
+      metrics.count_request(499);
       return;
     }
   }
@@ -256,6 +312,7 @@ void Server::Impl::respond_whole(Exchange& exchange, const ConnectionProbe& conn
 
 // Server-sent events; a write that fails means the client left: its requests are aborted at once.
 void Server::Impl::respond_streaming(std::shared_ptr<Exchange> exchange, httplib::Response& response) {
+  current_access.streamed = true;
   response.set_header("Cache-Control", "no-cache");
   response.set_chunked_content_provider(
       "text/event-stream", [this, exchange](size_t, httplib::DataSink& sink) { return write_events(*exchange, sink); },
@@ -331,6 +388,9 @@ int Server::bind() {
 }
 
 void Server::run() {
+  std::jthread throughput_log;  // stops when run() returns
+  if (impl_->options.log_interval_seconds > 0)
+    throughput_log = std::jthread([this](std::stop_token stop) { impl_->log_throughput(stop); });
   impl_->http.listen_after_bind();
   impl_->loop.stop();
 }
