@@ -17,6 +17,7 @@ struct ServeOptions {
   ModelOptions model;
   EngineFlags engine;
   server::ServerOptions server;
+  bool quiet = false;
 };
 
 // The chat template of the model folder, or none (a warning) when tokenizer_config.json has none.
@@ -51,6 +52,10 @@ void run_serve(const ServeOptions& options) {
     server_options.model_name = std::filesystem::path(options.model.folder).lexically_normal().filename().string();
   if (server_options.model_name.empty()) server_options.model_name = options.model.folder;
   server_options.max_model_len = engine_options.max_model_len;
+  if (options.quiet) {
+    server_options.log_requests = false;
+    server_options.log_interval_seconds = 0;
+  }
   const int64_t max_n = engine.counters().slots_total;
   server::Server server(engine, *tokenizer, chat_template ? &*chat_template : nullptr, max_n, server_options);
   const int port = server.bind();
@@ -88,6 +93,12 @@ void add_serve_command(CLI::App& app) {
                    "requests held at once (running or waiting); more are answered 429")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
       ->capture_default_str();
+  command
+      ->add_option("--log-interval", server.log_interval_seconds,
+                   "seconds between throughput and occupancy lines on stderr, when anything ran (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_flag("--quiet", options->quiet, "no access log and no throughput lines on stderr");
   command->callback([options] { run_serve(*options); });
 }
 

@@ -31,7 +31,7 @@ void EngineLoop::stop() {
 
 EngineLoop::Admission EngineLoop::submit(std::vector<RequestSpec> specs, std::shared_ptr<RequestStream> stream) {
   auto submission = std::make_unique<Submission>();
-  std::future<std::string> verdict = submission->verdict.get_future();
+  std::future<Admission> verdict = submission->verdict.get_future();
   const int64_t num_requests = int64_t(specs.size());
   submission->specs = std::move(specs);
   submission->stream = std::move(stream);
@@ -45,9 +45,7 @@ EngineLoop::Admission EngineLoop::submit(std::vector<RequestSpec> specs, std::sh
     submissions_.push_back(std::move(submission));
   }
   inbox_changed_.notify_all();
-  std::string message = verdict.get();
-  if (message.empty()) return {Verdict::Accepted, ""};
-  return {is_alive() ? Verdict::Rejected : Verdict::Dead, message};
+  return verdict.get();
 }
 
 void EngineLoop::abort(const std::vector<std::string>& ids) {
@@ -104,7 +102,8 @@ void EngineLoop::run() {
     if (!failure.empty()) return die(failure);
   }
   for (const auto& [id, route] : routes_) route.stream->fail("the server is shutting down");
-  for (auto& submission : std::exchange(submissions_, {})) submission->verdict.set_value("the server is shutting down");
+  for (auto& submission : std::exchange(submissions_, {}))
+    submission->verdict.set_value({Verdict::Dead, "the server is shutting down"});
 }
 
 // Runs with the lock held on entry and exit; the engine is touched without it.
@@ -119,17 +118,18 @@ void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
   for (const std::string& id : leases_to_corrupt) engine_.corrupt_lease_for_testing(id);
   std::vector<int64_t> num_rejected;
   for (auto& submission : submissions) {
-    const std::string message = admit(*submission);
-    num_rejected.push_back(message.empty() ? 0 : int64_t(submission->specs.size()));
-    submission->verdict.set_value(message);
+    Admission admission = admit(*submission);
+    num_rejected.push_back(admission.verdict == Verdict::Accepted ? 0 : int64_t(submission->specs.size()));
+    submission->verdict.set_value(std::move(admission));
   }
   lock.lock();
   for (int64_t count : num_rejected) num_unfinished_ -= count;
   counters_ = engine_.counters();
 }
 
-// All of a submission's requests or none: a rejected one takes back those added before it.
-std::string EngineLoop::admit(Submission& submission) {
+// All of a submission's requests or none: one the engine refuses (bad input) or fails on (a bug) takes back those
+// added before it.
+EngineLoop::Admission EngineLoop::admit(Submission& submission) {
   std::vector<std::string> added;
   int64_t first_choice = 0;
   try {
@@ -144,9 +144,10 @@ std::string EngineLoop::admit(Submission& submission) {
       routes_.erase(id);
       engine_.abort_request(id);
     }
-    return error.what();
+    if (dynamic_cast<const Error*>(&error)) return {Verdict::Rejected, error.what()};
+    return {Verdict::Failed, error.what(), std::current_exception()};
   }
-  return "";
+  return {};
 }
 
 void EngineLoop::on_progress(const SampleProgress& progress) {
@@ -166,7 +167,8 @@ void EngineLoop::die(const std::string& reason) {
   for (const auto& [id, route] : routes_) route.stream->fail(death_reason_);
   routes_.clear();
   num_unfinished_ = 0;
-  for (auto& submission : std::exchange(submissions_, {})) submission->verdict.set_value(death_reason_);
+  for (auto& submission : std::exchange(submissions_, {}))
+    submission->verdict.set_value({Verdict::Dead, death_reason_});
 }
 
 }  // namespace jambo::server

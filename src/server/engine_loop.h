@@ -8,6 +8,7 @@
 #include "server/request_stream.h"
 
 #include <condition_variable>
+#include <exception>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -28,10 +29,13 @@ class EngineLoop {
   // from several threads.
   void stop();
 
-  enum class Verdict { Accepted, Rejected, Full, Dead };
+  // Rejected: the engine refused a request as bad input (jambo::Error). Failed: adding one threw anything else,
+  // a bug in jambo.
+  enum class Verdict { Accepted, Rejected, Failed, Full, Dead };
   struct Admission {
     Verdict verdict = Verdict::Accepted;
-    std::string message;  // why, when rejected (the engine's validation) or dead
+    std::string message;                 // why, when not accepted
+    std::exception_ptr error = nullptr;  // what the engine threw, when failed
   };
   // The engine requests of one HTTP request, accepted all together or not at all. The stream's choice
   // c*n + s is sample s of specs[c]. Waits for the loop to take them (at most one step).
@@ -51,7 +55,7 @@ class EngineLoop {
   struct Submission {
     std::vector<RequestSpec> specs;
     std::shared_ptr<RequestStream> stream;
-    std::promise<std::string> verdict;  // "" accepted, else the engine's message
+    std::promise<Admission> verdict;
   };
   struct Route {
     std::shared_ptr<RequestStream> stream;
@@ -62,7 +66,7 @@ class EngineLoop {
 
   void run();
   void take_inbox(std::unique_lock<std::mutex>& lock);
-  std::string admit(Submission& submission);
+  Admission admit(Submission& submission);
   void on_progress(const SampleProgress& progress);
   void die(const std::string& reason);
 

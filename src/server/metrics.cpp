@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace jambo::server {
 
@@ -107,6 +108,23 @@ std::string ServerMetrics::render(const EngineCounters& engine, bool engine_aliv
   text += inter_token_latency_.render("jambo_inter_token_latency_seconds", "time between two tokens of one choice");
   text += end_to_end_.render("jambo_e2e_request_latency_seconds", "time from arrival to the last token");
   return text;
+}
+
+ThroughputLog::ThroughputLog(const EngineCounters& engine, Clock::time_point now) : last_(engine), last_time_(now) {}
+
+std::optional<std::string> ThroughputLog::next(const EngineCounters& engine, Clock::time_point now) {
+  const EngineCounters last = std::exchange(last_, engine);
+  const double seconds = std::chrono::duration<double>(now - std::exchange(last_time_, now)).count();
+  const bool holds_the_same = engine.num_running == last.num_running && engine.num_waiting == last.num_waiting &&
+                              engine.kv_blocks_used == last.kv_blocks_used && engine.slots_used == last.slots_used;
+  if (engine.steps == last.steps && holds_the_same) return std::nullopt;
+  const double kv_percent = 100.0 * double(engine.kv_blocks_used) / double(engine.kv_blocks_total);
+  return fmt::format(
+      "prefill {:.1f} tok/s, decode {:.1f} tok/s, {} running, {} waiting, KV blocks {}/{} ({:.1f}%), "
+      "state slots {}/{}",
+      double(engine.prefill_tokens - last.prefill_tokens) / seconds,
+      double(engine.decode_tokens - last.decode_tokens) / seconds, engine.num_running, engine.num_waiting,
+      engine.kv_blocks_used, engine.kv_blocks_total, kv_percent, engine.slots_used, engine.slots_total);
 }
 
 }  // namespace jambo::server

@@ -1,11 +1,14 @@
-// GET /metrics: the engine's counters and the server's latency histograms in Prometheus text format.
+// GET /metrics: the engine's counters and the server's latency histograms in Prometheus text format; and the
+// periodic log line made of the same counters.
 #pragma once
 
 #include "engine/engine.h"
 #include "server/request_stream.h"
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +48,20 @@ class ServerMetrics : public LatencyObserver {
   std::vector<std::pair<int, uint64_t>> requests_by_status_;
   int64_t num_prompt_tokens_ = 0;
   int64_t num_generation_tokens_ = 0;
+};
+
+// The server's periodic log line: prefill and decode tok/s since the previous call, and what the engine holds now.
+class ThroughputLog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ThroughputLog(const EngineCounters& engine, Clock::time_point now);
+  // The line for the time since the previous call; none when the engine ran no step and held no other
+  // sequences, blocks or slots than at that call.
+  std::optional<std::string> next(const EngineCounters& engine, Clock::time_point now);
+
+ private:
+  EngineCounters last_;
+  Clock::time_point last_time_;
 };
 
 }  // namespace jambo::server

@@ -16,6 +16,22 @@ json error_body(const std::string& message, const std::string& type, const std::
            {{"message", message}, {"type", type}, {"param", param.empty() ? json() : json(param)}, {"code", nullptr}}}};
 }
 
+ApiError api_error_for(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ApiError& api_error) {
+    return api_error;
+  } catch (const Error& bad_input) {
+    return ApiError(400, bad_input.what());
+  } catch (const InternalError& bug) {
+    return ApiError(500, bug.what(), "", "server_error");  // it says "internal error" and where
+  } catch (const std::exception& exception) {
+    return ApiError(500, fmt::format("internal error: {}", exception.what()), "", "server_error");
+  } catch (...) {
+    return ApiError(500, "internal error", "", "server_error");
+  }
+}
+
 namespace {
 
 // Characters as OpenAI counts them (code points), not UTF-8 bytes.

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,11 @@ std::string to_wire(const nlohmann::json& value);
 
 // {"error": {"message", "type", "param", "code"}}
 nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param);
+
+// The answer to an exception thrown while answering a request: an ApiError as it is, other bad input (jambo::Error)
+// 400, and anything else (jambo::InternalError, a library's exception) a bug in jambo: 500 of type "server_error",
+// the type of OpenAI's own 500s and of every 5xx here.
+ApiError api_error_for(std::exception_ptr error);
 
 class ResponseBuilder {
  public:

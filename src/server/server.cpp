@@ -15,7 +15,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <thread>
 
 namespace jambo::server {
 
@@ -35,6 +40,10 @@ void reply_json(httplib::Response& response, int status, const json& body) {
 void reply_error(httplib::Response& response, int status, const std::string& message, const std::string& type,
                  const std::string& param = "") {
   reply_json(response, status, error_body(message, type, param));
+}
+
+void reply_error(httplib::Response& response, const ApiError& error) {
+  reply_error(response, error.status, error.what(), error.type, error.param);
 }
 
 // httplib reads a form-encoded body (what `curl -d` sends without a Content-Type) only up to 8 KiB.
@@ -61,6 +70,36 @@ std::string caller_request_id(const httplib::Request& request) {
   return id;
 }
 
+// Why httplib could not bind. It says only that it failed, but the errno of its failed bind() or listen() is
+// still there: the close() and freeaddrinfo() that follow leave errno alone.
+std::string bind_failure(int error) {
+  if (error == EADDRINUSE) return "address already in use (is another server listening there?)";
+  if (error == 0) return "not an address of this machine?";
+  return std::strerror(error);
+}
+
+// What the access log needs of the request that this worker thread answers. httplib runs a request's routing, its
+// handler, its content provider and its logger on one worker thread, one request after another.
+struct AccessRecord {
+  std::optional<std::chrono::steady_clock::time_point> arrival;  // none when httplib refused the request line
+  std::string id;                                                // the response's id, when it has one
+  bool streamed = false;
+};
+thread_local AccessRecord current_access;
+
+// "POST /v1/completions 200 812B 35.2ms id=cmpl-abc-0"
+std::string access_line(const httplib::Request& request, const httplib::Response& response,
+                        const AccessRecord& access) {
+  std::string line = fmt::format("{} {} {} ", request.method, request.path, response.status);
+  line += access.streamed ? "stream" : fmt::format("{}B", response.body.size());
+  if (access.arrival) {
+    const std::chrono::duration<double, std::milli> duration = std::chrono::steady_clock::now() - *access.arrival;
+    line += fmt::format(" {:.1f}ms", duration.count());
+  }
+  if (!access.id.empty()) line += fmt::format(" id={}", access.id);
+  return line;
+}
+
 size_t longest(const std::vector<std::string>& strings) {
   size_t length = 0;
   for (const std::string& string : strings) length = std::max(length, string.size());
@@ -83,6 +122,8 @@ struct Server::Impl {
        const ServerOptions& options);
 
   void add_routes();
+  void add_access_log();
+  void log_throughput(std::stop_token stop);
   void generate(const httplib::Request& http_request, httplib::Response& response, bool chat);
   void respond_whole(Exchange& exchange, const ConnectionProbe& connection, httplib::Response& response);
   void respond_streaming(std::shared_ptr<Exchange> exchange, httplib::Response& response);
@@ -116,12 +157,16 @@ Server::Impl::Impl(Engine& engine, const Tokenizer& tokenizer, const ChatTemplat
   http.new_task_queue = [num_workers] { return new httplib::ThreadPool(num_workers); };
   http.set_payload_max_length(options.max_body_bytes);
   http.set_keep_alive_max_count(1000);
-  // httplib's listening socket is remembered (with httplib's own options) so that bind() can raise its backlog.
+  // httplib's own options set SO_REUSEPORT, which lets a second server share the port without a word; SO_REUSEADDR
+  // alone still lets a restarted server listen past its predecessor's TIME_WAIT connections. The socket is
+  // remembered so that bind() can raise its backlog.
   http.set_socket_options([this](socket_t socket) {
-    httplib::default_socket_options(socket);
+    const int yes = 1;
+    ::setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     listening_socket = socket;
   });
   add_routes();
+  if (options.log_requests) add_access_log();
 }
 
 // Unique even when callers repeat an X-Request-Id (retries, one id for a whole conversation).
@@ -158,15 +203,32 @@ void Server::Impl::add_routes() {
     reply_error(response, response.status, message, "invalid_request_error");
   });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
-    std::string message = "internal error";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& exception) {
-      message = fmt::format("internal error: {}", exception.what());
-    } catch (...) {
-    }
-    reply_error(response, 500, message, "server_error");
+    reply_error(response, api_error_for(error));
   });
+}
+
+void Server::Impl::add_access_log() {
+  http.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    current_access = {std::chrono::steady_clock::now(), "", false};
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // httplib calls it once the response is written, streamed ones too.
+  http.set_logger([](const httplib::Request& request, const httplib::Response& response) {
+    fmt::print(stderr, "jambo serve: {}\n", access_line(request, response, std::exchange(current_access, {})));
+  });
+}
+
+// Every log interval, when the engine ran or its occupancy moved since the last line.
+void Server::Impl::log_throughput(std::stop_token stop) {
+  const auto interval = std::chrono::duration_cast<ThroughputLog::Clock::duration>(
+      std::chrono::duration<double>(options.log_interval_seconds));
+  ThroughputLog log(loop.counters(), ThroughputLog::Clock::now());
+  std::mutex mutex;
+  std::condition_variable_any stopped;
+  std::unique_lock lock(mutex);
+  while (!stopped.wait_for(lock, stop, interval, [&] { return stop.stop_requested(); }))
+    if (const auto line = log.next(loop.counters(), ThroughputLog::Clock::now()))
+      fmt::print(stderr, "jambo serve: {}\n", *line);
 }
 
 json Server::Impl::models() const {
@@ -192,6 +254,7 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
     const GenerationRequest& request = exchange->request;
     const std::string id = next_id(chat ? "chatcmpl-" : "cmpl-", caller_id);
     response.set_header("X-Request-Id", caller_id.empty() ? id : caller_id);
+    current_access.id = id;
 
     std::vector<RequestSpec> specs;
     for (size_t p = 0; p < request.prompts.size(); ++p) {
@@ -211,6 +274,8 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
         break;
       case EngineLoop::Verdict::Rejected:
         throw ApiError(400, admission.message);
+      case EngineLoop::Verdict::Failed:
+        std::rethrow_exception(admission.error);  // a bug in jambo: a 500, below
       case EngineLoop::Verdict::Full:
         response.set_header("Retry-After", "1");
         // An idle keep-alive connection holds one of httplib's workers: a refused client must not keep one.
@@ -221,9 +286,10 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
     }
     if (request.stream) return respond_streaming(std::move(exchange), response);
     respond_whole(*exchange, ConnectionProbe(http_request), response);
-  } catch (const ApiError& error) {
+  } catch (...) {
+    const ApiError error = api_error_for(std::current_exception());
     metrics.count_request(error.status);
-    reply_error(response, error.status, error.what(), error.type, error.param);
+    reply_error(response, error);
   }
 }
 
@@ -234,7 +300,8 @@ void Server::Impl::respond_whole(Exchange& exchange, const ConnectionProbe& conn
     if (const auto error = exchange.stream->error()) throw ApiError(503, *error, "", "server_error");
     if (connection.client_left()) {
       loop.abort(exchange.engine_ids);
-      metrics.count_request(499);  // nginx's "client closed request"
+      response.status = 499;  // nginx's "client closed request": for the metrics and the access log, no one reads it
+      metrics.count_request(499);
       return;
     }
   }
@@ -245,6 +312,7 @@ void Server::Impl::respond_whole(Exchange& exchange, const ConnectionProbe& conn
 
 // Server-sent events; a write that fails means the client left: its requests are aborted at once.
 void Server::Impl::respond_streaming(std::shared_ptr<Exchange> exchange, httplib::Response& response) {
+  current_access.streamed = true;
   response.set_header("Cache-Control", "no-cache");
   response.set_chunked_content_provider(
       "text/event-stream", [this, exchange](size_t, httplib::DataSink& sink) { return write_events(*exchange, sink); },
@@ -285,8 +353,8 @@ void Server::Impl::tokenize(const httplib::Request& http_request, httplib::Respo
     const std::vector<int32_t> ids =
         parse_tokenize_request(parse_body(http_request.body), limits, tokenizer, chat_template);
     reply_json(response, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", options.max_model_len}});
-  } catch (const ApiError& error) {
-    reply_error(response, error.status, error.what(), error.type, error.param);
+  } catch (...) {
+    reply_error(response, api_error_for(std::current_exception()));
   }
 }
 
@@ -294,8 +362,8 @@ void Server::Impl::detokenize(const httplib::Request& http_request, httplib::Res
   try {
     const std::vector<int32_t> ids = parse_detokenize_request(parse_body(http_request.body), limits);
     reply_json(response, 200, {{"prompt", tokenizer.decode(ids)}});
-  } catch (const ApiError& error) {
-    reply_error(response, error.status, error.what(), error.type, error.param);
+  } catch (...) {
+    reply_error(response, api_error_for(std::current_exception()));
   }
 }
 
@@ -308,10 +376,10 @@ Server::~Server() = default;
 int Server::bind() {
   httplib::Server& http = impl_->http;
   const ServerOptions& options = impl_->options;
+  errno = 0;
   const int port = options.port == 0 ? http.bind_to_any_port(options.host)
                                      : (http.bind_to_port(options.host, options.port) ? options.port : -1);
-  JAMBO_REQUIRE(port > 0, "cannot listen on {}:{} (in use, or not an address of this machine?)", options.host,
-                options.port);
+  JAMBO_REQUIRE(port > 0, "cannot listen on {}:{}: {}", options.host, options.port, bind_failure(errno));
   // httplib (Debian's shared library) listens with a backlog of 5: a burst of clients connecting at once past it
   // would wait for SYN retries, or on some network stacks be reset. Listening again only changes the backlog.
   JAMBO_REQUIRE(::listen(impl_->listening_socket, SOMAXCONN) == 0, "cannot raise the listen backlog on {}:{}: {}",
@@ -320,6 +388,9 @@ int Server::bind() {
 }
 
 void Server::run() {
+  std::jthread throughput_log;  // stops when run() returns
+  if (impl_->options.log_interval_seconds > 0)
+    throughput_log = std::jthread([this](std::stop_token stop) { impl_->log_throughput(stop); });
   impl_->http.listen_after_bind();
   impl_->loop.stop();
 }

@@ -23,6 +23,8 @@ struct ServerOptions {
   int64_t max_num_prompts = 16;    // prompts in one /v1/completions request
   int64_t max_model_len = 4096;
   size_t max_body_bytes = 16 << 20;
+  bool log_requests = true;          // stderr: one access-log line per HTTP request, once it is answered
+  double log_interval_seconds = 10;  // stderr: a throughput and occupancy line this often, when anything ran (0: never)
 };
 
 class Server {
@@ -32,9 +34,10 @@ class Server {
          const ServerOptions& options);
   ~Server();
 
-  // Binds host:port (throws jambo::Error naming them when it cannot); returns the port.
+  // Binds host:port, which no other socket may share (throws jambo::Error naming them and why when it cannot);
+  // returns the port.
   int bind();
-  void run();   // serves until stop()
+  void run();   // serves until stop(); the throughput line runs meanwhile
   void stop();  // safe from another thread
 
   struct Impl;

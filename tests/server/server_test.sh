@@ -39,17 +39,33 @@ command -v node >/dev/null || die "node is missing: run scripts/install-deps"
 command -v curl >/dev/null || die "curl is missing: run scripts/install-deps"
 [[ -f tests/server/node_modules/openai/package.json ]] || die "tests/server/node_modules lacks openai: run scripts/install-deps"
 
-"$jambo" serve --model "$demo" --port 0 --check --trace "$work/trace.jsonl" >"$work/server.log" 2>&1 &
+# serve_url LOG PID: the address that `jambo serve` (process PID, output in LOG) prints once it listens; fails
+# when the server exits first or takes over 30 s.
+serve_url() {
+  local log=$1 pid=$2 found
+  for _ in $(seq 300); do
+    found=$(grep -o 'jambo: serving jambo-demo on http://127\.0\.0\.1:[0-9]*' "$log" | grep -o 'http://.*')
+    [[ -n $found ]] && { echo "$found"; return 0; }
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+"$jambo" serve --model "$demo" --port 0 --check --trace "$work/trace.jsonl" --log-interval 1 >"$work/server.log" 2>&1 &
 server_pid=$!
-url=""
-for _ in $(seq 300); do
-  url=$(grep -o 'jambo: serving jambo-demo on http://127\.0\.0\.1:[0-9]*' "$work/server.log" | grep -o 'http://.*')
-  [[ -n $url ]] && break
-  kill -0 "$server_pid" 2>/dev/null || die "jambo serve exited before listening"
-  sleep 0.1
-done
-[[ -n $url ]] || die "jambo serve did not print its address within 30 s"
+url=$(serve_url "$work/server.log" "$server_pid") || die "jambo serve exited, or did not print its address within 30 s"
 pass "server listening on $url"
+
+# A second server on the same port must fail, not share it (SO_REUSEPORT would let it listen there too).
+address=${url#http://}
+timeout 20 "$jambo" serve --model "$demo" --port "${address##*:}" >"$work/second.log" 2>&1
+code=$?
+if [[ $code == 1 ]] && grep -q "cannot listen on $address: address already in use" "$work/second.log"; then
+  pass "a second server on $address exits 1: address already in use"
+else
+  fail "a second server on $address exited with $code (124: it served too): $(cat "$work/second.log")"
+fi
 
 # curl_json NAME STATUS METHOD PATH [BODY]: the response body goes to $work/body, headers to $work/headers.
 curl_json() {
@@ -150,6 +166,37 @@ for file in tests/server/completions.test.mjs tests/server/chat.test.mjs tests/s
     fail "$file"
   fi
 done
+
+# The access log (seconds after those requests were answered): one line per request, on stderr.
+access_log_has() {  # access_log_has NAME REGEX: a line of the shared server's log is "jambo serve: " REGEX
+  grep -qE "^jambo serve: $2\$" "$work/server.log" && pass "access log: $1" || fail "access log lacks $1 (/$2/)"
+}
+access_log_has "a completion" 'POST /v1/completions 200 [0-9]+B [0-9.]+ms id=cmpl-[0-9]+-[0-9]+'
+access_log_has "a stream, with its X-Request-Id" 'POST /v1/completions 200 stream [0-9.]+ms id=cmpl-curl-sse-1-[0-9]+'
+access_log_has "a 400" 'POST /v1/completions 400 [0-9]+B [0-9.]+ms'
+access_log_has "an unknown route" 'GET /v1/nothing 404 [0-9]+B [0-9.]+ms'
+occupancy='[0-9]+ running, [0-9]+ waiting, KV blocks [0-9]+/[0-9]+ \([0-9.]+%\), state slots [0-9]+/[0-9]+'
+access_log_has "the throughput line (--log-interval 1)" "prefill [0-9.]+ tok/s, decode [0-9.]+ tok/s, $occupancy"
+
+# --quiet: neither the access log nor the throughput line (even with --log-interval 1); the address line stays.
+"$jambo" serve --model "$demo" --port 0 --quiet --log-interval 1 >"$work/quiet.log" 2>&1 &
+quiet_pid=$!
+if quiet_url=$(serve_url "$work/quiet.log" "$quiet_pid"); then
+  curl -sS -o /dev/null "$quiet_url/health"
+  curl -sS -o /dev/null -H 'Content-Type: application/json' --data-binary "$request" "$quiet_url/v1/completions"
+  sleep 2.5  # a throughput line would be due by now
+  kill -TERM "$quiet_pid"
+  wait "$quiet_pid"
+  if grep -q '^jambo serve:' "$work/quiet.log"; then
+    fail "--quiet still logs: $(grep '^jambo serve:' "$work/quiet.log" | head -n 3)"
+  else
+    pass "--quiet: no access log and no throughput line"
+  fi
+else
+  kill -TERM "$quiet_pid" 2>/dev/null
+  wait "$quiet_pid"
+  fail "jambo serve --quiet did not start: $(cat "$work/quiet.log")"
+fi
 
 # Afterwards: alive, idle (nothing leaked), no law violation, and a clean stop on SIGTERM.
 curl_json "/health after everything" 200 GET /health
