@@ -65,7 +65,7 @@ EngineOptions single_request_engine(const Model& model, const BackendChoice& cho
 class TextPrinter {
  public:
   TextPrinter(bool has_tokenizer, const RequestSpec& request) : has_tokenizer_(has_tokenizer) {
-    for (const std::string& stop : request.stop) max_stop_length_ = std::max(max_stop_length_, stop.size());
+    for (const std::string& stop : request.stop.strings) max_stop_length_ = std::max(max_stop_length_, stop.size());
   }
 
   void on_progress(const SampleProgress& progress) {
@@ -112,12 +112,12 @@ void run_generate(GenerateOptions& options) {
   }
   const int64_t max_length = model.config.max_position_embeddings;
   const int64_t num_prompt = int64_t(request.prompt_ids.size());
-  if (request.sampling.max_tokens > max_length - num_prompt)
+  if (request.stop.max_tokens > max_length - num_prompt)
     throw UsageError(fmt::format("the prompt ({} tokens) plus --max-tokens {} exceeds the model's {} positions",
-                                 num_prompt, request.sampling.max_tokens, max_length));
+                                 num_prompt, request.stop.max_tokens, max_length));
 
   Engine engine(model, tokenizer ? &*tokenizer : nullptr,
-                single_request_engine(model, options.backend, num_prompt + request.sampling.max_tokens));
+                single_request_engine(model, options.backend, num_prompt + request.stop.max_tokens));
   TextPrinter printer(tokenizer.has_value(), request);
   if (!options.json)
     engine.set_progress_listener([&](const SampleProgress& progress) { printer.on_progress(progress); });
@@ -154,27 +154,16 @@ void add_generate_command(CLI::App& app) {
   CLI::Option* prompt = command->add_option("--prompt", options->prompt, "prompt text");
   CLI::Option* prompt_ids = command->add_option("--prompt-ids", options->prompt_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(prompt_ids);
-  SamplingParams& sampling = options->request.sampling;
-  command->add_option("--max-tokens", sampling.max_tokens, "tokens to generate at most")->capture_default_str();
-  command->add_option("--temperature", sampling.temperature, "0 is greedy")->capture_default_str();
-  command->add_option("--top-k", sampling.top_k, "sample among the K most likely (0: all)");
-  command->add_option("--top-p", sampling.top_p, "sample within probability mass P");
-  command->add_option("--seed", sampling.seed, "seed for reproducible sampling")->check(CLI::NonNegativeNumber);
-  command->add_option("--stop", options->request.stop,
-                      "stop before this text (repeatable; needs the model's tokenizer); not printed");
+  add_request_flags(*command, options->request);
   CLI::Option* logprobs =
-      command->add_option("--logprobs", sampling.num_top_logprobs,
+      command->add_option("--logprobs", options->request.num_top_logprobs,
                           "top-K logprobs per generated token: in the JSON object with --json, else a line per token "
                           "on stderr (position, id, logprob, top-K as id:logprob)");
   command->add_flag("--json", options->json, "print one JSON object instead of streaming text");
   command->callback([options, prompt, prompt_ids, logprobs] {
     if (prompt->count() == 0 && prompt_ids->count() == 0) throw UsageError("give --prompt or --prompt-ids");
     options->print_logprobs = logprobs->count() > 0 && !options->json;
-    try {
-      options->request.sampling.validate();
-    } catch (const Error& error) {
-      throw UsageError(error.what());
-    }
+    validate_request_flags(options->request);
     run_generate(*options);
   });
 }

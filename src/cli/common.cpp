@@ -5,7 +5,9 @@
 #include "forensics/sequence_runner.h"
 #include "forensics/reference_scorer.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <limits>
 
 namespace jambo::cli {
 
@@ -107,6 +109,30 @@ void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const s
                   "samples of one reference step (the state slots its backend holds)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
       ->capture_default_str();
+}
+
+void add_request_flags(CLI::App& command, RequestSpec& request) {
+  command.add_option("--max-tokens", request.stop.max_tokens, "tokens to generate at most")->capture_default_str();
+  command.add_option("--temperature", request.sampling.temperature, "0 is greedy")->capture_default_str();
+  command.add_option("--top-k", request.sampling.top_k, "sample among the K most likely (0: all)");
+  command.add_option("--top-p", request.sampling.top_p, "sample within probability mass P");
+  command.add_option("--min-p", request.sampling.min_p, "drop tokens below min_p times the top probability");
+  command.add_option("--seed", request.sampling.seed, "seed for reproducible sampling")->check(CLI::NonNegativeNumber);
+  command.add_option("--stop", request.stop.strings,
+                     "stop before this text (repeatable; needs the model's tokenizer); not part of the output");
+  command.add_flag("--ignore-eos", request.stop.ignore_eos, "generate max_tokens tokens even past EOS (benchmarks)");
+}
+
+void validate_request_flags(const RequestSpec& request) {
+  RequestSpec flags = request;
+  flags.prompt_ids = {0};
+  const RequestLimits any{/*vocab_size=*/1, /*max_model_len=*/std::numeric_limits<int64_t>::max() / 2,
+                          /*max_n=*/std::numeric_limits<int64_t>::max(), /*has_tokenizer=*/true};
+  if (const std::optional<FieldError> error = validate(flags, any)) {
+    std::string flag = error->field;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    throw UsageError(fmt::format("--{}: {}", flag, error->message));
+  }
 }
 
 void EngineFlags::add_to(CLI::App& command) {

@@ -90,6 +90,13 @@ void add_serve_command(CLI::App& app);
 void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const std::string& prefix,
                          bool defaults_from_engine);
 
+// The request flags of generate and batch, bound to the fields of one request: --max-tokens, --temperature, --top-k,
+// --top-p, --min-p, --seed, --stop, --ignore-eos (--logprobs is each command's: they print logprobs differently).
+void add_request_flags(CLI::App& command, RequestSpec& request);
+// Checks the flags' values against the request contract (validate, engine/request_spec.h); throws UsageError naming
+// the flag. The prompt, the vocabulary and the context are checked when the request is added to the engine.
+void validate_request_flags(const RequestSpec& request);
+
 // The engine's flags (--max-num-batched-tokens, --memory-budget, --slot-policy, --check, ...).
 struct EngineFlags {
   EngineOptions options;

@@ -96,38 +96,17 @@ void Engine::Impl::inject_faults(const EngineFaults& faults) {
 }
 
 void Engine::Impl::validate(const RequestSpec& spec) const {
-  const std::string& id = spec.id;
-  const JambaConfig& config = backend->config();
-  JAMBO_REQUIRE(!spec.prompt_ids.empty(), "request '{}': the prompt is empty", id);
-  for (int32_t token : spec.prompt_ids)
-    JAMBO_REQUIRE(token >= 0 && token < config.vocab_size,
-                  "request '{}': prompt token id {} is outside the vocabulary [0, {})", id, token, config.vocab_size);
-  JAMBO_REQUIRE(spec.n >= 1 && spec.n <= slots.num_slots(),
-                "request '{}': n must be between 1 and {} (max_num_seqs, or the state slots the memory budget holds), "
-                "got {}",
-                id, slots.num_slots(), spec.n);
-  try {
-    spec.sampling.validate();
-  } catch (const Error& error) {
-    fail("request '{}': {}", id, error.what());
-  }
-  JAMBO_REQUIRE(spec.sampling.max_tokens <= options.max_model_len - int64_t(spec.prompt_ids.size()),
-                "request '{}': prompt of {} tokens plus max_tokens {} exceeds max_model_len {}", id,
-                spec.prompt_ids.size(), spec.sampling.max_tokens, options.max_model_len);
-  const int64_t num_tokens = int64_t(spec.prompt_ids.size()) + spec.sampling.max_tokens;
+  RequestLimits limits;
+  limits.vocab_size = backend->config().vocab_size;
+  limits.max_model_len = options.max_model_len;
+  limits.max_n = slots.num_slots();
+  limits.has_tokenizer = tokenizer != nullptr;
+  if (const std::optional<FieldError> error = jambo::validate(spec, limits))
+    fail("request '{}': field '{}' {}", spec.id, error->field, error->message);
+  const int64_t num_tokens = int64_t(spec.prompt_ids.size()) + spec.stop.max_tokens;
   JAMBO_REQUIRE(spec.n * kv_blocks.blocks_for(num_tokens) <= kv_blocks.num_blocks(),
-                "request '{}': n = {} samples of {} tokens need {} KV blocks; the memory budget holds {}", id, spec.n,
-                num_tokens, spec.n * kv_blocks.blocks_for(num_tokens), kv_blocks.num_blocks());
-  JAMBO_REQUIRE(spec.min_p >= 0.0 && spec.min_p <= 1.0, "request '{}': min_p must be in [0, 1], got {}", id,
-                spec.min_p);
-  for (int32_t token : spec.stop_token_ids)
-    JAMBO_REQUIRE(token >= 0 && token < config.vocab_size,
-                  "request '{}': stop token id {} is outside the vocabulary [0, {})", id, token, config.vocab_size);
-  for (const std::string& stop : spec.stop) JAMBO_REQUIRE(!stop.empty(), "request '{}': a stop string is empty", id);
-  JAMBO_REQUIRE(spec.stop.empty() || tokenizer, "request '{}': stop strings need the model's tokenizer", id);
-  JAMBO_REQUIRE(spec.num_prompt_logprobs >= -1 && spec.num_prompt_logprobs <= 20,
-                "request '{}': prompt_logprobs must be between 0 and 20 (or -1 for none), got {}", id,
-                spec.num_prompt_logprobs);
+                "request '{}': n = {} samples of {} tokens need {} KV blocks; the memory budget holds {}", spec.id,
+                spec.n, num_tokens, spec.n * kv_blocks.blocks_for(num_tokens), kv_blocks.num_blocks());
 }
 
 Request* Engine::Impl::find(const std::string& id) {
@@ -152,7 +131,7 @@ void Engine::Impl::add_request(const RequestSpec& spec) {
   Sequence& leader = *request->samples[0];
   scheduler.add(leader);
   trace.event(counters.steps, leader, "queued",
-              {{"num_prompt_tokens", spec.prompt_ids.size()}, {"n", spec.n}, {"max_tokens", spec.sampling.max_tokens}});
+              {{"num_prompt_tokens", spec.prompt_ids.size()}, {"n", spec.n}, {"max_tokens", spec.stop.max_tokens}});
   requests.emplace(spec.id, std::move(request));
 }
 
@@ -243,7 +222,7 @@ void Engine::Impl::take_token(Sequence& sequence, ChosenToken chosen) {
     sequence.output.prompt_logprobs = sequence.request.prompt_logprobs;
     sequence.output.prompt_top_logprobs = sequence.request.prompt_top_logprobs;
   }
-  if (sequence.request.spec.sampling.max_tokens == 0) return finish(sequence, "length");
+  if (sequence.request.spec.stop.max_tokens == 0) return finish(sequence, "length");
   const int32_t token = chosen.token;
   sequence.append(token, chosen.logprob, std::move(chosen.top_logprobs));
   if (const auto reason = sequence.sampler.accept(token, sequence.num_generated())) return finish(sequence, *reason);

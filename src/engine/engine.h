@@ -5,8 +5,7 @@
 #pragma once
 
 #include "backend/backend.h"
-#include "backend/backend.h"
-#include "engine/sampler.h"
+#include "engine/request_spec.h"
 #include "engine/slot_pool.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,18 +39,6 @@ struct EngineOptions {
   bool checked = false;    // law 2: verify owner and generation of every row; poison freed slots
   std::string trace_path;  // law 6: JSONL trace of every step and lifecycle event ("" = none)
   EngineFaults faults;     // none outside fault-injection tests
-};
-
-// One input request (a line of `jambo batch` input, or an HTTP request later).
-struct RequestSpec {
-  std::string id;                       // the caller's id, echoed in outputs and traces
-  std::vector<int32_t> prompt_ids;      // non-empty
-  int64_t n = 1;                        // samples of this prompt; the prompt is prefilled once
-  SamplingParams sampling;              // temperature, top_k, top_p, seed, max_tokens, num_top_logprobs
-  double min_p = 0.0;                   // drop tokens less likely than min_p * p(top token)
-  std::vector<int32_t> stop_token_ids;  // besides the model's EOS
-  std::vector<std::string> stop;        // stop strings (need a tokenizer); not included in the text
-  int64_t num_prompt_logprobs = -1;     // -1: none; K >= 0: logprob of each prompt token plus top-K
 };
 
 // One finished sample.
@@ -104,8 +91,8 @@ class Engine {
   Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options);
   ~Engine();
 
-  // Validates and queues a request; throws jambo::Error naming the bad field. Other requests are
-  // not affected by a rejected one.
+  // Validates the request (request_spec.h's validate, under the engine's limits, and whether its KV blocks fit) and
+  // queues it; throws jambo::Error naming the request and the bad field. Other requests are not affected.
   void add_request(const RequestSpec& spec);
   void abort_request(const std::string& id);
   bool has_unfinished() const;

@@ -48,7 +48,7 @@ BatchRow ModelRunner::make_row(const ScheduledRow& scheduled, size_t row_index) 
   BatchRow row = sequence_row(sequence.id, sequence.tokens(), sequence.num_computed(), scheduled.num_tokens,
                               sequence.lease->slot, sequence.block_table, kv_block_size_);
   row.targets = targets_[row_index];
-  row.num_top_logprobs = std::max<int64_t>(sequence.request.spec.num_prompt_logprobs, 0);
+  row.num_top_logprobs = sequence.request.spec.num_prompt_logprobs.value_or(0);
   row.choices = choices_[row_index];
   return row;
 }

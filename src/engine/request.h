@@ -75,7 +75,7 @@ struct Request {
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;  // [prompt] when asked
 
   int64_t num_prompt_tokens() const { return int64_t(spec.prompt_ids.size()); }
-  bool wants_prompt_logprobs() const { return spec.num_prompt_logprobs >= 0; }
+  bool wants_prompt_logprobs() const { return spec.num_prompt_logprobs.has_value(); }
   bool is_done() const;
 };
 

@@ -47,8 +47,7 @@ std::vector<std::string> stop_strings_field(const json& line) {
   JAMBO_REQUIRE(value.is_array(), "field 'stop' must be a string or an array of strings");
   std::vector<std::string> stops;
   for (const json& stop : value) {
-    JAMBO_REQUIRE(stop.is_string() && !stop.get<std::string>().empty(),
-                  "field 'stop' holds {}, which is not a non-empty string", describe_json(stop));
+    JAMBO_REQUIRE(stop.is_string(), "field 'stop' holds {}, which is not a string", describe_json(stop));
     stops.push_back(stop.get<std::string>());
   }
   return stops;
@@ -77,19 +76,16 @@ RequestSpec request_from_json(const json& line, const RequestSpec& defaults, con
   }
   spec.prompt_ids = prompt_field(line, tokenizer);
   if (line.contains("n")) spec.n = integer_field(line, "n");
-  if (line.contains("max_tokens")) spec.sampling.max_tokens = integer_field(line, "max_tokens");
+  if (line.contains("max_tokens")) spec.stop.max_tokens = integer_field(line, "max_tokens");
   if (line.contains("temperature")) spec.sampling.temperature = number_field(line, "temperature");
   if (line.contains("top_p")) spec.sampling.top_p = number_field(line, "top_p");
   if (line.contains("top_k")) spec.sampling.top_k = integer_field(line, "top_k");
-  if (line.contains("min_p")) spec.min_p = number_field(line, "min_p");
+  if (line.contains("min_p")) spec.sampling.min_p = number_field(line, "min_p");
   if (line.contains("seed")) spec.sampling.seed = uint64_t(integer_field(line, "seed"));
-  if (line.contains("logprobs")) spec.sampling.num_top_logprobs = integer_field(line, "logprobs");
+  if (line.contains("logprobs")) spec.num_top_logprobs = integer_field(line, "logprobs");
   if (line.contains("prompt_logprobs")) spec.num_prompt_logprobs = integer_field(line, "prompt_logprobs");
-  if (line.contains("stop")) spec.stop = stop_strings_field(line);
-  if (line.contains("stop_token_ids")) spec.stop_token_ids = token_ids_field(line, "stop_token_ids");
-  JAMBO_REQUIRE(spec.n >= 1, "field 'n' must be >= 1, got {}", spec.n);
-  JAMBO_REQUIRE(spec.min_p >= 0.0 && spec.min_p <= 1.0, "field 'min_p' must be in [0, 1], got {}", spec.min_p);
-  spec.sampling.validate();
+  if (line.contains("stop")) spec.stop.strings = stop_strings_field(line);
+  if (line.contains("stop_token_ids")) spec.stop.token_ids = token_ids_field(line, "stop_token_ids");
   return spec;
 }
 

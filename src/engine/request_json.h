@@ -5,13 +5,15 @@
 #pragma once
 
 #include "engine/engine.h"
+#include "engine/request_spec.h"
 
 #include <nlohmann/json.hpp>
 
 namespace jambo {
 
-// Fields present in `line` override those of `defaults`. "prompt" needs a tokenizer. Throws
-// jambo::Error naming the field that is missing, of the wrong type or out of range.
+// Fields present in `line` override those of `defaults`. "prompt" needs a tokenizer. Throws jambo::Error naming the
+// field that is unknown, missing or of the wrong type; ranges are the contract's (validate, request_spec.h), which
+// the engine checks when the request is added.
 RequestSpec request_from_json(const nlohmann::json& line, const RequestSpec& defaults, const Tokenizer* tokenizer);
 
 nlohmann::json sample_to_json(const SampleOutput& sample);

@@ -32,19 +32,22 @@ SamplingParams seeded(SamplingParams params, uint64_t seed) {
 
 SequenceSampler::SequenceSampler(const RequestSpec& spec, uint64_t request_seed, int64_t sample,
                                  const JambaConfig& config, const Tokenizer* tokenizer)
-    : spec_(spec), config_(config), sampler_(seeded(spec.sampling, sample_seed(request_seed, sample)), spec.min_p) {
+    : spec_(spec),
+      config_(config),
+      sampler_(seeded(spec.sampling, sample_seed(request_seed, sample)), spec.num_top_logprobs) {
   if (tokenizer) decoder_.emplace(*tokenizer, /*skip_special_tokens=*/true);
 }
 
 bool SequenceSampler::is_stop_token(int32_t token) const {
-  if (!spec_.sampling.ignore_eos && config_.is_eos(token)) return true;
-  return std::find(spec_.stop_token_ids.begin(), spec_.stop_token_ids.end(), token) != spec_.stop_token_ids.end();
+  if (!spec_.stop.ignore_eos && config_.is_eos(token)) return true;
+  const std::vector<int32_t>& ids = spec_.stop.token_ids;
+  return std::find(ids.begin(), ids.end(), token) != ids.end();
 }
 
 // Cuts the text before the earliest stop string that ends after searched_from.
 bool SequenceSampler::found_stop_string(int64_t searched_from) {
   size_t cut = std::string::npos;
-  for (const std::string& stop : spec_.stop) {
+  for (const std::string& stop : spec_.stop.strings) {
     const size_t from = size_t(std::max<int64_t>(0, searched_from - int64_t(stop.size()) + 1));
     cut = std::min(cut, text_.find(stop, from));
   }
@@ -61,7 +64,7 @@ std::optional<std::string> SequenceSampler::accept(int32_t token, int64_t num_ge
     if (found_stop_string(old_size)) return "stop";
   }
   if (is_stop_token(token)) return "stop";
-  if (num_generated >= spec_.sampling.max_tokens) return "length";
+  if (num_generated >= spec_.stop.max_tokens) return "length";
   return std::nullopt;
 }
 

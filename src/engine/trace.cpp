@@ -38,12 +38,9 @@ void Trace::step(int64_t step, const std::vector<ScheduledRow>& rows) {
 
 void Trace::event(int64_t step, const Sequence& sequence, const char* event, nlohmann::json details) {
   if (!enabled()) return;
-  nlohmann::json line = {{"type", "event"},
-                         {"step", step},
-                         {"request", sequence.request.spec.id},
-                         {"sample", sequence.sample},
-                         {"sequence", sequence.id},
-                         {"event", event}};
+  nlohmann::json line = {
+      {"type", "event"},         {"step", step},  {"request", sequence.request.spec.id}, {"sample", sequence.sample},
+      {"sequence", sequence.id}, {"event", event}};
   line.update(details);
   write(line);
 }

@@ -29,7 +29,7 @@ std::vector<RequestSpec> make_stress_requests(const StressWorkload& workload, in
     for (int64_t t = 0; t < std::max<int64_t>(num_prompt, 1); ++t)
       spec.prompt_ids.push_back(int32_t(uniform_int(0, vocab_size - 1)));
     spec.n = uniform_int(workload.min_samples, workload.max_samples);
-    spec.sampling.max_tokens = uniform_int(1, workload.max_new_tokens);
+    spec.stop.max_tokens = uniform_int(1, workload.max_new_tokens);
     if (unit(rng) < 0.5) {
       spec.sampling.temperature = 0.8;
       spec.sampling.top_p = 0.95;

@@ -2,10 +2,12 @@
 
 #include "core/json.h"
 #include "chat_template/chat_template.h"
+#include "engine/request_spec.h"
 
 #include <fmt/format.h>
 
 #include <limits>
+#include <map>
 #include <set>
 
 namespace jambo::server {
@@ -17,9 +19,7 @@ ApiError::ApiError(int status, const std::string& message, std::string param, st
 
 namespace {
 
-constexpr int64_t kMaxLogprobs = 20;
-constexpr size_t kMaxStopStrings = 16;
-constexpr size_t kMaxStopLength = 256;
+constexpr double kMaxTemperature = 2.0;  // OpenAI's range, stricter than the engine's contract
 
 [[noreturn]] void bad_field(const std::string& field, const std::string& message) {
   throw ApiError(400, fmt::format("'{}': {}", field, message), field);
@@ -38,6 +38,14 @@ class Fields {
   const json* find(const std::string& name) const {
     const auto found = body_.find(name);
     return found == body_.end() || found->is_null() ? nullptr : &*found;
+  }
+
+  // Numbers of any value: the ranges are the request contract's (validate, engine/request_spec.h), checked once.
+  int64_t integer(const std::string& name, int64_t fallback) const {
+    return integer(name, fallback, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  }
+  double number(const std::string& name, double fallback) const {
+    return number(name, fallback, -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity());
   }
 
   int64_t integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
@@ -127,31 +135,23 @@ void check_unsupported(const Fields& fields) {
 std::vector<std::string> stop_strings(const Fields& fields) {
   const json* value = fields.find("stop");
   if (!value) return {};
-  if (value->is_string()) {
-    if (value->get<std::string>().empty()) bad_field("stop", "must not be an empty string");
-    return {value->get<std::string>()};
-  }
+  if (value->is_string()) return {value->get<std::string>()};
   if (!value->is_array())
     bad_field("stop", fmt::format("must be a string or an array of strings, got {}", describe_json(*value)));
-  if (value->size() > kMaxStopStrings)
-    bad_field("stop", fmt::format("holds {} strings; at most {}", value->size(), kMaxStopStrings));
   std::vector<std::string> stops;
   for (const json& stop : *value) {
-    if (!stop.is_string() || stop.get<std::string>().empty())
-      bad_field("stop", fmt::format("holds {}, which is not a non-empty string", describe_json(stop)));
-    if (stop.get<std::string>().size() > kMaxStopLength)
-      bad_field("stop",
-                fmt::format("holds a string of {} bytes; at most {}", stop.get<std::string>().size(), kMaxStopLength));
+    if (!stop.is_string()) bad_field("stop", fmt::format("holds {}, which is not a string", describe_json(stop)));
     stops.push_back(stop.get<std::string>());
   }
   return stops;
 }
 
-std::vector<int32_t> token_ids(const json& value, const std::string& field, int64_t vocab_size) {
+// Token ids as JSON integers of int32's range; the vocabulary is the caller's to check.
+std::vector<int32_t> token_ids(const json& value, const std::string& field) {
   std::vector<int32_t> ids;
   for (const json& id : value) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size)
-      bad_field(field, fmt::format("holds {}, which is not a token id in [0, {})", describe_json(id), vocab_size));
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+      bad_field(field, fmt::format("holds {}, which is not a token id", describe_json(id)));
     ids.push_back(id.get<int32_t>());
   }
   return ids;
@@ -162,22 +162,21 @@ RequestSpec shared_options(const Fields& fields, const ServerLimits& limits) {
   check_model(fields, limits);
   check_unsupported(fields);
   RequestSpec spec;
-  spec.sampling.temperature = fields.number("temperature", 1.0, 0.0, 2.0);
-  spec.sampling.top_p = fields.number("top_p", 1.0, 0.0, 1.0);
-  if (spec.sampling.top_p <= 0.0) bad_field("top_p", "must be greater than 0");
-  const int64_t top_k = fields.integer("top_k", 0, -1, limits.vocab_size);
-  spec.sampling.top_k = top_k < 0 ? 0 : top_k;  // -1 and 0 both mean no limit
-  spec.min_p = fields.number("min_p", 0.0, 0.0, 1.0);
-  spec.n = fields.integer("n", 1, 1, limits.max_n);
-  if (fields.find("seed"))
-    spec.sampling.seed =
-        uint64_t(fields.integer("seed", 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
-  spec.stop = stop_strings(fields);
+  spec.sampling.temperature = fields.number("temperature", 1.0);
+  if (spec.sampling.temperature > kMaxTemperature)
+    bad_field("temperature", fmt::format("must be at most {}, got {}", kMaxTemperature, spec.sampling.temperature));
+  spec.sampling.top_p = fields.number("top_p", 1.0);
+  const int64_t top_k = fields.integer("top_k", 0);
+  spec.sampling.top_k = top_k == -1 ? 0 : top_k;  // -1 and 0 both mean no limit
+  spec.sampling.min_p = fields.number("min_p", 0.0);
+  spec.n = fields.integer("n", 1);
+  if (fields.find("seed")) spec.sampling.seed = uint64_t(fields.integer("seed", 0));
+  spec.stop.strings = stop_strings(fields);
   if (const json* ids = fields.find("stop_token_ids")) {
     if (!ids->is_array()) bad_field("stop_token_ids", "must be an array of token ids");
-    spec.stop_token_ids = token_ids(*ids, "stop_token_ids", limits.vocab_size);
+    spec.stop.token_ids = token_ids(*ids, "stop_token_ids");
   }
-  spec.sampling.ignore_eos = fields.boolean("ignore_eos", false);
+  spec.stop.ignore_eos = fields.boolean("ignore_eos", false);
   return spec;
 }
 
@@ -210,13 +209,7 @@ int64_t context_room(const std::vector<std::vector<int32_t>>& prompts, const Ser
 void check_lengths(const Fields& fields, GenerationRequest& request, const ServerLimits& limits,
                    const std::string& max_tokens_field, std::optional<int64_t> default_max_tokens) {
   const int64_t room = context_room(request.prompts, limits, request.chat ? "messages" : "prompt");
-  const int64_t longest = limits.max_model_len - room;
-  const int64_t max_tokens =
-      fields.integer(max_tokens_field, default_max_tokens.value_or(room), 0, limits.max_model_len);
-  if (max_tokens > room)
-    bad_field(max_tokens_field, fmt::format("{} tokens do not fit: the prompt is {} tokens and max_model_len is {}",
-                                            max_tokens, longest, limits.max_model_len));
-  request.options.sampling.max_tokens = max_tokens;
+  request.options.stop.max_tokens = fields.integer(max_tokens_field, default_max_tokens.value_or(room));
 }
 
 void read_prompts(const json& prompt, const ServerLimits& limits, const Tokenizer& tokenizer,
@@ -224,7 +217,7 @@ void read_prompts(const json& prompt, const ServerLimits& limits, const Tokenize
   auto add_text = [&](const std::string& text) { request.prompts.push_back(tokenizer.encode(text)); };
   auto add_ids = [&](const json& ids) {
     if (ids.empty()) bad_field("prompt", "a prompt of token ids is empty");
-    request.prompts.push_back(token_ids(ids, "prompt", limits.vocab_size));
+    request.prompts.push_back(token_ids(ids, "prompt"));
   };
   if (prompt.is_string()) {
     add_text(prompt.get<std::string>());
@@ -252,6 +245,21 @@ void read_prompts(const json& prompt, const ServerLimits& limits, const Tokenize
     bad_field("n",
               fmt::format("{} prompts of n = {} make {} samples; this server holds {} at once", request.prompts.size(),
                           request.options.n, int64_t(request.prompts.size()) * request.options.n, limits.max_n));
+}
+
+// Every prompt's request against the one contract, the field named as this endpoint spells it (`renamed`: the
+// contract's name -> the endpoint's).
+void check_contract(const GenerationRequest& request, const ServerLimits& limits,
+                    const std::map<std::string, std::string>& renamed) {
+  const RequestLimits contract{limits.vocab_size, limits.max_model_len, limits.max_n, /*has_tokenizer=*/true};
+  for (const std::vector<int32_t>& prompt : request.prompts) {
+    RequestSpec spec = request.options;
+    spec.prompt_ids = prompt;
+    if (const std::optional<FieldError> error = validate(spec, contract)) {
+      const auto rename = renamed.find(error->field);
+      bad_field(rename == renamed.end() ? error->field : rename->second, error->message);
+    }
+  }
 }
 
 std::string message_content(const json& message, size_t index) {
@@ -328,18 +336,22 @@ GenerationRequest parse_completion_request(const json& body, const ServerLimits&
   request.options = shared_options(fields, limits);
   read_streaming(fields, request);
   if (fields.find("suffix")) bad_field("suffix", "is not supported by jambo");
-  if (fields.integer("best_of", request.options.n, 1, limits.max_n) != request.options.n)
+  if (fields.integer("best_of", request.options.n) != request.options.n)
     bad_field("best_of", "is supported only equal to n");
   const json* prompt = fields.find("prompt");
   if (!prompt) bad_field("prompt", "is required");
   read_prompts(*prompt, limits, tokenizer, request);
   check_lengths(fields, request, limits, "max_tokens", 16);
   request.echo = fields.boolean("echo", false);
-  request.num_logprobs = fields.integer("logprobs", -1, 0, kMaxLogprobs);
-  request.options.sampling.num_top_logprobs = std::max<int64_t>(0, request.num_logprobs);
-  request.options.num_prompt_logprobs = fields.integer("prompt_logprobs", -1, 0, kMaxLogprobs);
+  if (fields.find("logprobs")) {
+    request.num_logprobs = fields.integer("logprobs", 0);
+    request.options.num_top_logprobs = request.num_logprobs;
+  }
+  if (fields.find("prompt_logprobs")) request.options.num_prompt_logprobs = fields.integer("prompt_logprobs", 0);
   if (request.echo && request.num_logprobs >= 0)
-    request.options.num_prompt_logprobs = std::max(request.options.num_prompt_logprobs, request.num_logprobs);
+    request.options.num_prompt_logprobs =
+        std::max(request.options.num_prompt_logprobs.value_or(0), request.num_logprobs);
+  check_contract(request, limits, {});
   return request;
 }
 
@@ -362,10 +374,14 @@ GenerationRequest parse_chat_request(const json& body, const ServerLimits& limit
   const bool has_max_completion = fields.find("max_completion_tokens") != nullptr;
   check_lengths(fields, request, limits, has_max_completion ? "max_completion_tokens" : "max_tokens", std::nullopt);
   const bool logprobs = fields.boolean("logprobs", false);
-  const int64_t top_logprobs = fields.integer("top_logprobs", 0, 0, kMaxLogprobs);
+  const int64_t top_logprobs = fields.integer("top_logprobs", 0);
   if (fields.find("top_logprobs") && !logprobs) bad_field("top_logprobs", "needs 'logprobs': true");
   request.num_logprobs = logprobs ? top_logprobs : -1;
-  request.options.sampling.num_top_logprobs = top_logprobs;
+  request.options.num_top_logprobs = top_logprobs;
+  check_contract(request, limits,
+                 {{"prompt", "messages"},
+                  {"logprobs", "top_logprobs"},
+                  {"max_tokens", has_max_completion ? "max_completion_tokens" : "max_tokens"}});
   return request;
 }
 
@@ -390,7 +406,11 @@ std::vector<int32_t> parse_detokenize_request(const json& body, const ServerLimi
   const Fields fields(body, {"model", "tokens"});
   const json* tokens = fields.find("tokens");
   if (!tokens || !tokens->is_array()) bad_field("tokens", "must be an array of token ids");
-  return token_ids(*tokens, "tokens", limits.vocab_size);
+  std::vector<int32_t> ids = token_ids(*tokens, "tokens");
+  for (int32_t id : ids)
+    if (id >= limits.vocab_size)
+      bad_field("tokens", fmt::format("holds {}, which is not a token id in [0, {})", id, limits.vocab_size));
+  return ids;
 }
 
 }  // namespace jambo::server

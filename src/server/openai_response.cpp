@@ -188,7 +188,7 @@ json ResponseBuilder::add(const StreamEvent& event) {
                                                  event.prompt->prompt_logprobs, event.prompt->prompt_top_logprobs));
       }
     }
-    if (has_prompt_logprobs && request_.options.num_prompt_logprobs >= 0)
+    if (has_prompt_logprobs && request_.options.num_prompt_logprobs)
       choice.prompt_logprobs = prompt_logprobs(*event.prompt);
     if (request_.num_logprobs >= 0) {
       const std::vector<std::optional<double>> sampled(event.logprobs.begin(), event.logprobs.end());

@@ -265,7 +265,7 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
       specs.push_back(std::move(spec));
     }
     const int64_t num_choices = int64_t(request.prompts.size()) * request.options.n;
-    exchange->stream = std::make_shared<RequestStream>(num_choices, longest(request.options.stop), &metrics);
+    exchange->stream = std::make_shared<RequestStream>(num_choices, longest(request.options.stop.strings), &metrics);
     exchange->builder = std::make_unique<ResponseBuilder>(request, id, options.model_name, unix_time(), tokenizer);
 
     const EngineLoop::Admission admission = loop.submit(std::move(specs), exchange->stream);

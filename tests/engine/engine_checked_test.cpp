@@ -18,8 +18,8 @@ RequestSpec request(const std::string& id, std::vector<int32_t> prompt) {
   RequestSpec spec;
   spec.id = id;
   spec.prompt_ids = std::move(prompt);
-  spec.sampling.max_tokens = 8;
-  spec.sampling.ignore_eos = true;
+  spec.stop.max_tokens = 8;
+  spec.stop.ignore_eos = true;
   return spec;
 }
 

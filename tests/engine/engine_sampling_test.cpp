@@ -18,8 +18,8 @@ RequestSpec request(const std::string& id, std::vector<int32_t> prompt, int64_t 
   RequestSpec spec;
   spec.id = id;
   spec.prompt_ids = std::move(prompt);
-  spec.sampling.max_tokens = max_tokens;
-  spec.sampling.ignore_eos = true;
+  spec.stop.max_tokens = max_tokens;
+  spec.stop.ignore_eos = true;
   spec.sampling.seed = 5;
   return spec;
 }
@@ -42,7 +42,7 @@ TEST_F(EngineSamplingTest, StopTokenIdEndsTheSampleAfterIt) {
   ASSERT_EQ(full.ids.size(), 12u);
   RequestSpec spec = request("stopped", {7, 8, 9}, 12);
   const int32_t stop_token = full.ids[5];
-  spec.stop_token_ids = {stop_token};
+  spec.stop.token_ids = {stop_token};
   const SampleOutput stopped = run_one(model_, nullptr, spec);
   const size_t first = std::find(full.ids.begin(), full.ids.end(), stop_token) - full.ids.begin();
   EXPECT_EQ(stopped.ids, std::vector<int32_t>(full.ids.begin(), full.ids.begin() + first + 1));
@@ -61,7 +61,7 @@ TEST_F(EngineSamplingTest, StopStringCutsTheTextAndEndsTheSample) {
   const std::string stop = full.text.substr(full.text.size() / 2, 3);
 
   RequestSpec with_stop = spec;
-  with_stop.stop = {"never appears \x01", stop};
+  with_stop.stop.strings = {"never appears \x01", stop};
   const SampleOutput stopped = run_one(demo, &tokenizer, with_stop);
   EXPECT_EQ(stopped.text, full.text.substr(0, full.text.find(stop)));
   EXPECT_EQ(stopped.finish_reason, "stop");
@@ -73,14 +73,14 @@ TEST_F(EngineSamplingTest, MinPKeepsOnlyTokensNearTheTopOne) {
   RequestSpec greedy = request("greedy", {3, 4, 5}, 10);
   RequestSpec only_top = greedy;
   only_top.sampling.temperature = 1.0;
-  only_top.min_p = 1.0;  // nothing but the most likely token reaches p_max
+  only_top.sampling.min_p = 1.0;  // nothing but the most likely token reaches p_max
   EXPECT_EQ(run_one(model_, nullptr, only_top).ids, run_one(model_, nullptr, greedy).ids);
 
   RequestSpec filtered = greedy;
   filtered.n = 4;
   filtered.sampling.temperature = 1.0;
-  filtered.sampling.num_top_logprobs = 1;
-  filtered.min_p = 0.3;
+  filtered.num_top_logprobs = 1;
+  filtered.sampling.min_p = 0.3;
   Engine engine(model_, nullptr, small_options(model_));
   for (const auto& [key, output] : run_to_end(engine, {filtered}))
     for (size_t i = 0; i < output.ids.size(); ++i)
@@ -158,24 +158,24 @@ TEST_F(EngineSamplingTest, BadRequestsAreRejectedNamingTheFieldAndHarmNoOne) {
   expect_rejected(bad, "384");
   bad = good;
   bad.n = 0;
-  expect_rejected(bad, "n must");
+  expect_rejected(bad, "field 'n'");
   bad.n = 9;
-  expect_rejected(bad, "n must");
+  expect_rejected(bad, "field 'n'");
   bad = good;
-  bad.sampling.max_tokens = 62;
+  bad.stop.max_tokens = 62;
   expect_rejected(bad, "max_model_len");
   bad = good;
   bad.sampling.top_p = 0.0;
   expect_rejected(bad, "top_p");
   bad = good;
-  bad.min_p = 1.5;
+  bad.sampling.min_p = 1.5;
   expect_rejected(bad, "min_p");
   bad = good;
-  bad.stop = {"x"};
+  bad.stop.strings = {"x"};
   expect_rejected(bad, "tokenizer");
   bad = good;
-  bad.stop_token_ids = {-1};
-  expect_rejected(bad, "stop token id");
+  bad.stop.token_ids = {-1};
+  expect_rejected(bad, "stop_token_ids");
   bad = good;
   bad.num_prompt_logprobs = 21;
   expect_rejected(bad, "prompt_logprobs");

@@ -32,8 +32,8 @@ class CompareTest : public ::testing::Test {
       RequestSpec& spec = specs.emplace_back();
       spec.id = fmt::format("req-{}", i);
       spec.prompt_ids = tokenizer_->encode(prompts[i]);
-      spec.sampling.max_tokens = 12;
-      spec.sampling.ignore_eos = true;
+      spec.stop.max_tokens = 12;
+      spec.stop.ignore_eos = true;
       spec.sampling.seed = 0;
     }
     // Chunked prefills (3 tokens a step) beside each other, then decode steps.

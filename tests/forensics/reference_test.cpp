@@ -120,8 +120,8 @@ TEST_P(ReferenceTest, GreedyContinuationsMatchTransformers) {
     spec.prompt_ids = greedy["prompt"].get<std::vector<int32_t>>();
     const auto expected = greedy["ids"].get<std::vector<int32_t>>();
     const auto margins = greedy["top2_margins"].get<std::vector<double>>();
-    spec.sampling.max_tokens = int64_t(expected.size());
-    spec.sampling.ignore_eos = true;
+    spec.stop.max_tokens = int64_t(expected.size());
+    spec.stop.ignore_eos = true;
     spec.sampling.seed = 0;
     const std::vector<int32_t> ids = testing::run_alone(model_, {spec}).at({"greedy", 0}).ids;
     ASSERT_EQ(ids.size(), expected.size());

@@ -62,8 +62,8 @@ RequestSpec long_request(const std::string& id) {
   RequestSpec spec;
   spec.id = id;
   spec.prompt_ids = {1, 2, 3};
-  spec.sampling.max_tokens = 4000;  // seconds of work: it is still running when the test aborts it
-  spec.sampling.ignore_eos = true;
+  spec.stop.max_tokens = 4000;  // seconds of work: it is still running when the test aborts it
+  spec.stop.ignore_eos = true;
   return spec;
 }
 
@@ -137,13 +137,13 @@ TEST(EngineLoop, ARejectedRequestTakesBackItsSiblings) {
   const EngineLoop::Admission rejected =
       loop.submit({long_request("good"), bad}, std::make_shared<RequestStream>(2, 0, nullptr));
   EXPECT_EQ(rejected.verdict, EngineLoop::Verdict::Rejected);
-  EXPECT_NE(rejected.message.find("outside the vocabulary"), std::string::npos) << rejected.message;
+  EXPECT_NE(rejected.message.find("not a token id"), std::string::npos) << rejected.message;
   wait_until([&] { return loop.counters().slots_used == 0 && loop.counters().num_waiting == 0; },
              "the accepted sibling is taken back");
   // "good" was taken back, so its id is free again.
   auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
   RequestSpec good = long_request("good");
-  good.sampling.max_tokens = 3;
+  good.stop.max_tokens = 3;
   ASSERT_EQ(loop.submit({good}, stream).verdict, EngineLoop::Verdict::Accepted);
   EXPECT_EQ(drain(*stream, {good}).at({"good", 0}).ids.size(), 3u);
 }

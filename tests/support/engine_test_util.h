@@ -70,8 +70,8 @@ inline std::vector<RequestSpec> random_workload(const Model& model, int64_t num_
     for (int64_t t = 0; t < num_prompt; ++t)
       spec.prompt_ids.push_back(int32_t(uniform(0, model.config.vocab_size - 1)));
     spec.n = allow_n && i % 4 == 1 ? 4 : 1;
-    spec.sampling.max_tokens = uniform(1, 8);
-    spec.sampling.num_top_logprobs = uniform(0, 3);
+    spec.stop.max_tokens = uniform(1, 8);
+    spec.num_top_logprobs = uniform(0, 3);
     if (i % 2 == 1) {
       spec.sampling.temperature = 0.9;
       spec.sampling.top_k = i % 3 == 0 ? 20 : 0;
@@ -171,7 +171,7 @@ inline void expect_scores_match_reference(const Model& model, const Outputs& out
 inline Outputs run_alone(const Model& model, const std::vector<RequestSpec>& specs) {
   Outputs outputs;
   for (const RequestSpec& spec : specs) {
-    const int64_t num_tokens = int64_t(spec.prompt_ids.size()) + spec.sampling.max_tokens;
+    const int64_t num_tokens = int64_t(spec.prompt_ids.size()) + spec.stop.max_tokens;
     EngineOptions options = exact_engine_options(model, spec.n, spec.n * kv_blocks_for(num_tokens, 16), 16, num_tokens);
     options.max_num_batched_tokens = std::max<int64_t>(int64_t(spec.prompt_ids.size()), spec.n);
     Engine engine(model, nullptr, options);

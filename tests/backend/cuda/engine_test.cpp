@@ -57,7 +57,7 @@ TEST_F(CudaEngineTest, SeededSamplingChoosesTheCpuEnginesTokens) {
     sampling.seed = 1000 + i;
     sampling.top_k = i % 3 == 0 ? 20 : 0;
     sampling.top_p = i % 4 == 1 ? 0.9 : 1.0;
-    specs[i].min_p = i % 5 == 3 ? 0.05 : 0.0;
+    specs[i].sampling.min_p = i % 5 == 3 ? 0.05 : 0.0;
     specs[i].n = i % 5 == 2 ? 2 : 1;
   }
   const Outputs expected = run_engine(model, specs, "cpu");
