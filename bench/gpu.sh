@@ -6,11 +6,11 @@
 # be 206 GB in f32 mode). Prints figures; never fails on time. Run on the GPU machine:
 #   bench/gpu.sh [path/to/jambo] [f32|bf16|f16] [3b|52b|all] [f32|bf16]
 #   (weights on the GPU, default bf16; shapes, default all; the recurrent state's storage, default f32)
-# Figures of session 14 (H200, copy ceiling 4.26 TB/s, the other GPU of the machine running the 52b shapes):
+# Figures of one run (H200, copy ceiling 4.26 TB/s, the other GPU of the machine running the 52b shapes):
 # Reasoning-3B decode batch 1: 437.1 tok/s (2.29 ms/step, 2.65 TB/s of weights = 55% of 4.8 TB/s), 8: 2729,
 # 64: 17,126, 256: 41,093 (6.23 ms/step, 6.06 in the layers); prefill 512 tokens 53,100 (69,200-72,200 with 8 to 256
 # prompts packed), 8192 tokens 66,900. Jamba-v0.1 decode batch 1: 128.1 (3.03 TB/s), 8: 308, 64: 1962, 256: 6278;
-# prefill 512 tokens 10,900 (19,000-19,400 packed). Every session's figures, and what changed in each:
+# prefill 512 tokens 10,900 (19,000-19,400 packed). Every run's figures, and what changed before it:
 # bench/HISTORY.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."

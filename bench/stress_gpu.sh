@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `jambo stress` at scale (issue 4, item 4): two runs of 10,000 requests each with the Jamba-Reasoning-3B shape
+# `jambo stress` at scale: two runs of 10,000 requests each with the Jamba-Reasoning-3B shape
 # (random bf16 weights, engine and reference both on the CUDA backend), in checked mode (freed slots poisoned with
 # NaN, every row's slot owner verified):
 #   tight: a memory budget of 16 state slots and KV blocks for one largest request, a 24-token step budget (fast

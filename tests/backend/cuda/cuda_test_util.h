@@ -76,7 +76,7 @@ std::vector<T> download(const T* values, int64_t count) {
   return out;
 }
 
-// Issue 4's Jamba-Reasoning-3B shape (bench/shapes/jamba-reasoning-3b: hidden 2560, 28 layers, attention at 7 and 21,
+// The Jamba-Reasoning-3B shape (bench/shapes/jamba-reasoning-3b: hidden 2560, 28 layers, attention at 7 and 21,
 // MQA, dense MLP), for tests at production size.
 inline JambaConfig reasoning_3b_config() {
   return load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");

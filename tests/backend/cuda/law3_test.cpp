@@ -55,7 +55,7 @@ TEST_F(CudaLaw3Test, TopSlotPastTwoToThe32EqualsSlotZero) {
   expect_top_slot_equals_slot_zero(make_random_model(test_model_specs()[0].config, DType::F32, 9), "test model");
 }
 
-// Issue 4's shape: Jamba-Reasoning-3B (hidden 2560, 28 layers, attention at 7 and 21, MQA, dense MLP),
+// The Jamba-Reasoning-3B shape (hidden 2560, 28 layers, attention at 7 and 21, MQA, dense MLP),
 // random bf16 weights.
 TEST_F(CudaLaw3Test, ReasoningThreeBShapeTopSlotEqualsSlotZero) {
   expect_top_slot_equals_slot_zero(reasoning_3b_model(), "Reasoning-3B shape");

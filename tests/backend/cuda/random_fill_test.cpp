@@ -84,7 +84,7 @@ INSTANTIATE_TEST_SUITE_P(TestModels, RandomFillTest, ::testing::ValuesIn(test_mo
 
 class RandomFillShapeTest : public GpuTest {};
 
-// Issue 4's Jamba-Reasoning-3B shape in bf16, as bench/gpu.sh runs it: tensors of up to 168M elements, so the
+// The Jamba-Reasoning-3B shape in bf16, as bench/gpu.sh runs it: tensors of up to 168M elements, so the
 // fill's grid-stride loop takes several turns.
 TEST_F(RandomFillShapeTest, ReasoningThreeBShapeEqualsHostFillBitwise) {
   expect_gpu_fill_equals_host_fill(reasoning_3b_config(), DType::BF16, WeightMode::Bf16, "Reasoning-3B shape");
