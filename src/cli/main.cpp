@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"jambo: an inference engine for Jamba hybrid Mamba/attention models"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
+  app.set_version_flag("--version", std::string("jambo ") + JAMBO_VERSION, "print the version and exit");
   jambo::cli::add_score_command(app);
   jambo::cli::add_generate_command(app);
   jambo::cli::add_tokenize_commands(app);
@@ -21,10 +22,8 @@ int main(int argc, char** argv) {
   jambo::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& help) {
-    return app.exit(help);
-  } catch (const CLI::CallForAllHelp& help) {
-    return app.exit(help);
+  } catch (const CLI::Success& help_or_version) {
+    return app.exit(help_or_version);
   } catch (const jambo::cli::ExitStatus& status) {
     return status.code;
   } catch (const CLI::ParseError& error) {

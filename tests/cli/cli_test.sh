@@ -29,6 +29,12 @@ for sub in "" score generate tokenize detokenize bench; do
   expect_exit 0 "help ${sub:-top}" "$jambo" $sub --help
 done
 
+# --version: the project version CMakeLists.txt declares
+version=$(sed -n 's/^project(jambo VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+expect_exit 0 "version" "$jambo" --version
+[[ -n $version && $(cat "$work/out") == "jambo $version" ]] && pass "version is CMake's" \
+  || fail "version: '$(cat "$work/out")', CMakeLists.txt says '$version'"
+
 # bad options and values: one line, exit code 2
 expect_exit 2 "unknown subcommand" "$jambo" frobnicate
 expect_exit 2 "unknown option" "$jambo" score --model "$demo" --input x --bogus
