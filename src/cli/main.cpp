@@ -1,5 +1,6 @@
 // The `jambo` command. Exit codes: 0 success, 1 a model, file or input could not be used (the message
 // says which), 2 a bad option or value.
+#include "cli/command_line.h"
 #include "cli/common.h"
 
 #include <fmt/format.h>
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
   } catch (const jambo::cli::ExitStatus& status) {
     return status.code;
   } catch (const CLI::ParseError& error) {
-    fmt::print(stderr, "jambo: error: {} (see --help)\n", error.what());
+    fmt::print(stderr, "jambo: error: {} (see --help)\n", jambo::cli::describe_parse_error(app, error));
     return 2;
   } catch (const jambo::cli::UsageError& error) {
     fmt::print(stderr, "jambo: error: {} (see --help)\n", error.what());

@@ -37,8 +37,16 @@ expect_exit 0 "version" "$jambo" --version
 
 # bad options and values: one line, exit code 2
 expect_exit 2 "unknown subcommand" "$jambo" frobnicate
+expect_stderr "unknown subcommand named" "unknown subcommand 'frobnicate' (see --help)"
+expect_exit 2 "misspelled subcommand" "$jambo" genrate --model "$demo"
+expect_stderr "misspelled subcommand: the nearest named" "unknown subcommand 'genrate'; did you mean 'generate'?"
 expect_exit 2 "unknown option" "$jambo" score --model "$demo" --input x --bogus
-expect_stderr "unknown option named" "--bogus"
+expect_stderr "unknown option named, nothing near it" "unknown option '--bogus' (see --help)"
+expect_exit 2 "misspelled option" "$jambo" generate --model "$demo" --prompt hi --max-token 3
+expect_stderr "misspelled option: the nearest named" "unknown option '--max-token'; did you mean '--max-tokens'?"
+# a misspelled required option is the error, not the option it failed to give
+expect_exit 2 "misspelled required option" "$jambo" score --modle "$demo" --input x
+expect_stderr "misspelled required option named" "unknown option '--modle'; did you mean '--model'?"
 expect_exit 2 "missing required option" "$jambo" score --input x
 expect_stderr "missing option named" "--model"
 expect_exit 2 "non-numeric value" "$jambo" generate --model "$demo" --prompt hi --max-tokens lots
