@@ -174,12 +174,15 @@ void add_batch_command(CLI::App& app) {
   command->add_option("--output", options->output_path, "JSONL, one line per sample; appended to, so a rerun resumes")
       ->required();
   SamplingParams& sampling = options->defaults.sampling;
-  command->add_option("--n", options->defaults.n, "samples per prompt")->capture_default_str();
+  command->add_option("--n", options->defaults.n, "samples per prompt")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   command->add_option("--max-tokens", sampling.max_tokens, "tokens to generate at most")->capture_default_str();
   command->add_option("--temperature", sampling.temperature, "0 is greedy")->capture_default_str();
   command->add_option("--top-k", sampling.top_k, "sample among the K most likely (0: all)");
   command->add_option("--top-p", sampling.top_p, "sample within probability mass P");
-  command->add_option("--min-p", options->defaults.min_p, "drop tokens below min_p times the top probability");
+  command->add_option("--min-p", options->defaults.min_p, "drop tokens below min_p times the top probability")
+      ->check(CLI::Range(0.0, 1.0));
   command->add_option("--seed", sampling.seed, "seed of requests that give none")->check(CLI::NonNegativeNumber);
   command->add_option("--logprobs", sampling.num_top_logprobs, "top-K logprobs per generated token");
   command->add_flag("--ignore-eos", sampling.ignore_eos, "generate max_tokens tokens even past EOS (benchmarks)");

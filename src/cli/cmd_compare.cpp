@@ -5,7 +5,6 @@
 #include "forensics/compare.h"
 #include "forensics/report.h"
 
-#include <cmath>
 #include <fstream>
 
 #include <unistd.h>
@@ -68,14 +67,13 @@ void add_compare_command(CLI::App& app) {
       ->add_option("--threshold", options->threshold,
                    "flag a sample when a generated token's |Δ logprob| exceeds this (0: any difference; jambo's CPU "
                    "backend matches its reference bitwise, fp32 engines differ by ~1e-4, state bugs by 1e-1 and more)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   add_reference_flags(*command, options->reference, /*prefix=*/"", /*defaults_from_engine=*/false);
   command->add_option("--summary", options->summary_path, "write the JSON summary to this file (default: stdout)");
   command->add_option("--report", options->report_path, "write a self-contained HTML report to this file");
   command->footer(kSampleFormatHelp);
   command->callback([options] {
-    if (!std::isfinite(options->threshold) || options->threshold < 0)
-      throw UsageError(fmt::format("--threshold must be a finite number >= 0, got {}", options->threshold));
     if (const int status = run_compare(*options); status != 0) throw ExitStatus{status};
   });
 }

@@ -168,6 +168,7 @@ void add_stress_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--seed", workload.seed, "seed of the workload")->capture_default_str();
   command->add_option("--threshold", options->threshold, "flag a sample whose |dlogprob| exceeds this")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command
       ->add_option("--budget-slots", options->num_budget_slots,

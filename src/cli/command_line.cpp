@@ -3,11 +3,111 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <optional>
+#include <regex>
 #include <string_view>
 #include <vector>
 
 namespace jambo::cli {
+namespace {
+
+// What a numeric option holds.
+enum class NumberKind { Integer, Unsigned, Real };
+
+std::optional<NumberKind> number_kind(const CLI::Option& option) {
+  // CLI11's name of the option's type, followed by ":" and the description of each of its validators.
+  const std::string type_name = option.get_type_name();
+  const std::string type = type_name.substr(0, type_name.find(':'));
+  if (type == "INT") return NumberKind::Integer;
+  if (type == "UINT") return NumberKind::Unsigned;
+  if (type == "FLOAT") return NumberKind::Real;
+  return std::nullopt;
+}
+
+std::string_view noun(NumberKind kind) { return kind == NumberKind::Real ? "number" : "integer"; }
+
+// Why `text` is not a value of that kind, or "" when it is. Integers are read as CLI11 then converts them
+// (strtoll, strtoull, base 0), which saturates on overflow and takes "-1" for the unsigned 2^64 - 1.
+std::string number_error(const std::string& text, NumberKind kind) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  double real = 0.0;
+  if (kind == NumberKind::Integer) std::strtoll(begin, &end, 0);
+  if (kind == NumberKind::Unsigned) std::strtoull(begin, &end, 0);
+  if (kind == NumberKind::Real) real = std::strtod(begin, &end);
+  if (text.empty() || end != begin + text.size())
+    return fmt::format("'{}' is not {}", text, kind == NumberKind::Real ? "a number" : "an integer");
+  if (kind == NumberKind::Real) return std::isfinite(real) ? "" : fmt::format("{} is not a finite number", text);
+  if (kind == NumberKind::Unsigned && text.find('-') != std::string::npos)
+    return fmt::format("{} is not a non-negative integer", text);
+  return errno == ERANGE ? fmt::format("{} does not fit in a 64-bit integer", text) : "";
+}
+
+// How a CLI11 range check reads when a value fails it ("outside [1, 1048576]"), or nullopt for a validator that
+// is not one, known by its description: CLI::Range's names its bounds ("INT in [1 - 1048576]"), and
+// NonNegativeNumber and PositiveNumber, ranges up to the largest double, have their own.
+std::optional<std::string> range_failure(const CLI::Validator& validator, NumberKind kind) {
+  const std::string description = validator.get_description();
+  if (description == "NONNEGATIVE") return fmt::format("not a non-negative {}", noun(kind));
+  if (description == "POSITIVE") return fmt::format("not a positive {}", noun(kind));
+  static const std::regex kRangeDescription(R"(\w+ in \[(.+?) - (.+)\])");
+  std::smatch bounds;
+  if (!std::regex_match(description, bounds, kRangeDescription)) return std::nullopt;
+  return fmt::format("outside [{}, {}]", bounds[1].str(), bounds[2].str());
+}
+
+struct RangeCheck {
+  CLI::Validator validator;  // the option's own check (this copy stays active)
+  std::string failure;       // what a value that fails it is: "outside [1, 1048576]"
+};
+
+// The check that replaces an option's range checks: first the number itself, then each range.
+CLI::Validator strict_number_check(NumberKind kind, std::vector<RangeCheck> ranges) {
+  return CLI::Validator(
+      [kind, ranges = std::move(ranges)](std::string& value) {
+        if (std::string error = number_error(value, kind); !error.empty()) return error;
+        for (const RangeCheck& range : ranges) {
+          std::string checked = value;
+          if (!range.validator(checked).empty()) return fmt::format("{} is {}", value, range.failure);
+        }
+        return std::string();
+      },
+      /*validator_desc=*/"");
+}
+
+// CLI11 2.1 does not count an option's validators: get_validator(index) throws past the last one.
+std::vector<CLI::Validator*> validators_of(CLI::Option& option) {
+  std::vector<CLI::Validator*> validators;
+  try {
+    for (int index = 0;; ++index) validators.push_back(option.get_validator(index));
+  } catch (const CLI::OptionNotFound&) {
+  }
+  return validators;
+}
+
+}  // namespace
+
+void make_numeric_options_strict(CLI::App& command) {
+  for (CLI::Option* option : command.get_options()) {
+    const std::optional<NumberKind> kind = number_kind(*option);
+    if (!kind) continue;
+    std::vector<RangeCheck> ranges;
+    for (CLI::Validator* validator : validators_of(*option)) {
+      std::optional<std::string> failure = range_failure(*validator, *kind);
+      if (!failure) continue;
+      ranges.push_back({*validator, std::move(*failure)});
+      validator->active(false);  // its description stays in the help
+    }
+    option->check(strict_number_check(*kind, std::move(ranges)));
+  }
+  for (CLI::App* subcommand : command.get_subcommands([](CLI::App*) { return true; }))
+    make_numeric_options_strict(*subcommand);
+}
+
 namespace {
 
 // Insertions, deletions, substitutions and swaps of neighbours that turn `a` into `b` (optimal string alignment).

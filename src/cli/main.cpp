@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   jambo::cli::add_trace_command(app);
   jambo::cli::add_stress_command(app);
   jambo::cli::add_serve_command(app);
+  jambo::cli::make_numeric_options_strict(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& help_or_version) {

@@ -50,10 +50,44 @@ expect_stderr "misspelled required option named" "unknown option '--modle'; did 
 expect_exit 2 "missing required option" "$jambo" score --input x
 expect_stderr "missing option named" "--model"
 expect_exit 2 "non-numeric value" "$jambo" generate --model "$demo" --prompt hi --max-tokens lots
+expect_stderr "non-numeric value named" "--max-tokens: 'lots' is not an integer"
 expect_exit 2 "bad temperature" "$jambo" generate --model "$demo" --prompt hi --temperature -1
 expect_stderr "bad temperature named" "temperature"
 expect_exit 2 "bad prompt ids" "$jambo" generate --model "$demo" --prompt-ids 1,x,3
 expect_exit 2 "no prompt" "$jambo" generate --model "$demo"
+
+# range errors in a few words, whichever file declared the option and its range
+expect_exit 2 "count out of range" "$jambo" batch --model "$demo" --input x --output y --max-num-seqs 0
+expect_stderr "count out of range named" "--max-num-seqs: 0 is outside [1, 1048576] (see --help)"
+expect_exit 2 "rate out of range" "$jambo" stress --model "$demo" --arrival-rate 0
+expect_stderr "rate out of range named" "--arrival-rate: 0 is outside [0.001, 1e+06] (see --help)"
+expect_exit 2 "port out of range" "$jambo" serve --model "$demo" --port 70000
+expect_stderr "port out of range named" "--port: 70000 is outside [0, 65535] (see --help)"
+expect_exit 2 "zero prompt tokens" "$jambo" bench --model "$demo" --prompt-tokens 0
+expect_stderr "zero prompt tokens named" "--prompt-tokens: 0 is not a positive integer (see --help)"
+expect_exit 2 "unsigned option given -1" "$jambo" score --model "$demo" --input x --random-seed -1
+expect_stderr "unsigned option given -1 named" "--random-seed: -1 is not a non-negative integer (see --help)"
+expect_exit 2 "non-finite threshold" "$jambo" stress --model "$demo" --threshold nan
+expect_stderr "non-finite threshold named" "--threshold: nan is not a finite number (see --help)"
+# every numeric option of every subcommand (as --help lists them): a non-numeric value and one past its type's
+# range each get one short line that names the option
+num_options=0
+for sub in score generate tokenize detokenize bench batch compare stress trace serve; do
+  while read -r option type; do
+    num_options=$((num_options + 1))
+    huge=99999999999999999999999 && [[ $type == FLOAT ]] && huge=1e999
+    for value in x "$huge"; do
+      "$jambo" $sub "$option" "$value" >/dev/null 2>"$work/err"
+      got=$?
+      if [[ $got -ne 2 || $(wc -l <"$work/err") -ne 1 || $(wc -c <"$work/err") -gt 120 ]] ||
+         ! grep -qF -- "$option: " "$work/err"; then
+        fail "$sub $option $value: exit $got: $(cat "$work/err")"
+      fi
+    done
+  done < <("$jambo" $sub --help | sed -n 's/^ *\(--[a-z-]*\) \(INT\|UINT\|FLOAT\)\b.*/\1 \2/p')
+done
+[[ $num_options -ge 50 ]] && pass "short messages for all $num_options numeric options" \
+  || fail "only $num_options numeric options found in --help"
 
 # bad model folders: exit code 1 with the loader's message
 expect_exit 1 "missing model folder" "$jambo" generate --model "$work/nowhere" --prompt-ids 1
@@ -95,6 +129,7 @@ expect_stderr "directory input named" "not a regular file"
 expect_exit 2 "huge max tokens" "$jambo" generate --model "$fixture" --prompt-ids 1,2 --max-tokens 9223372036854775807
 expect_stderr "huge max tokens named" "max-tokens"
 expect_exit 2 "negative seed" "$jambo" generate --model "$fixture" --prompt-ids 1 --temperature 1 --seed -5
+expect_stderr "negative seed in a few words" "--seed: -5 is not a non-negative integer (see --help)"
 expect_exit 1 "overlong model path" "$jambo" generate --model "$work/$(printf 'a%.0s' {1..5000})" --prompt-ids 1
 mkdir -p "$work/hugevocab" && sed 's/"vocab_size": *[0-9]*/"vocab_size": 4611686018427387904/' "$fixture/config.json" >"$work/hugevocab/config.json"
 expect_exit 1 "absurd vocab size" "$jambo" bench --model "$work/hugevocab" --random-weights
