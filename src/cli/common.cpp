@@ -4,6 +4,7 @@
 #include "engine/memory_budget.h"
 #include "forensics/sequence_runner.h"
 #include "forensics/reference_scorer.h"
+#include "model/safetensors.h"
 
 #include <filesystem>
 
@@ -22,6 +23,7 @@ void ModelOptions::add_to(CLI::App& command, bool allow_random_weights) {
 
 Model ModelOptions::load(const std::string& backend) const {
   if (!random_weights) return load_model(folder);
+  require_model_folder(folder);
   const DType dtype = random_dtype == "f32" ? DType::F32 : random_dtype == "f16" ? DType::F16 : DType::BF16;
   const JambaConfig config = load_config(std::filesystem::path(folder) / "config.json");
   // The GPU generates random weights itself: no host copy, which a 52B model could not afford.

@@ -91,7 +91,15 @@ done
 
 # bad model folders: exit code 1 with the loader's message
 expect_exit 1 "missing model folder" "$jambo" generate --model "$work/nowhere" --prompt-ids 1
-expect_stderr "missing folder named" "nowhere"
+expect_stderr "missing folder named" "$work/nowhere: model folder not found"
+# a file of the folder given for the folder, in each way a command reads --model
+is_a_file="' is a file; give the model folder that holds it"
+expect_exit 1 "model folder given as its config.json" "$jambo" generate --model "$demo/config.json" --prompt-ids 1
+expect_stderr "config.json named as a file" "'$demo/config.json$is_a_file"
+expect_exit 1 "random weights from a file" "$jambo" bench --model "$demo/config.json" --random-weights
+expect_stderr "random weights: named as a file" "'$demo/config.json$is_a_file"
+expect_exit 1 "tokenizer folder given as its tokenizer.json" "$jambo" tokenize --model "$demo/tokenizer.json" </dev/null
+expect_stderr "tokenizer.json named as a file" "'$demo/tokenizer.json$is_a_file"
 mkdir -p "$work/badconfig" && echo '{"hidden_size": 64,' >"$work/badconfig/config.json"
 expect_exit 1 "malformed config.json" "$jambo" generate --model "$work/badconfig" --prompt-ids 1
 expect_stderr "malformed config named" "config.json"
