@@ -1,4 +1,4 @@
-// jambo score: teacher-forced log-probabilities of token sequences, one JSON line per input line.
+// jambo score: teacher-forced log-probabilities of token sequences or texts, one JSON line per input line.
 #include "cli/common.h"
 #include "engine/request_json.h"
 #include "forensics/sequence_runner.h"
@@ -20,36 +20,61 @@ struct ScoreOptions {
 struct ScoreInput {
   nlohmann::json id;
   std::vector<int32_t> tokens;
+  bool from_text = false;  // the line gave "text": the output names its tokens
 };
 
-// Reads {"id": ..., "tokens": [ids]} lines; an error names the file and line.
-std::vector<ScoreInput> read_score_inputs(const std::string& path) {
+std::vector<int32_t> token_ids_field(const nlohmann::json& tokens) {
+  JAMBO_REQUIRE(tokens.is_array(), "field 'tokens' must be an array of ids, got {}", describe_json(tokens));
+  std::vector<int32_t> ids;
+  for (const nlohmann::json& token : tokens) {
+    JAMBO_REQUIRE(token.is_number_integer(), "field 'tokens' holds a non-integer: {}", describe_json(token));
+    const int64_t id = token.get<int64_t>();
+    JAMBO_REQUIRE(id >= 0 && id <= INT32_MAX, "token id {} is negative or too large", id);
+    ids.push_back(int32_t(id));
+  }
+  return ids;
+}
+
+// One {"id": ..., "tokens": [ids]} or {"id": ..., "text": "..."} line; "text" is tokenized as `generate --prompt`
+// tokenizes a prompt (special tokens added). Throws jambo::Error saying what is wrong.
+ScoreInput parse_score_line(const std::string& line, int64_t line_number, const Tokenizer* tokenizer) {
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& error) {
+    fail("malformed JSON: {}", error.what());
+  }
+  JAMBO_REQUIRE(object.is_object(), "expected a JSON object");
+  ScoreInput input;
+  input.id = object.value("id", nlohmann::json(line_number));
+  JAMBO_REQUIRE(input.id.is_string() || input.id.is_number_integer(), "field 'id' must be a string or an integer");
+  const bool has_tokens = object.contains("tokens"), has_text = object.contains("text");
+  JAMBO_REQUIRE(has_tokens || has_text, "no field 'tokens' (token ids) or 'text': give one of them");
+  JAMBO_REQUIRE(!(has_tokens && has_text), "both fields 'tokens' and 'text': give one of them");
+  if (has_tokens) {
+    input.tokens = token_ids_field(object["tokens"]);
+    return input;
+  }
+  const nlohmann::json& text = object["text"];
+  JAMBO_REQUIRE(text.is_string(), "field 'text' must be a string, got {}", describe_json(text));
+  JAMBO_REQUIRE(tokenizer, "field 'text' needs the model's tokenizer.json; give 'tokens' instead");
+  input.tokens = tokenizer->encode(text.get<std::string>());
+  input.from_text = true;
+  return input;
+}
+
+// Reads every line; an error names the file and line.
+std::vector<ScoreInput> read_score_inputs(const std::string& path, const Tokenizer* tokenizer) {
   std::ifstream file = open_input_file(path);
   std::vector<ScoreInput> inputs;
   std::string line;
   for (int64_t line_number = 1; std::getline(file, line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto where = [&] { return fmt::format("{}:{}", path, line_number); };
-    nlohmann::json object;
     try {
-      object = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& error) {
-      fail("{}: malformed JSON: {}", where(), error.what());
+      inputs.push_back(parse_score_line(line, line_number, tokenizer));
+    } catch (const Error& error) {
+      fail("{}:{}: {}", path, line_number, error.what());
     }
-    JAMBO_REQUIRE(object.is_object(), "{}: expected a JSON object", where());
-    JAMBO_REQUIRE(object.contains("tokens") && object["tokens"].is_array(), "{}: field 'tokens' must be an array of ids",
-                  where());
-    ScoreInput input;
-    input.id = object.value("id", nlohmann::json(line_number));
-    JAMBO_REQUIRE(input.id.is_string() || input.id.is_number_integer(), "{}: field 'id' must be a string or an integer",
-                  where());
-    for (const nlohmann::json& token : object["tokens"]) {
-      JAMBO_REQUIRE(token.is_number_integer(), "{}: field 'tokens' holds a non-integer: {}", where(), describe_json(token));
-      const int64_t id = token.get<int64_t>();
-      JAMBO_REQUIRE(id >= 0 && id <= INT32_MAX, "{}: token id {} is negative or too large", where(), id);
-      input.tokens.push_back(int32_t(id));
-    }
-    inputs.push_back(std::move(input));
   }
   return inputs;
 }
@@ -68,13 +93,15 @@ nlohmann::json score_json(const ScoreInput& input, const ScoredSequence& scored,
     top.push_back(i == 0 ? nlohmann::json(nullptr) : top_logprobs_to_json(scored.top_logprobs[i]));
   }
   nlohmann::json out = {{"id", input.id}, {"logprobs", logprobs}};
+  if (input.from_text) out["tokens"] = input.tokens;
   if (num_top_logprobs > 0) out["top_logprobs"] = top;
   return out;
 }
 
 void run_score(const ScoreOptions& options) {
   JAMBO_REQUIRE(options.num_top_logprobs >= 0, "--top-logprobs must be >= 0");
-  const std::vector<ScoreInput> inputs = read_score_inputs(options.input_path);
+  const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
+  const std::vector<ScoreInput> inputs = read_score_inputs(options.input_path, tokenizer ? &*tokenizer : nullptr);
   const Model model = options.model.load(options.backend.backend);
   int64_t max_tokens = 1;
   for (const ScoreInput& input : inputs) {
@@ -104,7 +131,11 @@ void add_score_command(CLI::App& app) {
   options->model.add_to(*command, /*allow_random_weights=*/true);
   add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights,
                     options->backend.state_dtype);
-  command->add_option("--input", options->input_path, "JSONL lines {\"id\": ..., \"tokens\": [ids]}")->required();
+  command
+      ->add_option("--input", options->input_path,
+                   "JSONL lines {\"id\": ..., \"tokens\": [ids]} or {\"id\": ..., \"text\": \"...\"} (tokenized with "
+                   "special tokens, as generate --prompt is; the output then gives the \"tokens\")")
+      ->required();
   command->add_option("--output", options->output_path, "output JSONL (default: stdout)");
   command->add_option("--top-logprobs", options->num_top_logprobs, "K most likely tokens per position")
       ->check(CLI::Range(0, 100));

@@ -32,6 +32,7 @@ Model ModelOptions::load(const std::string& backend) const {
 }
 
 std::optional<Tokenizer> ModelOptions::load_tokenizer() const {
+  require_model_folder(folder);  // before "no tokenizer": a file given for the folder has none
   std::error_code error;
   if (!std::filesystem::exists(std::filesystem::path(folder) / "tokenizer.json", error)) return std::nullopt;
   return Tokenizer::load(folder);

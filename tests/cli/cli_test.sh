@@ -123,6 +123,21 @@ expect_exit 2 "score unknown state dtype" "$jambo" score --model "$fixture" --in
 expect_stderr "unknown state dtype named" "--state-dtype"
 expect_exit 1 "score malformed line" "$jambo" score --model "$fixture" --input "$work/bad.jsonl"
 expect_stderr "malformed line named" "bad.jsonl:2"
+# score "text": tokenized as generate --prompt tokenizes a prompt (special tokens added); the output names the tokens
+prompt_ids=$("$jambo" generate --model "$demo" --prompt "The meaning of life is" --max-tokens 1 --json | jq -c .prompt_ids)
+printf '{"id": "text", "text": "The meaning of life is"}\n{"id": "ids", "tokens": %s}\n' "$prompt_ids" >"$work/text.jsonl"
+expect_exit 0 "score text" "$jambo" score --model "$demo" --input "$work/text.jsonl"
+if jq -e -s --argjson ids "$prompt_ids" '.[0].tokens == $ids and (.[0].logprobs | length) == ($ids | length)
+             and .[0].logprobs == .[1].logprobs and (.[1] | has("tokens") | not)' "$work/out" >/dev/null
+then pass "score text scores the prompt's tokens"; else fail "score text: $prompt_ids $(cat "$work/out")"; fi
+printf '{"id": 1, "tokens": [1], "text": "x"}\n' >"$work/both.jsonl"
+expect_exit 1 "score tokens and text" "$jambo" score --model "$demo" --input "$work/both.jsonl"
+expect_stderr "score tokens and text named" "both.jsonl:1: both fields 'tokens' and 'text': give one of them"
+printf '{"id": 1}\n' >"$work/neither.jsonl"
+expect_exit 1 "score neither tokens nor text" "$jambo" score --model "$demo" --input "$work/neither.jsonl"
+expect_stderr "score neither named" "neither.jsonl:1: no field 'tokens' (token ids) or 'text': give one of them"
+expect_exit 1 "score text without a tokenizer" "$jambo" score --model "$fixture" --input "$work/text.jsonl"
+expect_stderr "score text without a tokenizer named" "text.jsonl:1: field 'text' needs the model's tokenizer.json"
 printf '{"id": 1, "tokens": [1, 99999999]}\n' >"$work/oov.jsonl"
 expect_exit 1 "score out-of-vocabulary id" "$jambo" score --model "$fixture" --input "$work/oov.jsonl"
 expect_stderr "out-of-vocabulary id named" "99999999"
