@@ -3,6 +3,7 @@
 #include "engine/request_json.h"
 #include "forensics/sequence_runner.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -15,9 +16,11 @@ struct ScoreOptions {
   std::string input_path;
   std::string output_path;
   int64_t num_top_logprobs = 0;
+  bool allow_skipped = false;
 };
 
 struct ScoreInput {
+  int64_t line_number = 0;
   nlohmann::json id;
   std::vector<int32_t> tokens;
   bool from_text = false;  // the line gave "text": the output names its tokens
@@ -46,6 +49,7 @@ ScoreInput parse_score_line(const std::string& line, int64_t line_number, const 
   }
   JAMBO_REQUIRE(object.is_object(), "expected a JSON object");
   ScoreInput input;
+  input.line_number = line_number;
   input.id = object.value("id", nlohmann::json(line_number));
   JAMBO_REQUIRE(input.id.is_string() || input.id.is_number_integer(), "field 'id' must be a string or an integer");
   const bool has_tokens = object.contains("tokens"), has_text = object.contains("text");
@@ -63,26 +67,39 @@ ScoreInput parse_score_line(const std::string& line, int64_t line_number, const 
   return input;
 }
 
-// Reads every line; an error names the file and line.
-std::vector<ScoreInput> read_score_inputs(const std::string& path, const Tokenizer* tokenizer) {
-  std::ifstream file = open_input_file(path);
+struct ScoreInputs {
   std::vector<ScoreInput> inputs;
+  int64_t num_skipped = 0;  // malformed lines
+};
+
+// Reads every line; a malformed one is reported and skipped.
+ScoreInputs read_score_inputs(const std::string& path, const Tokenizer* tokenizer) {
+  std::ifstream file = open_input_file(path);
+  ScoreInputs read;
   std::string line;
   for (int64_t line_number = 1; std::getline(file, line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      inputs.push_back(parse_score_line(line, line_number, tokenizer));
+      read.inputs.push_back(parse_score_line(line, line_number, tokenizer));
     } catch (const Error& error) {
-      fail("{}:{}: {}", path, line_number, error.what());
+      report_skipped_line(path, line_number, error.what());
+      ++read.num_skipped;
     }
   }
-  return inputs;
+  return read;
 }
 
-void check_vocabulary(const ScoreInput& input, int64_t vocab_size, const std::string& path) {
-  for (int32_t token : input.tokens)
-    JAMBO_REQUIRE(token < vocab_size, "{}: sequence {}: token id {} is outside the vocabulary (size {})", path,
-                  input.id.dump(), token, vocab_size);
+// Skips, as malformed, the inputs with a token id outside the vocabulary (known once the model is loaded).
+void skip_outside_vocabulary(ScoreInputs& read, int64_t vocab_size, const std::string& path) {
+  std::erase_if(read.inputs, [&](const ScoreInput& input) {
+    const auto outside =
+        std::find_if(input.tokens.begin(), input.tokens.end(), [&](int32_t token) { return token >= vocab_size; });
+    if (outside == input.tokens.end()) return false;
+    report_skipped_line(path, input.line_number,
+                        fmt::format("token id {} is outside the vocabulary (size {})", *outside, vocab_size));
+    ++read.num_skipped;
+    return true;
+  });
 }
 
 nlohmann::json score_json(const ScoreInput& input, const ScoredSequence& scored, int64_t num_top_logprobs) {
@@ -98,16 +115,14 @@ nlohmann::json score_json(const ScoreInput& input, const ScoredSequence& scored,
   return out;
 }
 
-void run_score(const ScoreOptions& options) {
-  JAMBO_REQUIRE(options.num_top_logprobs >= 0, "--top-logprobs must be >= 0");
+// Returns the exit status (skipped_lines_exit_code).
+int run_score(const ScoreOptions& options) {
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
-  const std::vector<ScoreInput> inputs = read_score_inputs(options.input_path, tokenizer ? &*tokenizer : nullptr);
+  ScoreInputs read = read_score_inputs(options.input_path, tokenizer ? &*tokenizer : nullptr);
   const Model model = options.model.load(options.backend.backend);
+  skip_outside_vocabulary(read, model.config.vocab_size, options.input_path);
   int64_t max_tokens = 1;
-  for (const ScoreInput& input : inputs) {
-    check_vocabulary(input, model.config.vocab_size, options.input_path);
-    max_tokens = std::max<int64_t>(max_tokens, int64_t(input.tokens.size()));
-  }
+  for (const ScoreInput& input : read.inputs) max_tokens = std::max<int64_t>(max_tokens, int64_t(input.tokens.size()));
   SingleSequenceBackend single = make_single_sequence_backend(model, max_tokens, options.backend);
   SequenceRunner runner(*single.backend, single.cache, /*max_chunk_tokens=*/512);
 
@@ -117,10 +132,11 @@ void run_score(const ScoreOptions& options) {
     JAMBO_REQUIRE(file, "cannot write output file '{}'", options.output_path);
   }
   std::ostream& out = options.output_path.empty() ? std::cout : file;
-  for (const ScoreInput& input : inputs) {
+  for (const ScoreInput& input : read.inputs) {
     const ScoredSequence scored = runner.score(input.tokens, options.num_top_logprobs);
     out << score_json(input, scored, options.num_top_logprobs).dump() << '\n' << std::flush;
   }
+  return skipped_lines_exit_code("score", read.num_skipped, options.allow_skipped);
 }
 
 }  // namespace
@@ -139,7 +155,10 @@ void add_score_command(CLI::App& app) {
   command->add_option("--output", options->output_path, "output JSONL (default: stdout)");
   command->add_option("--top-logprobs", options->num_top_logprobs, "K most likely tokens per position")
       ->check(CLI::Range(0, 100));
-  command->callback([options] { run_score(*options); });
+  add_allow_skipped_flag(*command, options->allow_skipped);
+  command->callback([options] {
+    if (const int status = run_score(*options); status != 0) throw ExitStatus{status};
+  });
 }
 
 }  // namespace jambo::cli

@@ -10,6 +10,24 @@
 
 namespace jambo::cli {
 
+void add_allow_skipped_flag(CLI::App& command, bool& allow_skipped) {
+  command.add_flag("--allow-skipped", allow_skipped,
+                   fmt::format("exit 0 rather than {} when malformed input lines were skipped (each is still reported "
+                               "on stderr)",
+                               kSkippedLinesExitCode));
+}
+
+void report_skipped_line(const std::string& path, int64_t line_number, std::string_view error) {
+  fmt::print(stderr, "{}:{}: {}; line skipped\n", path, line_number, error);
+}
+
+int skipped_lines_exit_code(std::string_view command, int64_t num_skipped, bool allow_skipped) {
+  if (num_skipped == 0 || allow_skipped) return 0;
+  fmt::print(stderr, "{}: {} malformed input line{} skipped: exit code {} (--allow-skipped: 0)\n", command, num_skipped,
+             num_skipped == 1 ? "" : "s", kSkippedLinesExitCode);
+  return kSkippedLinesExitCode;
+}
+
 void ModelOptions::add_to(CLI::App& command, bool allow_random_weights) {
   command.add_option("--model", folder, "model folder (config.json, *.safetensors, tokenizer.json)")->required();
   if (!allow_random_weights) return;

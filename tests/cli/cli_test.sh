@@ -23,6 +23,9 @@ expect_stderr() {  # expect_stderr NAME TEXT: the last command's stderr contains
   if grep -qF -- "$2" "$work/err" && [[ $(wc -l <"$work/err") -le 1 ]]; then pass "$1"
   else fail "$1: stderr lacks '$2' or is not one line: $(cat "$work/err")"; fi
 }
+expect_stderr_line() {  # expect_stderr_line NAME TEXT: a line of the last command's stderr contains TEXT
+  if grep -qF -- "$2" "$work/err"; then pass "$1"; else fail "$1: stderr lacks '$2': $(cat "$work/err")"; fi
+}
 
 # --help everywhere
 for sub in "" score generate tokenize detokenize bench; do
@@ -121,8 +124,14 @@ if jq -e -s 'length == 2 and (.[0].logprobs[3] | type) == "number"' "$work/score
   pass "score with a bf16 state"; else fail "score --state-dtype bf16: $(cat "$work/scores_bf16.jsonl")"; fi
 expect_exit 2 "score unknown state dtype" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --state-dtype f16
 expect_stderr "unknown state dtype named" "--state-dtype"
-expect_exit 1 "score malformed line" "$jambo" score --model "$fixture" --input "$work/bad.jsonl"
-expect_stderr "malformed line named" "bad.jsonl:2"
+# a malformed line is reported with its number and skipped, the others are scored, and the run exits 4
+expect_exit 4 "score malformed line" "$jambo" score --model "$fixture" --input "$work/bad.jsonl"
+expect_stderr_line "malformed line named" "bad.jsonl:2: malformed JSON"
+expect_stderr_line "skipped lines summed up" "score: 1 malformed input line skipped: exit code 4 (--allow-skipped: 0)"
+jq -e -s 'length == 1 and .[0].id == 1' "$work/out" >/dev/null && pass "score goes on past a malformed line" \
+  || fail "score past a malformed line: $(cat "$work/out")"
+expect_exit 0 "score --allow-skipped" "$jambo" score --model "$fixture" --input "$work/bad.jsonl" --allow-skipped
+expect_stderr "score --allow-skipped still names the line" "bad.jsonl:2: malformed JSON"
 # score "text": tokenized as generate --prompt tokenizes a prompt (special tokens added); the output names the tokens
 prompt_ids=$("$jambo" generate --model "$demo" --prompt "The meaning of life is" --max-tokens 1 --json | jq -c .prompt_ids)
 printf '{"id": "text", "text": "The meaning of life is"}\n{"id": "ids", "tokens": %s}\n' "$prompt_ids" >"$work/text.jsonl"
@@ -131,22 +140,24 @@ if jq -e -s --argjson ids "$prompt_ids" '.[0].tokens == $ids and (.[0].logprobs 
              and .[0].logprobs == .[1].logprobs and (.[1] | has("tokens") | not)' "$work/out" >/dev/null
 then pass "score text scores the prompt's tokens"; else fail "score text: $prompt_ids $(cat "$work/out")"; fi
 printf '{"id": 1, "tokens": [1], "text": "x"}\n' >"$work/both.jsonl"
-expect_exit 1 "score tokens and text" "$jambo" score --model "$demo" --input "$work/both.jsonl"
-expect_stderr "score tokens and text named" "both.jsonl:1: both fields 'tokens' and 'text': give one of them"
+expect_exit 4 "score tokens and text" "$jambo" score --model "$demo" --input "$work/both.jsonl"
+expect_stderr_line "score tokens and text named" "both.jsonl:1: both fields 'tokens' and 'text': give one of them"
 printf '{"id": 1}\n' >"$work/neither.jsonl"
-expect_exit 1 "score neither tokens nor text" "$jambo" score --model "$demo" --input "$work/neither.jsonl"
-expect_stderr "score neither named" "neither.jsonl:1: no field 'tokens' (token ids) or 'text': give one of them"
-expect_exit 1 "score text without a tokenizer" "$jambo" score --model "$fixture" --input "$work/text.jsonl"
-expect_stderr "score text without a tokenizer named" "text.jsonl:1: field 'text' needs the model's tokenizer.json"
-printf '{"id": 1, "tokens": [1, 99999999]}\n' >"$work/oov.jsonl"
-expect_exit 1 "score out-of-vocabulary id" "$jambo" score --model "$fixture" --input "$work/oov.jsonl"
-expect_stderr "out-of-vocabulary id named" "99999999"
+expect_exit 4 "score neither tokens nor text" "$jambo" score --model "$demo" --input "$work/neither.jsonl"
+expect_stderr_line "score neither named" "neither.jsonl:1: no field 'tokens' (token ids) or 'text': give one of them"
+expect_exit 4 "score text without a tokenizer" "$jambo" score --model "$fixture" --input "$work/text.jsonl"
+expect_stderr_line "score text without a tokenizer named" "text.jsonl:1: field 'text' needs the model's tokenizer.json"
+printf '{"id": 1, "tokens": [1, 99999999]}\n{"id": 2, "tokens": [1, 2]}\n' >"$work/oov.jsonl"
+expect_exit 4 "score out-of-vocabulary id" "$jambo" score --model "$fixture" --input "$work/oov.jsonl"
+expect_stderr_line "out-of-vocabulary id named" "oov.jsonl:1: token id 99999999 is outside the vocabulary"
+jq -e -s 'length == 1 and .[0].id == 2' "$work/out" >/dev/null && pass "score goes on past an out-of-vocabulary id" \
+  || fail "score past an out-of-vocabulary id: $(cat "$work/out")"
 
 # hostile input: clear errors, never a crash
 python_free_nest() { local n=$1; printf '%*s' "$n" '' | tr ' ' '['; }
 { printf '{"id": %s1%s, "tokens": [1, 2]}\n' "$(python_free_nest 100000)" "$(printf '%*s' 100000 '' | tr ' ' ']')"; } >"$work/nested.jsonl"
-expect_exit 1 "score deeply nested id" "$jambo" score --model "$fixture" --input "$work/nested.jsonl"
-expect_stderr "nested id named" "'id'"
+expect_exit 4 "score deeply nested id" "$jambo" score --model "$fixture" --input "$work/nested.jsonl"
+expect_stderr_line "nested id named" "nested.jsonl:1: field 'id'"
 expect_exit 1 "score input is a directory" "$jambo" score --model "$fixture" --input "$work"
 expect_stderr "directory input named" "not a regular file"
 expect_exit 2 "huge max tokens" "$jambo" generate --model "$fixture" --prompt-ids 1,2 --max-tokens 9223372036854775807
@@ -192,14 +203,14 @@ expect_exit 1 "bench plot to an unwritable path" "$jambo" bench --model "$work/s
   --plot "$work/missing/bench.svg"
 expect_stderr "bench plot path named" "cannot write output file '$work/missing/bench.svg'"
 
-# batch: one line per sample, a malformed line reported by number and skipped, a rerun resumes
+# batch: one line per sample, a malformed line reported by number and skipped (exit code 4), a rerun resumes
 cat >"$work/batch.jsonl" <<'LINES'
 {"id": "greedy", "prompt": "The meaning of life is", "max_tokens": 8}
 {"id": "sampled", "prompt_ids": [1, 296, 1842], "n": 3, "temperature": 0.8, "seed": 3, "max_tokens": 6, "logprobs": 2}
 {"id": "broken", "prompt": 12}
 not json at all
 LINES
-expect_exit 0 "batch" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/batch-out.jsonl" \
+expect_exit 4 "batch" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/batch-out.jsonl" \
   --max-num-batched-tokens 5 --slot-policy highest --check --trace "$work/trace.jsonl"
 grep -q "batch.jsonl:3: field 'prompt' must be a string" "$work/err" && grep -q "batch.jsonl:4: malformed JSON" "$work/err" \
   && pass "batch names malformed lines" || fail "batch malformed lines: $(cat "$work/err")"
@@ -208,8 +219,9 @@ if jq -e -s 'length == 4 and (map(.id) | sort) == ["greedy", "sampled", "sampled
                            and has("finish_reason") and has("sample"))
              and ([.[] | select(.id == "sampled") | .top_logprobs[0] | length] | all(. == 2))' \
      "$work/batch-out.jsonl" >/dev/null; then pass "batch output format"; else fail "batch output: $(cat "$work/batch-out.jsonl")"; fi
-expect_exit 0 "batch rerun" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/batch-out.jsonl"
-[[ $(wc -l <"$work/batch-out.jsonl") -eq 4 ]] && grep -q "2 already done" "$work/err" \
+expect_exit 0 "batch rerun" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/batch-out.jsonl" \
+  --allow-skipped
+[[ $(wc -l <"$work/batch-out.jsonl") -eq 4 ]] && grep -q "2 already done, 2 skipped as malformed" "$work/err" \
   && pass "batch rerun skips finished ids" || fail "batch rerun: $(cat "$work/err")"
 
 # trace: the life of one request
@@ -234,6 +246,17 @@ expect_exit 0 "compare in small reference steps" "$jambo" compare --model "$demo
 jq -e '.num_samples == 4 and .max_abs_diff == 0' "$work/out" >/dev/null && pass "small reference steps: exact" \
   || fail "compare in small steps: $(cat "$work/out")"
 expect_exit 2 "compare on an unknown backend" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --backend tpu
+# a malformed line: reported and skipped, the rest compared, exit code 4 (0 with --allow-skipped); a flagged sample's 3
+# wins over it
+{ cat "$work/batch-out.jsonl"; echo '{"prompt_ids": [1], "ids": [2]}'; } >"$work/with-bad-line.jsonl"
+expect_exit 4 "compare with a malformed line" "$jambo" compare --model "$demo" --input "$work/with-bad-line.jsonl"
+expect_stderr_line "compare names the malformed line" "with-bad-line.jsonl:5: no logprobs of the generated ids"
+jq -e '.num_samples == 4 and .num_malformed_lines == 1' "$work/out" >/dev/null \
+  && pass "compare goes on past a malformed line" || fail "compare past a malformed line: $(cat "$work/out")"
+expect_exit 0 "compare --allow-skipped" "$jambo" compare --model "$demo" --input "$work/with-bad-line.jsonl" \
+  --allow-skipped
+{ cat "$work/perturbed.jsonl"; echo 'not json'; } >"$work/perturbed-bad-line.jsonl"
+expect_exit 3 "compare: flagged wins over skipped" "$jambo" compare --model "$demo" --input "$work/perturbed-bad-line.jsonl"
 
 # stress: clean without faults; each historical bug injected is caught (exit code 3)
 expect_exit 0 "stress clean" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40
@@ -271,7 +294,8 @@ grep -q "law 2 violation: request 'stress-" "$work/err" && grep -q "slot" "$work
 
 # a torn last output line (an interrupted run) is cut before the rerun appends
 head -c -20 "$work/batch-out.jsonl" >"$work/torn.jsonl"
-expect_exit 0 "batch resumes after a torn line" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/torn.jsonl"
+expect_exit 0 "batch resumes after a torn line" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" \
+  --output "$work/torn.jsonl" --allow-skipped
 jq -e -s 'length == 4' "$work/torn.jsonl" >/dev/null && pass "torn line replaced by a whole one" \
   || fail "torn resume: $(tail -c 300 "$work/torn.jsonl")"
 
