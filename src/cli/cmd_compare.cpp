@@ -48,8 +48,7 @@ int run_compare(const CompareCommandOptions& options) {
     const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
     write_output(report_file, options.report_path, render_html_report(summary, tokenizer ? &*tokenizer : nullptr));
   }
-  fmt::print(stderr, "compare: {} samples, {} flagged (threshold {:g}), {} malformed lines skipped\n",
-             summary.samples.size(), summary.num_flagged(), summary.threshold, summary.malformed_lines.size());
+  fmt::print(stderr, "compare: {}\n", describe_comparison(summary));
   if (const int flagged = compare_exit_code(summary); flagged != 0) return flagged;  // 3 wins over 4
   return skipped_lines_exit_code("compare", int64_t(summary.malformed_lines.size()), options.allow_skipped);
 }

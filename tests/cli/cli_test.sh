@@ -233,10 +233,20 @@ expect_exit 1 "trace of an unknown request" "$jambo" trace --input "$work/trace.
 # compare: a clean batch passes; one perturbed logprob is flagged with exit code 3
 expect_exit 0 "compare clean" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --report "$work/report.html"
 grep -q "<svg" "$work/report.html" && pass "compare writes an HTML report" || fail "compare report lacks a plot"
+# its one-line verdict: numbers never run into the next clause; no sample named when every |Δ| is 0
+expect_stderr_line "compare's verdict, clean" "compare: 0 of 4 samples flagged (|Δ logprob| above 0.001); \
+$(jq .num_tokens "$work/out") generated tokens compared; every |Δ logprob| is 0"
 jq -c 'if .id == "greedy" then .logprobs[2] += 0.5 else . end' "$work/batch-out.jsonl" >"$work/perturbed.jsonl"
-expect_exit 3 "compare flags a perturbed sample" "$jambo" compare --model "$demo" --input "$work/perturbed.jsonl"
+expect_exit 3 "compare flags a perturbed sample" "$jambo" compare --model "$demo" --input "$work/perturbed.jsonl" \
+  --report "$work/perturbed.html"
 jq -e '.samples | map(select(.flagged)) | length == 1 and .[0].id == "greedy" and .[0].first_divergent_position == 2' \
   "$work/out" >/dev/null && pass "compare names the sample and position" || fail "compare summary: $(cat "$work/out")"
+verdict="1 of 4 samples flagged (|Δ logprob| above 0.001); $(jq .num_tokens "$work/out") generated tokens compared; \
+largest |Δ logprob| 0.5 (id \"greedy\", sample 0, line $(jq '.samples[] | select(.id == "greedy") | .line' "$work/out"), \
+position 2)"
+expect_stderr_line "compare's verdict names the largest |Δ| and where it is" "compare: $verdict"
+grep -qF "<p class=\"verdict flagged\">$(sed 's/"/\&quot;/g' <<<"$verdict").</p>" "$work/perturbed.html" \
+  && pass "the report's verdict is the same" || fail "report verdict: $(grep -o '<p class="verdict.*' "$work/perturbed.html")"
 
 jq -c 'if .id == "greedy" then .logprobs[1] = null else . end' "$work/batch-out.jsonl" >"$work/nan.jsonl"
 expect_exit 3 "compare flags a NaN (null) logprob" "$jambo" compare --model "$demo" --input "$work/nan.jsonl"
@@ -271,7 +281,7 @@ expect_exit 0 "stress with fixed n and a packed reference" "$jambo" stress --mod
   --reference-step-rows 2 --output "$work/stress.jsonl"
 jq -e -s 'length == 36 and (group_by(.id) | all(length == 3))' "$work/stress.jsonl" >/dev/null \
   && pass "stress --min-n/--max-n fix n" || fail "stress samples per request: $(jq -c '[.id, .sample]' "$work/stress.jsonl")"
-grep -q '36 samples, 0 flagged.*state pool [0-9]* slots x [0-9]* = [0-9]* elements (within 2^32); top slot used [0-9]*: elements' \
+grep -q '0 of 36 samples flagged.*state pool [0-9]* slots x [0-9]* = [0-9]* elements (within 2^32); top slot used [0-9]*: elements' \
   "$work/out" && pass "stress summary places the pool and top slot" || fail "stress summary: $(cat "$work/out")"
 # a bf16 state against the fp32 reference: refused at the default threshold, naming it; at 0.5 clean, and both
 # historical bugs still caught
