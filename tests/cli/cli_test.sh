@@ -133,8 +133,9 @@ jq -e -s 'length == 1 and .[0].id == 1' "$work/out" >/dev/null && pass "score go
 expect_exit 0 "score --allow-skipped" "$jambo" score --model "$fixture" --input "$work/bad.jsonl" --allow-skipped
 expect_stderr "score --allow-skipped still names the line" "bad.jsonl:2: malformed JSON"
 # score "text": tokenized as generate --prompt tokenizes a prompt (special tokens added); the output names the tokens
-prompt_ids=$("$jambo" generate --model "$demo" --prompt "The meaning of life is" --max-tokens 1 --json | jq -c .prompt_ids)
-printf '{"id": "text", "text": "The meaning of life is"}\n{"id": "ids", "tokens": %s}\n' "$prompt_ids" >"$work/text.jsonl"
+prompt="The meaning of life is"
+prompt_ids=$("$jambo" generate --model "$demo" --prompt "$prompt" --max-tokens 1 --json | jq -c .prompt_ids)
+printf '{"id": "text", "text": "%s"}\n{"id": "ids", "tokens": %s}\n' "$prompt" "$prompt_ids" >"$work/text.jsonl"
 expect_exit 0 "score text" "$jambo" score --model "$demo" --input "$work/text.jsonl"
 if jq -e -s --argjson ids "$prompt_ids" '.[0].tokens == $ids and (.[0].logprobs | length) == ($ids | length)
              and .[0].logprobs == .[1].logprobs and (.[1] | has("tokens") | not)' "$work/out" >/dev/null
@@ -241,12 +242,13 @@ expect_exit 3 "compare flags a perturbed sample" "$jambo" compare --model "$demo
   --report "$work/perturbed.html"
 jq -e '.samples | map(select(.flagged)) | length == 1 and .[0].id == "greedy" and .[0].first_divergent_position == 2' \
   "$work/out" >/dev/null && pass "compare names the sample and position" || fail "compare summary: $(cat "$work/out")"
+greedy_line=$(jq '.samples[] | select(.id == "greedy") | .line' "$work/out")
 verdict="1 of 4 samples flagged (|Δ logprob| above 0.001); $(jq .num_tokens "$work/out") generated tokens compared; \
-largest |Δ logprob| 0.5 (id \"greedy\", sample 0, line $(jq '.samples[] | select(.id == "greedy") | .line' "$work/out"), \
-position 2)"
+largest |Δ logprob| 0.5 (id \"greedy\", sample 0, line $greedy_line, position 2)"
 expect_stderr_line "compare's verdict names the largest |Δ| and where it is" "compare: $verdict"
 grep -qF "<p class=\"verdict flagged\">$(sed 's/"/\&quot;/g' <<<"$verdict").</p>" "$work/perturbed.html" \
-  && pass "the report's verdict is the same" || fail "report verdict: $(grep -o '<p class="verdict.*' "$work/perturbed.html")"
+  && pass "the report's verdict is the same" \
+  || fail "report verdict: $(grep -o '<p class="verdict.*' "$work/perturbed.html")"
 
 jq -c 'if .id == "greedy" then .logprobs[1] = null else . end' "$work/batch-out.jsonl" >"$work/nan.jsonl"
 expect_exit 3 "compare flags a NaN (null) logprob" "$jambo" compare --model "$demo" --input "$work/nan.jsonl"
@@ -266,7 +268,8 @@ jq -e '.num_samples == 4 and .num_malformed_lines == 1' "$work/out" >/dev/null \
 expect_exit 0 "compare --allow-skipped" "$jambo" compare --model "$demo" --input "$work/with-bad-line.jsonl" \
   --allow-skipped
 { cat "$work/perturbed.jsonl"; echo 'not json'; } >"$work/perturbed-bad-line.jsonl"
-expect_exit 3 "compare: flagged wins over skipped" "$jambo" compare --model "$demo" --input "$work/perturbed-bad-line.jsonl"
+expect_exit 3 "compare: flagged wins over skipped" "$jambo" compare --model "$demo" \
+  --input "$work/perturbed-bad-line.jsonl"
 
 # stress: clean without faults; each historical bug injected is caught (exit code 3)
 expect_exit 0 "stress clean" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40
