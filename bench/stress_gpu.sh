@@ -18,7 +18,7 @@
 #             early-launched kernel), put back, moved 3 of 4994 samples of a 2000-request tight run by more than 5
 #             (worst 8.22), and none at all in another (it is timing-dependent: Bf16DecodeTest and the law-3 test
 #             are the ones that catch it, 7 of 9 and 2 of 3 runs).
-# Each run prints its summary line (samples, flagged, worst |dlogprob|, the state pool against 2^32 and the top
+# Each run prints its summary line (samples, flagged, largest |Δ logprob|, the state pool against 2^32 and the top
 # slot used, engine and reference seconds); logs and JSON summaries go to STRESS_OUT (default: a new temporary
 # folder). Exits non-zero when a sample is flagged, a run fails, or the pool run's pool stays within 2^32.
 #   bench/stress_gpu.sh [path/to/jambo] [gpu|gpu-bf16|cpu-demo] [both|tight|pool]

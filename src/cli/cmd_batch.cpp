@@ -21,6 +21,7 @@ struct BatchOptions {
   std::string input_path;
   std::string output_path;
   RequestSpec defaults;
+  bool allow_skipped = false;
 };
 
 using SamplesWritten = std::map<std::string, std::set<int64_t>>;  // id -> sample indices in the output
@@ -100,14 +101,15 @@ BatchInput read_batch_input(const BatchOptions& options, const Tokenizer* tokeni
       input.requests.push_back(std::move(spec));
       input.line_numbers.push_back(line_number);
     } catch (const Error& error) {
-      fmt::print(stderr, "{}:{}: {}; line skipped\n", options.input_path, line_number, error.what());
+      report_skipped_line(options.input_path, line_number, error.what());
       ++input.num_malformed;
     }
   }
   return input;
 }
 
-void run_batch(BatchOptions& options) {
+// Returns the exit status (skipped_lines_exit_code).
+int run_batch(BatchOptions& options) {
   const EngineOptions engine_options = options.engine.resolve();
   const Model model = options.model.load(engine_options.backend);
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
@@ -121,7 +123,7 @@ void run_batch(BatchOptions& options) {
       engine.add_request(input.requests[i]);
       samples_left[input.requests[i].id] = input.requests[i].n;
     } catch (const Error& error) {
-      fmt::print(stderr, "{}:{}: {}; line skipped\n", options.input_path, input.line_numbers[i], error.what());
+      report_skipped_line(options.input_path, input.line_numbers[i], error.what());
       ++input.num_malformed;
     }
   }
@@ -158,6 +160,7 @@ void run_batch(BatchOptions& options) {
                "infinite values and their logprobs are NaN (written as null). Rerun with --check to find the first "
                "such row; with --cuda-weights f16, activations may overflow half precision\n",
                counters.nonfinite_rows);
+  return skipped_lines_exit_code("batch", input.num_malformed, options.allow_skipped);
 }
 
 }  // namespace
@@ -177,9 +180,10 @@ void add_batch_command(CLI::App& app) {
   add_request_flags(*command, options->defaults);
   command->add_option("--logprobs", options->defaults.num_top_logprobs, "top-K logprobs per generated token");
   options->engine.add_to(*command);
+  add_allow_skipped_flag(*command, options->allow_skipped);
   command->callback([options] {
     validate_request_flags(options->defaults);
-    run_batch(*options);
+    if (const int status = run_batch(*options); status != 0) throw ExitStatus{status};
   });
 }
 

@@ -191,11 +191,6 @@ class BatchBench {
 void run_bench(const BenchOptions& options) {
   const int64_t max_batch =
       options.batches.empty() ? 0 : *std::max_element(options.batches.begin(), options.batches.end());
-  const int64_t min_batch =
-      options.batches.empty() ? 0 : *std::min_element(options.batches.begin(), options.batches.end());
-  if (options.num_prompt_tokens < 1 || options.num_decode_tokens < 1 || options.num_repeats < 1 || min_batch < 1 ||
-      options.max_step_tokens < 1)
-    throw UsageError("--prompt-tokens, --decode-tokens, --repeats, --batch and --max-step-tokens must be >= 1");
   std::ofstream plot_file = open_output(options.plot_path);
   const auto load_start = std::chrono::steady_clock::now();
   const Model model = options.model.load(options.backend);
@@ -276,13 +271,20 @@ void add_bench_command(CLI::App& app) {
   add_backend_flags(*command, options->backend, options->cuda_weights, options->state_dtype);
   command->add_option("--batch", options->batches, "sequences decoding together; a list (1,8,64) runs each in turn")
       ->delimiter(',')
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  command->add_option("--prompt-tokens", options->num_prompt_tokens, "prompt length")->capture_default_str();
+  command->add_option("--prompt-tokens", options->num_prompt_tokens, "prompt length")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   command->add_option("--decode-tokens", options->num_decode_tokens, "tokens decoded per sequence")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   command->add_option("--max-step-tokens", options->max_step_tokens, "tokens of one prefill step")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  command->add_option("--repeats", options->num_repeats, "runs; the best is reported")->capture_default_str();
+  command->add_option("--repeats", options->num_repeats, "runs; the best is reported")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   command
       ->add_option("--profile", options->profile,
                    "let GPU profilers (ncu --profile-from-start off) capture only the prefill or only the decode steps")

@@ -5,7 +5,6 @@
 #include "forensics/compare.h"
 #include "forensics/report.h"
 
-#include <cmath>
 #include <fstream>
 
 #include <unistd.h>
@@ -20,9 +19,10 @@ struct CompareCommandOptions {
   ReferenceOptions reference;
   std::string summary_path;
   std::string report_path;
+  bool allow_skipped = false;
 };
 
-// Returns the exit status: kFlaggedExitCode when a sample is flagged, else 0.
+// Returns the exit status: kFlaggedExitCode when a sample is flagged, else skipped_lines_exit_code.
 int run_compare(const CompareCommandOptions& options) {
   std::ifstream input = open_input_file(options.input_path);
   std::ofstream summary_file = open_output(options.summary_path);
@@ -30,7 +30,7 @@ int run_compare(const CompareCommandOptions& options) {
   const Model model = options.model.load(options.reference.backend);
   SampleFile samples = read_sample_file(input, model.config.vocab_size);
   for (const MalformedLine& line : samples.malformed_lines)
-    fmt::print(stderr, "jambo: warning: {}:{}: {} (line skipped)\n", options.input_path, line.line_number, line.error);
+    report_skipped_line(options.input_path, line.line_number, line.error);
   JAMBO_REQUIRE(!samples.samples.empty(), "{}: no sample to compare ({} malformed lines skipped)", options.input_path,
                 samples.malformed_lines.size());
 
@@ -48,9 +48,9 @@ int run_compare(const CompareCommandOptions& options) {
     const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
     write_output(report_file, options.report_path, render_html_report(summary, tokenizer ? &*tokenizer : nullptr));
   }
-  fmt::print(stderr, "compare: {} samples, {} flagged (threshold {:g}), {} malformed lines skipped\n",
-             summary.samples.size(), summary.num_flagged(), summary.threshold, summary.malformed_lines.size());
-  return compare_exit_code(summary);
+  fmt::print(stderr, "compare: {}\n", describe_comparison(summary));
+  if (const int flagged = compare_exit_code(summary); flagged != 0) return flagged;  // 3 wins over 4
+  return skipped_lines_exit_code("compare", int64_t(summary.malformed_lines.size()), options.allow_skipped);
 }
 
 }  // namespace
@@ -61,21 +61,21 @@ void add_compare_command(CLI::App& app) {
       "compare",
       "re-score generated samples through the reference path (each its own row, slot and KV blocks, a one-shot "
       "prefill from zero state; many per step) and flag those whose logprobs diverge; exit code 3 when any sample "
-      "is flagged");
+      "is flagged, even if malformed lines were skipped too (3 wins over 4)");
   options->model.add_to(*command, /*allow_random_weights=*/true);
   command->add_option("--input", options->input_path, "JSONL samples (formats below)")->required();
   command
       ->add_option("--threshold", options->threshold,
                    "flag a sample when a generated token's |Δ logprob| exceeds this (0: any difference; jambo's CPU "
                    "backend matches its reference bitwise, fp32 engines differ by ~1e-4, state bugs by 1e-1 and more)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   add_reference_flags(*command, options->reference, /*prefix=*/"", /*defaults_from_engine=*/false);
   command->add_option("--summary", options->summary_path, "write the JSON summary to this file (default: stdout)");
   command->add_option("--report", options->report_path, "write a self-contained HTML report to this file");
+  add_allow_skipped_flag(*command, options->allow_skipped);
   command->footer(kSampleFormatHelp);
   command->callback([options] {
-    if (!std::isfinite(options->threshold) || options->threshold < 0)
-      throw UsageError(fmt::format("--threshold must be a finite number >= 0, got {}", options->threshold));
     if (const int status = run_compare(*options); status != 0) throw ExitStatus{status};
   });
 }

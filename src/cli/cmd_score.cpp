@@ -1,8 +1,9 @@
-// jambo score: teacher-forced log-probabilities of token sequences, one JSON line per input line.
+// jambo score: teacher-forced log-probabilities of token sequences or texts, one JSON line per input line.
 #include "cli/common.h"
 #include "engine/request_json.h"
 #include "forensics/sequence_runner.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -15,49 +16,90 @@ struct ScoreOptions {
   std::string input_path;
   std::string output_path;
   int64_t num_top_logprobs = 0;
+  bool allow_skipped = false;
 };
 
 struct ScoreInput {
+  int64_t line_number = 0;
   nlohmann::json id;
   std::vector<int32_t> tokens;
+  bool from_text = false;  // the line gave "text": the output names its tokens
 };
 
-// Reads {"id": ..., "tokens": [ids]} lines; an error names the file and line.
-std::vector<ScoreInput> read_score_inputs(const std::string& path) {
-  std::ifstream file = open_input_file(path);
+std::vector<int32_t> token_ids_field(const nlohmann::json& tokens) {
+  JAMBO_REQUIRE(tokens.is_array(), "field 'tokens' must be an array of ids, got {}", describe_json(tokens));
+  std::vector<int32_t> ids;
+  for (const nlohmann::json& token : tokens) {
+    JAMBO_REQUIRE(token.is_number_integer(), "field 'tokens' holds a non-integer: {}", describe_json(token));
+    const int64_t id = token.get<int64_t>();
+    JAMBO_REQUIRE(id >= 0 && id <= INT32_MAX, "token id {} is negative or too large", id);
+    ids.push_back(int32_t(id));
+  }
+  return ids;
+}
+
+// One {"id": ..., "tokens": [ids]} or {"id": ..., "text": "..."} line; "text" is tokenized as `generate --prompt`
+// tokenizes a prompt (special tokens added). Throws jambo::Error saying what is wrong.
+ScoreInput parse_score_line(const std::string& line, int64_t line_number, const Tokenizer* tokenizer) {
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& error) {
+    fail("malformed JSON: {}", error.what());
+  }
+  JAMBO_REQUIRE(object.is_object(), "expected a JSON object");
+  ScoreInput input;
+  input.line_number = line_number;
+  input.id = object.value("id", nlohmann::json(line_number));
+  JAMBO_REQUIRE(input.id.is_string() || input.id.is_number_integer(), "field 'id' must be a string or an integer");
+  const bool has_tokens = object.contains("tokens"), has_text = object.contains("text");
+  JAMBO_REQUIRE(has_tokens || has_text, "no field 'tokens' (token ids) or 'text': give one of them");
+  JAMBO_REQUIRE(!(has_tokens && has_text), "both fields 'tokens' and 'text': give one of them");
+  if (has_tokens) {
+    input.tokens = token_ids_field(object["tokens"]);
+    return input;
+  }
+  const nlohmann::json& text = object["text"];
+  JAMBO_REQUIRE(text.is_string(), "field 'text' must be a string, got {}", describe_json(text));
+  JAMBO_REQUIRE(tokenizer, "field 'text' needs the model's tokenizer.json; give 'tokens' instead");
+  input.tokens = tokenizer->encode(text.get<std::string>());
+  input.from_text = true;
+  return input;
+}
+
+struct ScoreInputs {
   std::vector<ScoreInput> inputs;
+  int64_t num_skipped = 0;  // malformed lines
+};
+
+// Reads every line; a malformed one is reported and skipped.
+ScoreInputs read_score_inputs(const std::string& path, const Tokenizer* tokenizer) {
+  std::ifstream file = open_input_file(path);
+  ScoreInputs read;
   std::string line;
   for (int64_t line_number = 1; std::getline(file, line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto where = [&] { return fmt::format("{}:{}", path, line_number); };
-    nlohmann::json object;
     try {
-      object = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& error) {
-      fail("{}: malformed JSON: {}", where(), error.what());
+      read.inputs.push_back(parse_score_line(line, line_number, tokenizer));
+    } catch (const Error& error) {
+      report_skipped_line(path, line_number, error.what());
+      ++read.num_skipped;
     }
-    JAMBO_REQUIRE(object.is_object(), "{}: expected a JSON object", where());
-    JAMBO_REQUIRE(object.contains("tokens") && object["tokens"].is_array(), "{}: field 'tokens' must be an array of ids",
-                  where());
-    ScoreInput input;
-    input.id = object.value("id", nlohmann::json(line_number));
-    JAMBO_REQUIRE(input.id.is_string() || input.id.is_number_integer(), "{}: field 'id' must be a string or an integer",
-                  where());
-    for (const nlohmann::json& token : object["tokens"]) {
-      JAMBO_REQUIRE(token.is_number_integer(), "{}: field 'tokens' holds a non-integer: {}", where(), describe_json(token));
-      const int64_t id = token.get<int64_t>();
-      JAMBO_REQUIRE(id >= 0 && id <= INT32_MAX, "{}: token id {} is negative or too large", where(), id);
-      input.tokens.push_back(int32_t(id));
-    }
-    inputs.push_back(std::move(input));
   }
-  return inputs;
+  return read;
 }
 
-void check_vocabulary(const ScoreInput& input, int64_t vocab_size, const std::string& path) {
-  for (int32_t token : input.tokens)
-    JAMBO_REQUIRE(token < vocab_size, "{}: sequence {}: token id {} is outside the vocabulary (size {})", path,
-                  input.id.dump(), token, vocab_size);
+// Skips, as malformed, the inputs with a token id outside the vocabulary (known once the model is loaded).
+void skip_outside_vocabulary(ScoreInputs& read, int64_t vocab_size, const std::string& path) {
+  std::erase_if(read.inputs, [&](const ScoreInput& input) {
+    const auto outside =
+        std::find_if(input.tokens.begin(), input.tokens.end(), [&](int32_t token) { return token >= vocab_size; });
+    if (outside == input.tokens.end()) return false;
+    report_skipped_line(path, input.line_number,
+                        fmt::format("token id {} is outside the vocabulary (size {})", *outside, vocab_size));
+    ++read.num_skipped;
+    return true;
+  });
 }
 
 nlohmann::json score_json(const ScoreInput& input, const ScoredSequence& scored, int64_t num_top_logprobs) {
@@ -68,19 +110,19 @@ nlohmann::json score_json(const ScoreInput& input, const ScoredSequence& scored,
     top.push_back(i == 0 ? nlohmann::json(nullptr) : top_logprobs_to_json(scored.top_logprobs[i]));
   }
   nlohmann::json out = {{"id", input.id}, {"logprobs", logprobs}};
+  if (input.from_text) out["tokens"] = input.tokens;
   if (num_top_logprobs > 0) out["top_logprobs"] = top;
   return out;
 }
 
-void run_score(const ScoreOptions& options) {
-  JAMBO_REQUIRE(options.num_top_logprobs >= 0, "--top-logprobs must be >= 0");
-  const std::vector<ScoreInput> inputs = read_score_inputs(options.input_path);
+// Returns the exit status (skipped_lines_exit_code).
+int run_score(const ScoreOptions& options) {
+  const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
+  ScoreInputs read = read_score_inputs(options.input_path, tokenizer ? &*tokenizer : nullptr);
   const Model model = options.model.load(options.backend.backend);
+  skip_outside_vocabulary(read, model.config.vocab_size, options.input_path);
   int64_t max_tokens = 1;
-  for (const ScoreInput& input : inputs) {
-    check_vocabulary(input, model.config.vocab_size, options.input_path);
-    max_tokens = std::max<int64_t>(max_tokens, int64_t(input.tokens.size()));
-  }
+  for (const ScoreInput& input : read.inputs) max_tokens = std::max<int64_t>(max_tokens, int64_t(input.tokens.size()));
   SingleSequenceBackend single = make_single_sequence_backend(model, max_tokens, options.backend);
   SequenceRunner runner(*single.backend, single.cache, /*max_chunk_tokens=*/512);
 
@@ -90,10 +132,11 @@ void run_score(const ScoreOptions& options) {
     JAMBO_REQUIRE(file, "cannot write output file '{}'", options.output_path);
   }
   std::ostream& out = options.output_path.empty() ? std::cout : file;
-  for (const ScoreInput& input : inputs) {
+  for (const ScoreInput& input : read.inputs) {
     const ScoredSequence scored = runner.score(input.tokens, options.num_top_logprobs);
     out << score_json(input, scored, options.num_top_logprobs).dump() << '\n' << std::flush;
   }
+  return skipped_lines_exit_code("score", read.num_skipped, options.allow_skipped);
 }
 
 }  // namespace
@@ -104,11 +147,18 @@ void add_score_command(CLI::App& app) {
   options->model.add_to(*command, /*allow_random_weights=*/true);
   add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights,
                     options->backend.state_dtype);
-  command->add_option("--input", options->input_path, "JSONL lines {\"id\": ..., \"tokens\": [ids]}")->required();
+  command
+      ->add_option("--input", options->input_path,
+                   "JSONL lines {\"id\": ..., \"tokens\": [ids]} or {\"id\": ..., \"text\": \"...\"} (tokenized with "
+                   "special tokens, as generate --prompt is; the output then gives the \"tokens\")")
+      ->required();
   command->add_option("--output", options->output_path, "output JSONL (default: stdout)");
   command->add_option("--top-logprobs", options->num_top_logprobs, "K most likely tokens per position")
       ->check(CLI::Range(0, 100));
-  command->callback([options] { run_score(*options); });
+  add_allow_skipped_flag(*command, options->allow_skipped);
+  command->callback([options] {
+    if (const int status = run_score(*options); status != 0) throw ExitStatus{status};
+  });
 }
 
 }  // namespace jambo::cli

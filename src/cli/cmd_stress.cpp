@@ -129,12 +129,10 @@ int run_stress_command(StressOptions& options) {
                                          options.threshold, reference, progress);
   write_outputs(options, result, tokenizer ? &*tokenizer : nullptr);
   const EngineCounters& counters = result.counters;
-  const SampleComparison* worst = result.comparison.worst();
   fmt::print(
-      "stress: {} samples, {} flagged (threshold {:g}); worst max |dlogprob| {:.3g}; {}; engine {:.1f} s, {} "
-      "steps, {} preemptions, {} slot reuses, {} law violations; reference {:.1f} s\n",
-      result.comparison.samples.size(), result.comparison.num_flagged(), options.threshold,
-      worst ? worst->max_abs_diff : 0.0, describe_state_pool(result), result.engine_seconds, counters.steps,
+      "stress: {}; {}; engine {:.1f} s, {} steps, {} preemptions, {} slot reuses, {} law violations; reference "
+      "{:.1f} s\n",
+      describe_comparison(result.comparison), describe_state_pool(result), result.engine_seconds, counters.steps,
       counters.preemptions, counters.slot_reuses, counters.law_violations, result.reference_seconds);
   return compare_exit_code(result.comparison);
 }
@@ -168,6 +166,7 @@ void add_stress_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--seed", workload.seed, "seed of the workload")->capture_default_str();
   command->add_option("--threshold", options->threshold, "flag a sample whose |dlogprob| exceeds this")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command
       ->add_option("--budget-slots", options->num_budget_slots,

@@ -4,12 +4,31 @@
 #include "engine/memory_budget.h"
 #include "forensics/sequence_runner.h"
 #include "forensics/reference_scorer.h"
+#include "model/safetensors.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <limits>
 
 namespace jambo::cli {
+
+void add_allow_skipped_flag(CLI::App& command, bool& allow_skipped) {
+  command.add_flag("--allow-skipped", allow_skipped,
+                   fmt::format("exit 0 rather than {} when malformed input lines were skipped (each is still reported "
+                               "on stderr)",
+                               kSkippedLinesExitCode));
+}
+
+void report_skipped_line(const std::string& path, int64_t line_number, std::string_view error) {
+  fmt::print(stderr, "{}:{}: {}; line skipped\n", path, line_number, error);
+}
+
+int skipped_lines_exit_code(std::string_view command, int64_t num_skipped, bool allow_skipped) {
+  if (num_skipped == 0 || allow_skipped) return 0;
+  fmt::print(stderr, "{}: {} malformed input line{} skipped: exit code {} (--allow-skipped: 0)\n", command, num_skipped,
+             num_skipped == 1 ? "" : "s", kSkippedLinesExitCode);
+  return kSkippedLinesExitCode;
+}
 
 void ModelOptions::add_to(CLI::App& command, bool allow_random_weights) {
   command.add_option("--model", folder, "model folder (config.json, *.safetensors, tokenizer.json)")->required();
@@ -24,6 +43,7 @@ void ModelOptions::add_to(CLI::App& command, bool allow_random_weights) {
 
 Model ModelOptions::load(const std::string& backend) const {
   if (!random_weights) return load_model(folder);
+  require_model_folder(folder);
   const DType dtype = random_dtype == "f32" ? DType::F32 : random_dtype == "f16" ? DType::F16 : DType::BF16;
   const JambaConfig config = load_config(std::filesystem::path(folder) / "config.json");
   // The GPU generates random weights itself: no host copy, which a 52B model could not afford.
@@ -32,6 +52,7 @@ Model ModelOptions::load(const std::string& backend) const {
 }
 
 std::optional<Tokenizer> ModelOptions::load_tokenizer() const {
+  require_model_folder(folder);  // before "no tokenizer": a file given for the folder has none
   std::error_code error;
   if (!std::filesystem::exists(std::filesystem::path(folder) / "tokenizer.json", error)) return std::nullopt;
   return Tokenizer::load(folder);
@@ -127,7 +148,7 @@ void validate_request_flags(const RequestSpec& request) {
   RequestSpec flags = request;
   flags.prompt_ids = {0};
   const RequestLimits any{/*vocab_size=*/1, /*max_model_len=*/std::numeric_limits<int64_t>::max() / 2,
-                          /*max_n=*/std::numeric_limits<int64_t>::max(), /*has_tokenizer=*/true};
+                          /*max_n=*/int64_t(1) << 20, /*has_tokenizer=*/true};
   if (const std::optional<FieldError> error = validate(flags, any)) {
     std::string flag = error->field;
     std::replace(flag.begin(), flag.end(), '_', '-');

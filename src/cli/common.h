@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace jambo {
 struct ReferenceOptions;
@@ -22,7 +23,8 @@ struct ReferenceOptions;
 
 namespace jambo::cli {
 
-// Thrown by a subcommand that finished but must exit with a non-zero status (3: samples flagged).
+// Thrown by a subcommand that finished but must exit with a non-zero status (3: samples flagged, 4: input lines
+// skipped).
 struct ExitStatus {
   int code = 0;
 };
@@ -32,6 +34,15 @@ class UsageError : public Error {
  public:
   using Error::Error;
 };
+
+// Malformed input lines (score, batch, compare), one policy (main.cpp): each is reported and skipped, the run
+// goes on, and it ends with kSkippedLinesExitCode unless --allow-skipped was given.
+constexpr int kSkippedLinesExitCode = 4;
+void add_allow_skipped_flag(CLI::App& command, bool& allow_skipped);
+// "FILE:LINE: what is wrong; line skipped" on stderr.
+void report_skipped_line(const std::string& path, int64_t line_number, std::string_view error);
+// 0 when no line was skipped or skipping was allowed, else kSkippedLinesExitCode, explained in a line on stderr.
+int skipped_lines_exit_code(std::string_view command, int64_t num_skipped, bool allow_skipped);
 
 // --model DIR, plus --random-weights to build the folder's config.json with random weights.
 struct ModelOptions {

@@ -1,6 +1,9 @@
 #include "forensics/compare.h"
 
 #include "core/error.h"
+#include "core/json.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -109,6 +112,26 @@ nlohmann::json summary_json(const CompareSummary& summary) {
           {"num_malformed_lines", summary.malformed_lines.size()},
           {"malformed_lines", malformed},
           {"samples", samples}};
+}
+
+std::string describe_comparison(const CompareSummary& summary) {
+  std::string text =
+      fmt::format("{} of {} samples flagged (|Δ logprob| above {:g}); {} generated tokens compared",
+                  summary.num_flagged(), summary.samples.size(), summary.threshold, summary.num_tokens());
+  const SampleComparison* largest = summary.worst();
+  if (largest && largest->max_abs_diff > 0.0) {
+    const std::vector<double>& diffs = largest->abs_diffs;
+    const Sample& sample = largest->sample;
+    text += fmt::format("; largest |Δ logprob| {:.3g} (id {}, sample {}, line {}, position {})", largest->max_abs_diff,
+                        describe_json(sample.id), sample.sample, sample.line_number,
+                        std::max_element(diffs.begin(), diffs.end()) - diffs.begin());
+  } else {
+    text += "; every |Δ logprob| is 0";
+  }
+  if (!summary.malformed_lines.empty())
+    text += fmt::format("; {} malformed line{} skipped", summary.malformed_lines.size(),
+                        summary.malformed_lines.size() == 1 ? "" : "s");
+  return text;
 }
 
 int compare_exit_code(const CompareSummary& summary) { return summary.num_flagged() > 0 ? kFlaggedExitCode : 0; }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace jambo {
@@ -55,6 +56,13 @@ CompareSummary compare_samples(const Model& model, SampleFile file, double thres
 // The summary as JSON: totals, malformed lines and one entry per sample. A non-finite |Δ| is written
 // as null (JSON has no infinity) and always flags its sample.
 nlohmann::json summary_json(const CompareSummary& summary);
+
+// The comparison in one line for people (compare's banner, the HTML report's verdict, stress's summary):
+//   1 of 12 samples flagged (|Δ logprob| above 0.001); 3881 generated tokens compared; largest |Δ logprob| 2
+//   (id "x", sample 0, line 7, position 5); 2 malformed lines skipped
+// The largest |Δ| is named as the largest, flagged or not (position: of the sample's generated tokens, as in
+// the JSON); when every |Δ| is 0 no sample is named. Malformed lines are counted only when there are some.
+std::string describe_comparison(const CompareSummary& summary);
 
 // The exit status of `jambo compare`: 3 when any sample is flagged, else 0.
 constexpr int kFlaggedExitCode = 3;

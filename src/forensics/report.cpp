@@ -188,7 +188,7 @@ std::string prompt_text(const Sample& sample, const Tokenizer* tokenizer) {
 }
 
 // The samples with the largest non-zero max |Δ|, largest first.
-std::string worst_samples_table(const CompareSummary& summary, const Tokenizer* tokenizer, int64_t max_rows) {
+std::string largest_differences_table(const CompareSummary& summary, const Tokenizer* tokenizer, int64_t max_rows) {
   std::vector<size_t> order(summary.samples.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -217,16 +217,8 @@ std::string worst_samples_table(const CompareSummary& summary, const Tokenizer* 
 }
 
 std::string headline(const CompareSummary& summary) {
-  const int64_t num_flagged = summary.num_flagged();
-  std::string out;
-  append(out, R"(<p class="verdict {}">{} of {} samples flagged (max |Δ logprob| above {}))",
-         num_flagged > 0 ? "flagged" : "clean", num_flagged, summary.samples.size(), format_diff(summary.threshold));
-  if (const SampleComparison* worst = summary.worst())
-    append(out, "; worst: id {} sample {} (line {}), max |Δ| {}", html_escape(id_text(worst->sample.id)),
-           worst->sample.sample, worst->sample.line_number, format_diff(worst->max_abs_diff));
-  append(out, ". {} generated tokens compared; {} malformed lines skipped.</p>\n", summary.num_tokens(),
-         summary.malformed_lines.size());
-  return out;
+  return fmt::format("<p class=\"verdict {}\">{}.</p>\n", summary.num_flagged() > 0 ? "flagged" : "clean",
+                     html_escape(describe_comparison(summary)));
 }
 
 std::string malformed_lines_list(const CompareSummary& summary) {
@@ -244,7 +236,7 @@ std::string malformed_lines_list(const CompareSummary& summary) {
 
 }  // namespace
 
-std::string render_html_report(const CompareSummary& summary, const Tokenizer* tokenizer, int64_t max_worst_samples) {
+std::string render_html_report(const CompareSummary& summary, const Tokenizer* tokenizer, int64_t max_samples_listed) {
   const LogScale scale = log_scale_for(summary);
   std::string out;
   append(out,
@@ -260,8 +252,8 @@ std::string render_html_report(const CompareSummary& summary, const Tokenizer* t
     out += spike_plot_svg(summary, scale);
     out += "<h2>Distribution</h2>\n";
     out += histogram_svg(summary, scale);
-    out += "<h2>Worst samples</h2>\n";
-    out += worst_samples_table(summary, tokenizer, max_worst_samples);
+    out += "<h2>Largest differences</h2>\n";
+    out += largest_differences_table(summary, tokenizer, max_samples_listed);
   }
   out += malformed_lines_list(summary);
   out += "</body></html>\n";

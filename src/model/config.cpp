@@ -46,7 +46,9 @@ void require_offset_below_period(const std::string& source, const char* offset_f
                 offset_field, offset, period_field, period);
 }
 
-// Reads config.json fields with type checks; each error names the file and the field.
+// Reads config.json fields with type checks; each error names the file and the field. A field that is absent
+// or null keeps its default (spec §1.1): the fields whose null means something else (no such token, or
+// num_key_value_heads = num_attention_heads) read it first.
 class FieldReader {
  public:
   FieldReader(const nlohmann::json& object, std::string source)
@@ -56,31 +58,31 @@ class FieldReader {
   bool is_null(const char* field) const { return has(field) && object_.at(field).is_null(); }
 
   void read(const char* field, int64_t& out) const {
-    if (has(field)) out = as_integer(field, object_.at(field));
+    if (const nlohmann::json* value = given(field)) out = as_integer(field, *value);
   }
 
   void read(const char* field, bool& out) const {
-    if (!has(field)) return;
-    const nlohmann::json& value = object_.at(field);
-    JAMBO_REQUIRE(value.is_boolean(), "{}: field '{}' must be true or false, got {}", source_,
-                  field, describe_json(value));
-    out = value.get<bool>();
+    const nlohmann::json* value = given(field);
+    if (!value) return;
+    JAMBO_REQUIRE(value->is_boolean(), "{}: field '{}' must be true or false, got {}", source_,
+                  field, describe_json(*value));
+    out = value->get<bool>();
   }
 
   void read(const char* field, double& out) const {
-    if (!has(field)) return;
-    const nlohmann::json& value = object_.at(field);
-    JAMBO_REQUIRE(value.is_number(), "{}: field '{}' must be a number, got {}", source_, field,
-                  describe_json(value));
-    out = value.get<double>();
+    const nlohmann::json* value = given(field);
+    if (!value) return;
+    JAMBO_REQUIRE(value->is_number(), "{}: field '{}' must be a number, got {}", source_, field,
+                  describe_json(*value));
+    out = value->get<double>();
   }
 
   void read(const char* field, std::string& out) const {
-    if (!has(field)) return;
-    const nlohmann::json& value = object_.at(field);
-    JAMBO_REQUIRE(value.is_string(), "{}: field '{}' must be a string, got {}", source_, field,
-                  describe_json(value));
-    out = value.get<std::string>();
+    const nlohmann::json* value = given(field);
+    if (!value) return;
+    JAMBO_REQUIRE(value->is_string(), "{}: field '{}' must be a string, got {}", source_, field,
+                  describe_json(*value));
+    out = value->get<std::string>();
   }
 
   // A token id that may be null (no such token): null reads as -1.
@@ -107,20 +109,26 @@ class FieldReader {
 
   // mamba_dt_rank: "auto" (kept as 0, resolved by finalize) or a positive integer.
   void read_dt_rank(const char* field, int64_t& out) const {
-    if (!has(field)) return;
-    const nlohmann::json& value = object_.at(field);
-    if (value.is_string()) {
-      JAMBO_REQUIRE(value.get<std::string>() == "auto",
+    const nlohmann::json* value = given(field);
+    if (!value) return;
+    if (value->is_string()) {
+      JAMBO_REQUIRE(value->get<std::string>() == "auto",
                     "{}: field '{}' must be \"auto\" or a positive integer, got {}", source_,
-                    field, describe_json(value));
+                    field, describe_json(*value));
       out = 0;
       return;
     }
-    out = as_integer(field, value);
+    out = as_integer(field, *value);
     require_positive(source_, field, out);
   }
 
  private:
+  // The field's value, or nullptr when it is absent or null.
+  const nlohmann::json* given(const char* field) const {
+    const auto found = object_.find(field);
+    return found == object_.end() || found->is_null() ? nullptr : &*found;
+  }
+
   int64_t as_integer(const char* field, const nlohmann::json& value) const {
     JAMBO_REQUIRE(value.is_number_integer(), "{}: field '{}' must be an integer, got {}", source_,
                   field, describe_json(value));
@@ -239,8 +247,9 @@ JambaConfig load_config(const std::filesystem::path& config_json) {
   fields.read("mamba_conv_bias", config.mamba_conv_bias);
   fields.read("mamba_proj_bias", config.mamba_proj_bias);
   fields.read("max_position_embeddings", config.max_position_embeddings);
-  fields.read("dtype", config.torch_dtype);  // transformers 5.x name
-  fields.read("torch_dtype", config.torch_dtype);
+  // transformers 5 writes "dtype", 4.x "torch_dtype"; given both, transformers keeps "dtype", and so does this.
+  fields.read("torch_dtype", config.dtype);
+  fields.read("dtype", config.dtype);
   config.finalize(source);
   return config;
 }

@@ -39,7 +39,7 @@ struct JambaConfig {
   bool mamba_conv_bias = true;
   bool mamba_proj_bias = false;
   int64_t max_position_embeddings = 262144;  // no effect on the math
-  std::string torch_dtype = "bfloat16";     // informational; tensors carry their own dtype
+  std::string dtype = "bfloat16";           // "dtype" or "torch_dtype"; informational: tensors carry their own
 
   // Derived, filled by finalize().
   int64_t head_dim = 0;                    // hd = H / nh
@@ -53,6 +53,8 @@ struct JambaConfig {
   int64_t num_mamba_layers() const;
   int64_t num_attention_layers() const;
   bool is_eos(int64_t token) const;
+
+  friend bool operator==(const JambaConfig&, const JambaConfig&) = default;
 };
 
 // Parses config.json (a file path); errors name the file and the field.

@@ -210,8 +210,16 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
 
 }  // namespace
 
+void require_model_folder(const fs::path& folder) {
+  std::error_code error;  // a path that cannot be looked at (too long, say) is not found
+  const fs::file_status status = fs::status(folder, error);
+  JAMBO_REQUIRE(fs::exists(status), "{}: model folder not found", folder.string());
+  JAMBO_REQUIRE(!fs::is_regular_file(status), "'{}' is a file; give the model folder that holds it", folder.string());
+  JAMBO_REQUIRE(fs::is_directory(status), "'{}' is not a folder; give the model folder", folder.string());
+}
+
 Checkpoint Checkpoint::open(const fs::path& folder) {
-  JAMBO_REQUIRE(fs::is_directory(folder), "{}: model folder not found", folder.string());
+  require_model_folder(folder);
   const fs::path index_path = folder / "model.safetensors.index.json";
   const fs::path single_path = folder / "model.safetensors";
   auto file_set = std::make_shared<FileSet>();

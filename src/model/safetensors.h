@@ -13,6 +13,10 @@
 
 namespace jambo {
 
+// Throws jambo::Error unless `folder` is a folder; the message says whether it is missing or a file (a
+// checkpoint's config.json given for its folder, say).
+void require_model_folder(const std::filesystem::path& folder);
+
 class Checkpoint {
  public:
   // Opens folder/model.safetensors.index.json (sharded) or else folder/model.safetensors.

@@ -47,7 +47,7 @@ void warn_about_unused(const Checkpoint& checkpoint, const std::set<std::string>
 }  // namespace
 
 Model load_model(const fs::path& folder) {
-  JAMBO_REQUIRE(fs::is_directory(folder), "{}: model folder not found", folder.string());
+  require_model_folder(folder);
   const fs::path config_path = folder / "config.json";
   JAMBO_REQUIRE(fs::exists(config_path), "{}: file not found", config_path.string());
   Model model;

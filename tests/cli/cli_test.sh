@@ -23,27 +23,86 @@ expect_stderr() {  # expect_stderr NAME TEXT: the last command's stderr contains
   if grep -qF -- "$2" "$work/err" && [[ $(wc -l <"$work/err") -le 1 ]]; then pass "$1"
   else fail "$1: stderr lacks '$2' or is not one line: $(cat "$work/err")"; fi
 }
+expect_stderr_line() {  # expect_stderr_line NAME TEXT: a line of the last command's stderr contains TEXT
+  if grep -qF -- "$2" "$work/err"; then pass "$1"; else fail "$1: stderr lacks '$2': $(cat "$work/err")"; fi
+}
 
 # --help everywhere
 for sub in "" score generate tokenize detokenize bench; do
   expect_exit 0 "help ${sub:-top}" "$jambo" $sub --help
 done
 
+# --version: the project version CMakeLists.txt declares
+version=$(sed -n 's/^project(jambo VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+expect_exit 0 "version" "$jambo" --version
+[[ -n $version && $(cat "$work/out") == "jambo $version" ]] && pass "version is CMake's" \
+  || fail "version: '$(cat "$work/out")', CMakeLists.txt says '$version'"
+
 # bad options and values: one line, exit code 2
 expect_exit 2 "unknown subcommand" "$jambo" frobnicate
+expect_stderr "unknown subcommand named" "unknown subcommand 'frobnicate' (see --help)"
+expect_exit 2 "misspelled subcommand" "$jambo" genrate --model "$demo"
+expect_stderr "misspelled subcommand: the nearest named" "unknown subcommand 'genrate'; did you mean 'generate'?"
 expect_exit 2 "unknown option" "$jambo" score --model "$demo" --input x --bogus
-expect_stderr "unknown option named" "--bogus"
+expect_stderr "unknown option named, nothing near it" "unknown option '--bogus' (see --help)"
+expect_exit 2 "misspelled option" "$jambo" generate --model "$demo" --prompt hi --max-token 3
+expect_stderr "misspelled option: the nearest named" "unknown option '--max-token'; did you mean '--max-tokens'?"
+# a misspelled required option is the error, not the option it failed to give
+expect_exit 2 "misspelled required option" "$jambo" score --modle "$demo" --input x
+expect_stderr "misspelled required option named" "unknown option '--modle'; did you mean '--model'?"
 expect_exit 2 "missing required option" "$jambo" score --input x
 expect_stderr "missing option named" "--model"
 expect_exit 2 "non-numeric value" "$jambo" generate --model "$demo" --prompt hi --max-tokens lots
+expect_stderr "non-numeric value named" "--max-tokens: 'lots' is not an integer"
 expect_exit 2 "bad temperature" "$jambo" generate --model "$demo" --prompt hi --temperature -1
 expect_stderr "bad temperature named" "temperature"
 expect_exit 2 "bad prompt ids" "$jambo" generate --model "$demo" --prompt-ids 1,x,3
 expect_exit 2 "no prompt" "$jambo" generate --model "$demo"
 
+# range errors in a few words, whichever file declared the option and its range
+expect_exit 2 "count out of range" "$jambo" batch --model "$demo" --input x --output y --max-num-seqs 0
+expect_stderr "count out of range named" "--max-num-seqs: 0 is outside [1, 1048576] (see --help)"
+expect_exit 2 "rate out of range" "$jambo" stress --model "$demo" --arrival-rate 0
+expect_stderr "rate out of range named" "--arrival-rate: 0 is outside [0.001, 1e+06] (see --help)"
+expect_exit 2 "port out of range" "$jambo" serve --model "$demo" --port 70000
+expect_stderr "port out of range named" "--port: 70000 is outside [0, 65535] (see --help)"
+expect_exit 2 "zero prompt tokens" "$jambo" bench --model "$demo" --prompt-tokens 0
+expect_stderr "zero prompt tokens named" "--prompt-tokens: 0 is not a positive integer (see --help)"
+expect_exit 2 "unsigned option given -1" "$jambo" score --model "$demo" --input x --random-seed -1
+expect_stderr "unsigned option given -1 named" "--random-seed: -1 is not a non-negative integer (see --help)"
+expect_exit 2 "non-finite threshold" "$jambo" stress --model "$demo" --threshold nan
+expect_stderr "non-finite threshold named" "--threshold: nan is not a finite number (see --help)"
+# every numeric option of every subcommand (as --help lists them): a non-numeric value and one past its type's
+# range each get one short line that names the option
+num_options=0
+for sub in score generate tokenize detokenize bench batch compare stress trace serve; do
+  while read -r option type; do
+    num_options=$((num_options + 1))
+    huge=99999999999999999999999 && [[ $type == FLOAT ]] && huge=1e999
+    for value in x "$huge"; do
+      "$jambo" $sub "$option" "$value" >/dev/null 2>"$work/err"
+      got=$?
+      if [[ $got -ne 2 || $(wc -l <"$work/err") -ne 1 || $(wc -c <"$work/err") -gt 120 ]] ||
+         ! grep -qF -- "$option: " "$work/err"; then
+        fail "$sub $option $value: exit $got: $(cat "$work/err")"
+      fi
+    done
+  done < <("$jambo" $sub --help | sed -n 's/^ *\(--[a-z-]*\) \(INT\|UINT\|FLOAT\)\b.*/\1 \2/p')
+done
+[[ $num_options -ge 50 ]] && pass "short messages for all $num_options numeric options" \
+  || fail "only $num_options numeric options found in --help"
+
 # bad model folders: exit code 1 with the loader's message
 expect_exit 1 "missing model folder" "$jambo" generate --model "$work/nowhere" --prompt-ids 1
-expect_stderr "missing folder named" "nowhere"
+expect_stderr "missing folder named" "$work/nowhere: model folder not found"
+# a file of the folder given for the folder, in each way a command reads --model
+is_a_file="' is a file; give the model folder that holds it"
+expect_exit 1 "model folder given as its config.json" "$jambo" generate --model "$demo/config.json" --prompt-ids 1
+expect_stderr "config.json named as a file" "'$demo/config.json$is_a_file"
+expect_exit 1 "random weights from a file" "$jambo" bench --model "$demo/config.json" --random-weights
+expect_stderr "random weights: named as a file" "'$demo/config.json$is_a_file"
+expect_exit 1 "tokenizer folder given as its tokenizer.json" "$jambo" tokenize --model "$demo/tokenizer.json" </dev/null
+expect_stderr "tokenizer.json named as a file" "'$demo/tokenizer.json$is_a_file"
 mkdir -p "$work/badconfig" && echo '{"hidden_size": 64,' >"$work/badconfig/config.json"
 expect_exit 1 "malformed config.json" "$jambo" generate --model "$work/badconfig" --prompt-ids 1
 expect_stderr "malformed config named" "config.json"
@@ -65,22 +124,47 @@ if jq -e -s 'length == 2 and (.[0].logprobs[3] | type) == "number"' "$work/score
   pass "score with a bf16 state"; else fail "score --state-dtype bf16: $(cat "$work/scores_bf16.jsonl")"; fi
 expect_exit 2 "score unknown state dtype" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --state-dtype f16
 expect_stderr "unknown state dtype named" "--state-dtype"
-expect_exit 1 "score malformed line" "$jambo" score --model "$fixture" --input "$work/bad.jsonl"
-expect_stderr "malformed line named" "bad.jsonl:2"
-printf '{"id": 1, "tokens": [1, 99999999]}\n' >"$work/oov.jsonl"
-expect_exit 1 "score out-of-vocabulary id" "$jambo" score --model "$fixture" --input "$work/oov.jsonl"
-expect_stderr "out-of-vocabulary id named" "99999999"
+# a malformed line is reported with its number and skipped, the others are scored, and the run exits 4
+expect_exit 4 "score malformed line" "$jambo" score --model "$fixture" --input "$work/bad.jsonl"
+expect_stderr_line "malformed line named" "bad.jsonl:2: malformed JSON"
+expect_stderr_line "skipped lines summed up" "score: 1 malformed input line skipped: exit code 4 (--allow-skipped: 0)"
+jq -e -s 'length == 1 and .[0].id == 1' "$work/out" >/dev/null && pass "score goes on past a malformed line" \
+  || fail "score past a malformed line: $(cat "$work/out")"
+expect_exit 0 "score --allow-skipped" "$jambo" score --model "$fixture" --input "$work/bad.jsonl" --allow-skipped
+expect_stderr "score --allow-skipped still names the line" "bad.jsonl:2: malformed JSON"
+# score "text": tokenized as generate --prompt tokenizes a prompt (special tokens added); the output names the tokens
+prompt="The meaning of life is"
+prompt_ids=$("$jambo" generate --model "$demo" --prompt "$prompt" --max-tokens 1 --json | jq -c .prompt_ids)
+printf '{"id": "text", "text": "%s"}\n{"id": "ids", "tokens": %s}\n' "$prompt" "$prompt_ids" >"$work/text.jsonl"
+expect_exit 0 "score text" "$jambo" score --model "$demo" --input "$work/text.jsonl"
+if jq -e -s --argjson ids "$prompt_ids" '.[0].tokens == $ids and (.[0].logprobs | length) == ($ids | length)
+             and .[0].logprobs == .[1].logprobs and (.[1] | has("tokens") | not)' "$work/out" >/dev/null
+then pass "score text scores the prompt's tokens"; else fail "score text: $prompt_ids $(cat "$work/out")"; fi
+printf '{"id": 1, "tokens": [1], "text": "x"}\n' >"$work/both.jsonl"
+expect_exit 4 "score tokens and text" "$jambo" score --model "$demo" --input "$work/both.jsonl"
+expect_stderr_line "score tokens and text named" "both.jsonl:1: both fields 'tokens' and 'text': give one of them"
+printf '{"id": 1}\n' >"$work/neither.jsonl"
+expect_exit 4 "score neither tokens nor text" "$jambo" score --model "$demo" --input "$work/neither.jsonl"
+expect_stderr_line "score neither named" "neither.jsonl:1: no field 'tokens' (token ids) or 'text': give one of them"
+expect_exit 4 "score text without a tokenizer" "$jambo" score --model "$fixture" --input "$work/text.jsonl"
+expect_stderr_line "score text without a tokenizer named" "text.jsonl:1: field 'text' needs the model's tokenizer.json"
+printf '{"id": 1, "tokens": [1, 99999999]}\n{"id": 2, "tokens": [1, 2]}\n' >"$work/oov.jsonl"
+expect_exit 4 "score out-of-vocabulary id" "$jambo" score --model "$fixture" --input "$work/oov.jsonl"
+expect_stderr_line "out-of-vocabulary id named" "oov.jsonl:1: token id 99999999 is outside the vocabulary"
+jq -e -s 'length == 1 and .[0].id == 2' "$work/out" >/dev/null && pass "score goes on past an out-of-vocabulary id" \
+  || fail "score past an out-of-vocabulary id: $(cat "$work/out")"
 
 # hostile input: clear errors, never a crash
 python_free_nest() { local n=$1; printf '%*s' "$n" '' | tr ' ' '['; }
 { printf '{"id": %s1%s, "tokens": [1, 2]}\n' "$(python_free_nest 100000)" "$(printf '%*s' 100000 '' | tr ' ' ']')"; } >"$work/nested.jsonl"
-expect_exit 1 "score deeply nested id" "$jambo" score --model "$fixture" --input "$work/nested.jsonl"
-expect_stderr "nested id named" "'id'"
+expect_exit 4 "score deeply nested id" "$jambo" score --model "$fixture" --input "$work/nested.jsonl"
+expect_stderr_line "nested id named" "nested.jsonl:1: field 'id'"
 expect_exit 1 "score input is a directory" "$jambo" score --model "$fixture" --input "$work"
 expect_stderr "directory input named" "not a regular file"
 expect_exit 2 "huge max tokens" "$jambo" generate --model "$fixture" --prompt-ids 1,2 --max-tokens 9223372036854775807
 expect_stderr "huge max tokens named" "max-tokens"
 expect_exit 2 "negative seed" "$jambo" generate --model "$fixture" --prompt-ids 1 --temperature 1 --seed -5
+expect_stderr "negative seed in a few words" "--seed: -5 is not a non-negative integer (see --help)"
 expect_exit 1 "overlong model path" "$jambo" generate --model "$work/$(printf 'a%.0s' {1..5000})" --prompt-ids 1
 mkdir -p "$work/hugevocab" && sed 's/"vocab_size": *[0-9]*/"vocab_size": 4611686018427387904/' "$fixture/config.json" >"$work/hugevocab/config.json"
 expect_exit 1 "absurd vocab size" "$jambo" bench --model "$work/hugevocab" --random-weights
@@ -136,14 +220,14 @@ expect_exit 1 "bench plot to an unwritable path" "$jambo" bench --model "$work/s
   --plot "$work/missing/bench.svg"
 expect_stderr "bench plot path named" "cannot write output file '$work/missing/bench.svg'"
 
-# batch: one line per sample, a malformed line reported by number and skipped, a rerun resumes
+# batch: one line per sample, a malformed line reported by number and skipped (exit code 4), a rerun resumes
 cat >"$work/batch.jsonl" <<'LINES'
 {"id": "greedy", "prompt": "The meaning of life is", "max_tokens": 8}
 {"id": "sampled", "prompt_ids": [1, 296, 1842], "n": 3, "temperature": 0.8, "seed": 3, "max_tokens": 6, "logprobs": 2}
 {"id": "broken", "prompt": 12}
 not json at all
 LINES
-expect_exit 0 "batch" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/batch-out.jsonl" \
+expect_exit 4 "batch" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/batch-out.jsonl" \
   --max-num-batched-tokens 5 --slot-policy highest --check --trace "$work/trace.jsonl"
 grep -q "batch.jsonl:3: field 'prompt' must be a string" "$work/err" && grep -q "batch.jsonl:4: malformed JSON" "$work/err" \
   && pass "batch names malformed lines" || fail "batch malformed lines: $(cat "$work/err")"
@@ -152,8 +236,9 @@ if jq -e -s 'length == 4 and (map(.id) | sort) == ["greedy", "sampled", "sampled
                            and has("finish_reason") and has("sample"))
              and ([.[] | select(.id == "sampled") | .top_logprobs[0] | length] | all(. == 2))' \
      "$work/batch-out.jsonl" >/dev/null; then pass "batch output format"; else fail "batch output: $(cat "$work/batch-out.jsonl")"; fi
-expect_exit 0 "batch rerun" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/batch-out.jsonl"
-[[ $(wc -l <"$work/batch-out.jsonl") -eq 4 ]] && grep -q "2 already done" "$work/err" \
+expect_exit 0 "batch rerun" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/batch-out.jsonl" \
+  --allow-skipped
+[[ $(wc -l <"$work/batch-out.jsonl") -eq 4 ]] && grep -q "2 already done, 2 skipped as malformed" "$work/err" \
   && pass "batch rerun skips finished ids" || fail "batch rerun: $(cat "$work/err")"
 
 # trace: the life of one request
@@ -165,10 +250,21 @@ expect_exit 1 "trace of an unknown request" "$jambo" trace --input "$work/trace.
 # compare: a clean batch passes; one perturbed logprob is flagged with exit code 3
 expect_exit 0 "compare clean" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --report "$work/report.html"
 grep -q "<svg" "$work/report.html" && pass "compare writes an HTML report" || fail "compare report lacks a plot"
+# its one-line verdict: numbers never run into the next clause; no sample named when every |Δ| is 0
+expect_stderr_line "compare's verdict, clean" "compare: 0 of 4 samples flagged (|Δ logprob| above 0.001); \
+$(jq .num_tokens "$work/out") generated tokens compared; every |Δ logprob| is 0"
 jq -c 'if .id == "greedy" then .logprobs[2] += 0.5 else . end' "$work/batch-out.jsonl" >"$work/perturbed.jsonl"
-expect_exit 3 "compare flags a perturbed sample" "$jambo" compare --model "$demo" --input "$work/perturbed.jsonl"
+expect_exit 3 "compare flags a perturbed sample" "$jambo" compare --model "$demo" --input "$work/perturbed.jsonl" \
+  --report "$work/perturbed.html"
 jq -e '.samples | map(select(.flagged)) | length == 1 and .[0].id == "greedy" and .[0].first_divergent_position == 2' \
   "$work/out" >/dev/null && pass "compare names the sample and position" || fail "compare summary: $(cat "$work/out")"
+greedy_line=$(jq '.samples[] | select(.id == "greedy") | .line' "$work/out")
+verdict="1 of 4 samples flagged (|Δ logprob| above 0.001); $(jq .num_tokens "$work/out") generated tokens compared; \
+largest |Δ logprob| 0.5 (id \"greedy\", sample 0, line $greedy_line, position 2)"
+expect_stderr_line "compare's verdict names the largest |Δ| and where it is" "compare: $verdict"
+grep -qF "<p class=\"verdict flagged\">$(sed 's/"/\&quot;/g' <<<"$verdict").</p>" "$work/perturbed.html" \
+  && pass "the report's verdict is the same" \
+  || fail "report verdict: $(grep -o '<p class="verdict.*' "$work/perturbed.html")"
 
 jq -c 'if .id == "greedy" then .logprobs[1] = null else . end' "$work/batch-out.jsonl" >"$work/nan.jsonl"
 expect_exit 3 "compare flags a NaN (null) logprob" "$jambo" compare --model "$demo" --input "$work/nan.jsonl"
@@ -178,6 +274,18 @@ expect_exit 0 "compare in small reference steps" "$jambo" compare --model "$demo
 jq -e '.num_samples == 4 and .max_abs_diff == 0' "$work/out" >/dev/null && pass "small reference steps: exact" \
   || fail "compare in small steps: $(cat "$work/out")"
 expect_exit 2 "compare on an unknown backend" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --backend tpu
+# a malformed line: reported and skipped, the rest compared, exit code 4 (0 with --allow-skipped); a flagged sample's 3
+# wins over it
+{ cat "$work/batch-out.jsonl"; echo '{"prompt_ids": [1], "ids": [2]}'; } >"$work/with-bad-line.jsonl"
+expect_exit 4 "compare with a malformed line" "$jambo" compare --model "$demo" --input "$work/with-bad-line.jsonl"
+expect_stderr_line "compare names the malformed line" "with-bad-line.jsonl:5: no logprobs of the generated ids"
+jq -e '.num_samples == 4 and .num_malformed_lines == 1' "$work/out" >/dev/null \
+  && pass "compare goes on past a malformed line" || fail "compare past a malformed line: $(cat "$work/out")"
+expect_exit 0 "compare --allow-skipped" "$jambo" compare --model "$demo" --input "$work/with-bad-line.jsonl" \
+  --allow-skipped
+{ cat "$work/perturbed.jsonl"; echo 'not json'; } >"$work/perturbed-bad-line.jsonl"
+expect_exit 3 "compare: flagged wins over skipped" "$jambo" compare --model "$demo" \
+  --input "$work/perturbed-bad-line.jsonl"
 
 # stress: clean without faults; each historical bug injected is caught (exit code 3)
 expect_exit 0 "stress clean" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40
@@ -192,7 +300,7 @@ expect_exit 0 "stress with fixed n and a packed reference" "$jambo" stress --mod
   --reference-step-rows 2 --output "$work/stress.jsonl"
 jq -e -s 'length == 36 and (group_by(.id) | all(length == 3))' "$work/stress.jsonl" >/dev/null \
   && pass "stress --min-n/--max-n fix n" || fail "stress samples per request: $(jq -c '[.id, .sample]' "$work/stress.jsonl")"
-grep -q '36 samples, 0 flagged.*state pool [0-9]* slots x [0-9]* = [0-9]* elements (within 2^32); top slot used [0-9]*: elements' \
+grep -q '0 of 36 samples flagged.*state pool [0-9]* slots x [0-9]* = [0-9]* elements (within 2^32); top slot used [0-9]*: elements' \
   "$work/out" && pass "stress summary places the pool and top slot" || fail "stress summary: $(cat "$work/out")"
 # a bf16 state against the fp32 reference: refused at the default threshold, naming it; at 0.5 clean, and both
 # historical bugs still caught
@@ -215,7 +323,8 @@ grep -q "law 2 violation: request 'stress-" "$work/err" && grep -q "slot" "$work
 
 # a torn last output line (an interrupted run) is cut before the rerun appends
 head -c -20 "$work/batch-out.jsonl" >"$work/torn.jsonl"
-expect_exit 0 "batch resumes after a torn line" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" --output "$work/torn.jsonl"
+expect_exit 0 "batch resumes after a torn line" "$jambo" batch --model "$demo" --input "$work/batch.jsonl" \
+  --output "$work/torn.jsonl" --allow-skipped
 jq -e -s 'length == 4' "$work/torn.jsonl" >/dev/null && pass "torn line replaced by a whole one" \
   || fail "torn resume: $(tail -c 300 "$work/torn.jsonl")"
 

@@ -117,6 +117,40 @@ TEST_F(CompareTest, OnePerturbedLogprobFlagsThatSampleAtThatPosition) {
   EXPECT_EQ(out["samples"][2]["line"], 3);
 }
 
+// The verdict in one line: the largest |Δ| is named as the largest, with where it is, whether flagged or not, and
+// no number runs into the next clause; nothing is named when every |Δ| is 0.
+TEST(DescribeComparison, NamesTheLargestDifferenceAndWhereItIs) {
+  Sample differs;
+  differs.id = "x";
+  differs.sample = 1;
+  differs.line_number = 7;
+  differs.ids = {1, 2, 3};
+  differs.logprobs = {-1.0, -2.0, -3.0};
+  Sample equal = differs;
+  equal.id = 4;
+  equal.line_number = 8;
+  const std::vector<double> reference = {-1.0, 0.0, -2.5};  // |Δ| 2 at position 1
+  const auto summary_at = [&](double threshold) {
+    CompareSummary summary;
+    summary.threshold = threshold;
+    summary.samples = {compare_logprobs(equal, equal.logprobs, threshold),
+                       compare_logprobs(differs, reference, threshold)};
+    return summary;
+  };
+  EXPECT_EQ(describe_comparison(summary_at(1e-3)),
+            "1 of 2 samples flagged (|Δ logprob| above 0.001); 6 generated tokens compared; largest |Δ logprob| 2 "
+            "(id \"x\", sample 1, line 7, position 1)");
+  CompareSummary unflagged = summary_at(5.0);
+  unflagged.malformed_lines = {{9, "malformed JSON"}};
+  EXPECT_EQ(describe_comparison(unflagged),
+            "0 of 2 samples flagged (|Δ logprob| above 5); 6 generated tokens compared; largest |Δ logprob| 2 "
+            "(id \"x\", sample 1, line 7, position 1); 1 malformed line skipped");
+  CompareSummary clean;
+  clean.samples = {compare_logprobs(equal, equal.logprobs, 1e-3)};
+  EXPECT_EQ(describe_comparison(clean),
+            "0 of 1 samples flagged (|Δ logprob| above 0.001); 3 generated tokens compared; every |Δ logprob| is 0");
+}
+
 TEST_F(CompareTest, ThresholdIsExclusiveAndOnlyLaterPositionsCountAfterTheFirst) {
   Sample sample;
   sample.ids = {1, 2, 3, 4};

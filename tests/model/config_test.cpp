@@ -93,6 +93,37 @@ TEST(Config, AutoDtRankNullKvHeadsEosListAndExpertAlias) {
   EXPECT_EQ(load_json(folder, {{"mamba_dt_rank", 12}}).mamba_dt_rank, 12);
 }
 
+// transformers accepts null for a field; null means "use the default" (spec §1.1), as if the field were absent.
+TEST(Config, NullTakesTheDefault) {
+  TempFolder folder;
+  const JambaConfig defaults = load_json(folder, json::object());
+  for (const char* field :
+       {"model_type", "vocab_size", "tie_word_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "hidden_act", "rms_norm_eps", "num_experts_per_tok", "num_local_experts",
+        "num_experts", "expert_layer_period", "expert_layer_offset", "attn_layer_period", "attn_layer_offset",
+        "mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_dt_rank", "mamba_conv_bias", "mamba_proj_bias",
+        "max_position_embeddings", "dtype", "torch_dtype"}) {
+    SCOPED_TRACE(field);
+    EXPECT_TRUE(load_json(folder, {{field, nullptr}}) == defaults);
+  }
+  // Where null means something of its own: no such token, no EOS, as many KV heads as heads.
+  EXPECT_EQ(load_json(folder, {{"bos_token_id", nullptr}}).bos_token_id, -1);
+  EXPECT_TRUE(load_json(folder, {{"eos_token_id", nullptr}}).eos_token_ids.empty());
+  EXPECT_EQ(load_json(folder, {{"num_key_value_heads", nullptr}}).num_key_value_heads, 32);
+}
+
+// transformers 5 writes "dtype", 4.x "torch_dtype"; given both, transformers keeps "dtype", or "torch_dtype" when
+// "dtype" is null.
+TEST(Config, DtypeUnderEitherNameDtypeFirst) {
+  TempFolder folder;
+  EXPECT_EQ(load_json(folder, json::object()).dtype, "bfloat16");
+  EXPECT_EQ(load_json(folder, {{"dtype", "float32"}}).dtype, "float32");
+  EXPECT_EQ(load_json(folder, {{"torch_dtype", "float16"}}).dtype, "float16");
+  EXPECT_EQ(load_json(folder, {{"dtype", "float32"}, {"torch_dtype", "bfloat16"}}).dtype, "float32");
+  EXPECT_EQ(load_json(folder, {{"dtype", nullptr}, {"torch_dtype", "float16"}}).dtype, "float16");
+  EXPECT_EQ(load_json(folder, {{"dtype", nullptr}, {"torch_dtype", nullptr}}).dtype, "bfloat16");
+}
+
 TEST(Config, SingleExpertMeansDenseEverywhere) {
   TempFolder folder;
   const JambaConfig config = load_json(folder, {{"num_experts", 1}, {"num_experts_per_tok", 5}});

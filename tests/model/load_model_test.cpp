@@ -3,6 +3,7 @@
 #include "checkpoint_builder.h"
 #include "core/error.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -187,6 +188,10 @@ TEST(LoadModel, FolderProblemsNameThePath) {
   EXPECT_THAT(load_error(folder.path()), HasSubstr((folder / "config.json").string() + ": file not found"));
   model_test::write_text(folder / "config.json", TinyCheckpoint().config().dump());
   EXPECT_THAT(load_error(folder.path()), AllOf(HasSubstr(folder.path().string()), HasSubstr("no model.safetensors")));
+  // The config.json of a folder given for the folder: the message says it is a file, not that nothing is there.
+  const std::string config_path = (folder / "config.json").string();
+  EXPECT_THAT(load_error(config_path),
+              HasSubstr(fmt::format("'{}' is a file; give the model folder that holds it", config_path)));
   nlohmann::json bad = TinyCheckpoint().config();
   bad["attn_layer_offset"] = 2;
   model_test::write_text(folder / "config.json", bad.dump());
