@@ -75,7 +75,7 @@ nlohmann::json score_json(const ScoreInput& input, const ScoredSequence& scored,
 void run_score(const ScoreOptions& options) {
   JAMBO_REQUIRE(options.num_top_logprobs >= 0, "--top-logprobs must be >= 0");
   const std::vector<ScoreInput> inputs = read_score_inputs(options.input_path);
-  const Model model = options.model.load(options.backend.backend);
+  const Model model = options.model.load(options.backend.kind);
   int64_t max_tokens = 1;
   for (const ScoreInput& input : inputs) {
     check_vocabulary(input, model.config.vocab_size, options.input_path);
@@ -102,8 +102,7 @@ void add_score_command(CLI::App& app) {
   auto options = std::make_shared<ScoreOptions>();
   CLI::App* command = app.add_subcommand("score", "teacher-forced log-probabilities of token sequences");
   options->model.add_to(*command, /*allow_random_weights=*/true);
-  add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights,
-                    options->backend.state_dtype);
+  add_backend_flags(*command, options->backend);
   command->add_option("--input", options->input_path, "JSONL lines {\"id\": ..., \"tokens\": [ids]}")->required();
   command->add_option("--output", options->output_path, "output JSONL (default: stdout)");
   command->add_option("--top-logprobs", options->num_top_logprobs, "K most likely tokens per position")
