@@ -25,9 +25,7 @@ constexpr int64_t kCopyCeilingBytes = int64_t(2) << 30;
 
 struct BenchOptions {
   ModelOptions model;
-  std::string backend = "cpu";
-  std::string cuda_weights = "bf16";
-  std::string state_dtype = "f32";
+  BackendChoice backend{.cuda_weights = CudaWeights::Bf16};
   std::vector<int64_t> batches = {1};  // each a run of that many sequences decoding together
   int64_t num_prompt_tokens = 256;
   int64_t num_decode_tokens = 32;
@@ -63,8 +61,8 @@ double bytes_read_per_step(const Model& model, int64_t batch) {
 
 // What the backend reads of that: the CUDA backend's f32 mode holds a 16-bit checkpoint upcast, at twice its bytes.
 double backend_bytes_read_per_step(const Model& model, const BenchOptions& options, int64_t batch) {
-  const bool widened =
-      options.backend == "cuda" && options.cuda_weights == "f32" && model.weights.lm_head.dtype != DType::F32;
+  const bool widened = options.backend.kind == BackendKind::Cuda && options.backend.cuda_weights == CudaWeights::F32 &&
+                       model.weights.lm_head.dtype != DType::F32;
   return bytes_read_per_step(model, batch) * (widened ? 2 : 1);
 }
 
@@ -193,25 +191,26 @@ void run_bench(const BenchOptions& options) {
       options.batches.empty() ? 0 : *std::max_element(options.batches.begin(), options.batches.end());
   std::ofstream plot_file = open_output(options.plot_path);
   const auto load_start = std::chrono::steady_clock::now();
-  const Model model = options.model.load(options.backend);
+  const BackendChoice& choice = options.backend;
+  const Model model = options.model.load(choice.kind);
   const CacheConfig cache{max_batch, max_batch * BatchBench::blocks_per_sequence(options), kKvBlockSize,
-                          state_dtype_named(options.state_dtype)};
-  std::unique_ptr<Backend> backend = make_backend(options.backend, model, cache, options.cuda_weights);
+                          choice.state_dtype};
+  std::unique_ptr<Backend> backend = make_backend(choice.kind, model, cache, choice.cuda_weights);
   const double load_seconds = seconds_since(load_start);  // random weights: their fill, on the host or the GPU
   BatchBench bench(*backend, options, max_batch, model.config.vocab_size);
 
-  const bool on_gpu = options.backend == "cuda";
+  const bool on_gpu = choice.kind == BackendKind::Cuda;
   fmt::print("model {}{}: {} layers, hidden {}, vocab {}; {:.1f} MB of weights in the checkpoint\n",
              options.model.folder, options.model.random_weights ? " (random weights)" : "",
              model.config.num_hidden_layers, model.config.hidden_size, model.config.vocab_size,
              double(model.weights.bytes_total) / 1e6);
-  const std::string detail =
-      (on_gpu ? fmt::format("{} weights", options.cuda_weights) : fmt::format("{} threads", omp_get_max_threads())) +
-      fmt::format(", {} state", options.state_dtype);
+  const std::string detail = (on_gpu ? fmt::format("{} weights", name(choice.cuda_weights))
+                                     : fmt::format("{} threads", omp_get_max_threads())) +
+                             fmt::format(", {} state", state_dtype_name(choice.state_dtype));
   fmt::print(
       "backend {} ({}): {:.1f} MB of weights held, {:.1f} MB read per decode step at batch 1{}; model and caches "
       "ready in {:.1f} s\n",
-      options.backend, detail, double(backend_weight_bytes(options.backend, model, options.cuda_weights)) / 1e6,
+      name(choice.kind), detail, double(backend_weight_bytes(choice.kind, model, choice.cuda_weights)) / 1e6,
       backend_bytes_read_per_step(model, options, 1) / 1e6,
       has_experts(model) ? " (beyond batch 1, GB/s counts the experts uniform routing is expected to pick)" : "",
       load_seconds);
@@ -254,7 +253,7 @@ void run_bench(const BenchOptions& options) {
   }
   if (!options.plot_path.empty()) {
     const std::string title = fmt::format("jambo bench: {} on {} ({}), {}-token prompts", options.model.folder,
-                                          options.backend, detail, options.num_prompt_tokens);
+                                          name(choice.kind), detail, options.num_prompt_tokens);
     write_output(plot_file, options.plot_path,
                  svg::bar_chart(title, "sequences decoding together", "decode tokens/s in total", decode_bars));
     fmt::print("plot of decode tok/s by batch: {}\n", options.plot_path);
@@ -268,7 +267,7 @@ void add_bench_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("bench", "prefill and decode tokens/s and weight GB/s of N sequences decoding together");
   options->model.add_to(*command, /*allow_random_weights=*/true);
-  add_backend_flags(*command, options->backend, options->cuda_weights, options->state_dtype);
+  add_backend_flags(*command, options->backend);
   command->add_option("--batch", options->batches, "sequences decoding together; a list (1,8,64) runs each in turn")
       ->delimiter(',')
       ->check(CLI::PositiveNumber)

@@ -48,16 +48,14 @@ std::string ids_as_text(std::span<const int32_t> ids) { return fmt::format("{}",
 // An engine that holds exactly this one request: one state slot and the KV blocks of its tokens.
 EngineOptions single_request_engine(const Model& model, const BackendChoice& choice, int64_t num_tokens) {
   EngineOptions options;
-  options.backend = choice.backend;
-  options.cuda_weights = choice.cuda_weights;
-  options.state_dtype = choice.state_dtype;
+  options.backend = choice;
   options.max_num_seqs = 1;
   options.max_model_len = num_tokens;
   const int64_t num_kv_blocks =
       model.config.num_attention_layers() > 0 ? kv_blocks_for(num_tokens, options.kv_block_size) : 0;
-  options.memory_budget = std::to_string(
-      exact_memory_budget(model.config, backend_weight_bytes(options.backend, model, options.cuda_weights), 1,
-                          num_kv_blocks, options.kv_block_size, state_dtype_named(options.state_dtype)));
+  const int64_t weight_bytes = backend_weight_bytes(choice.kind, model, choice.cuda_weights);
+  options.memory_budget = {.bytes = exact_memory_budget(model.config, weight_bytes, /*num_slots=*/1, num_kv_blocks,
+                                                        options.kv_block_size, choice.state_dtype)};
   return options;
 }
 
@@ -100,7 +98,7 @@ void print_logprobs(const SampleOutput& sample) {
 }
 
 void run_generate(GenerateOptions& options) {
-  const Model model = options.model.load(options.backend.backend);
+  const Model model = options.model.load(options.backend.kind);
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
   RequestSpec& request = options.request;
   request.id = "generate";
@@ -150,7 +148,7 @@ void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "continue a prompt (greedy by default)");
   options->model.add_to(*command, /*allow_random_weights=*/true);
-  add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights, options->backend.state_dtype);
+  add_backend_flags(*command, options->backend);
   CLI::Option* prompt = command->add_option("--prompt", options->prompt, "prompt text");
   CLI::Option* prompt_ids = command->add_option("--prompt-ids", options->prompt_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(prompt_ids);

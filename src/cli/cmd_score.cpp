@@ -119,7 +119,7 @@ nlohmann::json score_json(const ScoreInput& input, const ScoredSequence& scored,
 int run_score(const ScoreOptions& options) {
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
   ScoreInputs read = read_score_inputs(options.input_path, tokenizer ? &*tokenizer : nullptr);
-  const Model model = options.model.load(options.backend.backend);
+  const Model model = options.model.load(options.backend.kind);
   skip_outside_vocabulary(read, model.config.vocab_size, options.input_path);
   int64_t max_tokens = 1;
   for (const ScoreInput& input : read.inputs) max_tokens = std::max<int64_t>(max_tokens, int64_t(input.tokens.size()));
@@ -145,8 +145,7 @@ void add_score_command(CLI::App& app) {
   auto options = std::make_shared<ScoreOptions>();
   CLI::App* command = app.add_subcommand("score", "teacher-forced log-probabilities of token sequences");
   options->model.add_to(*command, /*allow_random_weights=*/true);
-  add_backend_flags(*command, options->backend.backend, options->backend.cuda_weights,
-                    options->backend.state_dtype);
+  add_backend_flags(*command, options->backend);
   command
       ->add_option("--input", options->input_path,
                    "JSONL lines {\"id\": ..., \"tokens\": [ids]} or {\"id\": ..., \"text\": \"...\"} (tokenized with "

@@ -40,7 +40,7 @@ void run_serve(const ServeOptions& options) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  const Model model = options.model.load(options.engine.options.backend);
+  const Model model = options.model.load(options.engine.options.backend.kind);
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
   JAMBO_REQUIRE(tokenizer, "model folder '{}' has no tokenizer.json; the server needs one", options.model.folder);
   const std::optional<ChatTemplate> chat_template = load_chat_template(options.model.folder);
@@ -60,7 +60,7 @@ void run_serve(const ServeOptions& options) {
   server::Server server(engine, *tokenizer, chat_template ? &*chat_template : nullptr, max_n, server_options);
   const int port = server.bind();
   fmt::print("jambo: serving {} on http://{}:{} ({} backend, {} state slots, {} KV blocks)\n",
-             server_options.model_name, server_options.host, port, engine_options.backend, max_n,
+             server_options.model_name, server_options.host, port, name(engine_options.backend.kind), max_n,
              engine.counters().kv_blocks_total);
   std::fflush(stdout);
 

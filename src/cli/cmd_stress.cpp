@@ -63,7 +63,7 @@ void apply_tight_budget(StressOptions& options, const Model& model) {
   if (engine.max_model_len < longest_request)
     throw UsageError(fmt::format("--max-model-len {} is shorter than the longest request ({} tokens)",
                                  engine.max_model_len, longest_request));
-  if (engine.memory_budget != "tight") return;
+  if (!options.engine.tight_budget) return;
   // More slots than KV blocks can serve at once: sequences then compete for blocks and get preempted.
   const int64_t num_slots = options.num_budget_slots > 0 ? options.num_budget_slots : 2 * workload.max_samples + 4;
   if (num_slots < workload.max_samples)
@@ -72,13 +72,14 @@ void apply_tight_budget(StressOptions& options, const Model& model) {
   const int64_t num_blocks =
       workload.max_samples * kv_blocks_for(engine.max_model_len, engine.kv_block_size);
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
-  engine.memory_budget = std::to_string(
-      exact_memory_budget(model.config, backend_weight_bytes(engine.backend, model, engine.cuda_weights), num_slots,
-                          num_blocks, engine.kv_block_size, state_dtype_named(engine.state_dtype)));
+  const BackendChoice& backend = engine.backend;
+  engine.memory_budget = {
+      .bytes = exact_memory_budget(model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
+                                   num_slots, num_blocks, engine.kv_block_size, backend.state_dtype)};
 }
 
-std::string describe_backend(const std::string& name, const std::string& cuda_weights) {
-  return name == "cuda" ? fmt::format("cuda ({} weights)", cuda_weights) : name;
+std::string describe_backend(BackendKind kind, CudaWeights cuda_weights) {
+  return kind == BackendKind::Cuda ? fmt::format("cuda ({} weights)", name(cuda_weights)) : std::string(name(kind));
 }
 
 // Where the engine's state pool and its highest used slot lie against 2^32 elements (law 3): a 32-bit
@@ -100,22 +101,25 @@ std::string describe_state_pool(const StressResult& result) {
 
 int run_stress_command(StressOptions& options) {
   // Random weights live only on the GPU when both phases run there; a CPU phase needs them on the host.
-  const std::string& engine_backend = options.engine.options.backend;
-  const Model model = options.model.load(options.reference.backend == engine_backend ? engine_backend : "cpu");
+  const BackendKind engine_backend = options.engine.options.backend.kind;
+  const Model model =
+      options.model.load(options.reference.backend == engine_backend ? engine_backend : BackendKind::Cpu);
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
   apply_tight_budget(options, model);
   EngineOptions engine_options = options.engine.resolve();
   engine_options.faults = parse_injection(options.inject);
   const StressWorkload& workload = options.workload;
   const ReferenceOptions& reference = options.reference;
+  const DType state_dtype = engine_options.backend.state_dtype;
+  const std::string state_note =
+      state_dtype == DType::F32 ? "" : fmt::format(", {} state", state_dtype_name(state_dtype));
 
   fmt::print(stderr,
              "stress: {} requests (prompts 1..{} tokens, n {}..{}, 1..{} new tokens), memory budget {}, "
              "slot policy {}, injection {}; engine on {}, reference on {}\n",
              workload.num_requests, workload.max_prompt_tokens, workload.min_samples, workload.max_samples,
-             workload.max_new_tokens, engine_options.memory_budget, options.engine.slot_policy, options.inject,
-             describe_backend(engine_options.backend, engine_options.cuda_weights) +
-                 (engine_options.state_dtype == "f32" ? "" : fmt::format(", {} state", engine_options.state_dtype)),
+             workload.max_new_tokens, to_string(engine_options.memory_budget), options.engine.slot_policy,
+             options.inject, describe_backend(engine_backend, engine_options.backend.cuda_weights) + state_note,
              describe_backend(reference.backend, reference.cuda_weights));
   const bool interactive = isatty(STDERR_FILENO);
   ProgressLine engine_progress("stress: engine", "requests finished", interactive);
@@ -183,24 +187,24 @@ void add_stress_command(CLI::App& app) {
   engine.max_num_batched_tokens = 24;
   engine.max_num_seqs = 16;
   engine.max_model_len = 0;  // max-prompt-tokens + max-new-tokens
-  engine.memory_budget = "tight";
+  options->engine.tight_budget = true;
   options->engine.slot_policy = "highest";
-  options->engine.add_to(*command);
+  options->engine.add_to(*command, /*allow_tight_budget=*/true);
   command->callback([options, command] {
     if (options->workload.min_samples > options->workload.max_samples)
       throw UsageError(fmt::format("--min-n {} is more than --max-n {}", options->workload.min_samples,
                                    options->workload.max_samples));
     // The reference keeps an fp32 state: against it a bf16 state's rounding moves logprobs by up to ~0.2 (demo
     // model), far past the default threshold, while a stale or wrapped state still moves them by O(1).
-    if (options->engine.options.state_dtype != "f32" && command->count("--threshold") == 0)
+    const BackendChoice& engine_backend = options->engine.options.backend;
+    if (engine_backend.state_dtype != DType::F32 && command->count("--threshold") == 0)
       throw UsageError(
           fmt::format("--state-dtype {} rounds the state at every step, which moves logprobs by up to ~0.2 against "
                       "the fp32 reference, so --threshold {:g} would flag nearly every sample: give --threshold "
                       "(0.5 still flags the injected state-cache bugs) or stress with --state-dtype f32",
-                      options->engine.options.state_dtype, options->threshold));
-    if (command->count("--reference-backend") == 0) options->reference.backend = options->engine.options.backend;
-    if (command->count("--reference-cuda-weights") == 0)
-      options->reference.cuda_weights = options->engine.options.cuda_weights;
+                      state_dtype_name(engine_backend.state_dtype), options->threshold));
+    if (command->count("--reference-backend") == 0) options->reference.backend = engine_backend.kind;
+    if (command->count("--reference-cuda-weights") == 0) options->reference.cuda_weights = engine_backend.cuda_weights;
     if (const int status = run_stress_command(*options); status != 0) throw ExitStatus{status};
   });
 }

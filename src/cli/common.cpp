@@ -6,6 +6,8 @@
 #include "forensics/reference_scorer.h"
 #include "model/safetensors.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <limits>
@@ -41,13 +43,13 @@ void ModelOptions::add_to(CLI::App& command, bool allow_random_weights) {
   command.add_option("--random-seed", random_seed, "seed of random weights")->capture_default_str();
 }
 
-Model ModelOptions::load(const std::string& backend) const {
+Model ModelOptions::load(BackendKind backend) const {
   if (!random_weights) return load_model(folder);
   require_model_folder(folder);
   const DType dtype = random_dtype == "f32" ? DType::F32 : random_dtype == "f16" ? DType::F16 : DType::BF16;
   const JambaConfig config = load_config(std::filesystem::path(folder) / "config.json");
   // The GPU generates random weights itself: no host copy, which a 52B model could not afford.
-  if (backend == "cuda") return describe_random_model(config, dtype, random_seed);
+  if (backend == BackendKind::Cuda) return describe_random_model(config, dtype, random_seed);
   return make_random_model(config, dtype, random_seed);
 }
 
@@ -81,44 +83,70 @@ void write_output(std::ofstream& file, const std::string& path, const std::strin
   JAMBO_REQUIRE(file, "cannot write output file '{}'", path);
 }
 
-void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights, std::string& state_dtype) {
-  command.add_option("--backend", backend, "compute backend")
-      ->check(CLI::IsMember(available_backends()))
-      ->capture_default_str();
-  command
-      .add_option("--cuda-weights", cuda_weights,
-                  "weights on the GPU: f32 (upcast, exact against the CPU), bf16 (as stored, faster) or f16 "
-                  "(converted to IEEE half)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
-      ->capture_default_str();
-  command
-      .add_option("--state-dtype", state_dtype,
-                  "recurrent-state storage (conv tails and SSM states): f32, or bf16 (half the memory, rounded "
-                  "on every store, so chunk boundaries then move logprobs slightly; computed in fp32 either way)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+namespace {
+
+// Binds a flag to a typed value: its text is parsed once, here, and a value `parse` refuses (jambo::Error) is a
+// usage error naming the flag. `choices`, the valid spellings, are shown in the help.
+template <typename T, typename Parse>
+CLI::Option* add_parsed_option(CLI::App& command, const std::string& flag, T& value, Parse parse,
+                               const std::string& help, const std::vector<std::string_view>& choices = {}) {
+  CLI::Option* option = command.add_option_function<std::string>(
+      flag,
+      [&value, parse, flag](const std::string& text) {
+        try {
+          value = parse(text);
+        } catch (const Error& error) {
+          throw CLI::ValidationError(flag, error.what());
+        }
+      },
+      help);
+  if (!choices.empty()) option->type_name(fmt::format("{{{}}}", fmt::join(choices, ",")));
+  return option;
+}
+
+CLI::Option* add_backend_option(CLI::App& command, const std::string& flag, BackendKind& backend,
+                                const std::string& help) {
+  return add_parsed_option(command, flag, backend, parse_backend_kind, help, backend_names());
+}
+
+CLI::Option* add_cuda_weights_option(CLI::App& command, const std::string& flag, CudaWeights& weights,
+                                     const std::string& help) {
+  return add_parsed_option(command, flag, weights, parse_cuda_weights, help, cuda_weights_names());
+}
+
+}  // namespace
+
+void add_backend_flags(CLI::App& command, BackendChoice& choice) {
+  add_backend_option(command, "--backend", choice.kind, "compute backend")->default_str(std::string(name(choice.kind)));
+  add_cuda_weights_option(command, "--cuda-weights", choice.cuda_weights,
+                          "weights on the GPU: f32 (upcast, exact against the CPU), bf16 (as stored, faster) or f16 "
+                          "(converted to IEEE half)")
+      ->default_str(std::string(name(choice.cuda_weights)));
+  add_parsed_option(command, "--state-dtype", choice.state_dtype, parse_state_dtype,
+                    "recurrent-state storage (conv tails and SSM states): f32, or bf16 (half the memory, rounded "
+                    "on every store, so chunk boundaries then move logprobs slightly; computed in fp32 either way)",
+                    state_dtype_names())
+      ->default_str(std::string(state_dtype_name(choice.state_dtype)));
 }
 
 SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens,
                                                    const BackendChoice& choice) {
   CacheConfig cache = single_sequence_cache(max_tokens);
-  cache.state_dtype = state_dtype_named(choice.state_dtype);
-  return {make_backend(choice.backend, model, cache, choice.cuda_weights), cache};
+  cache.state_dtype = choice.state_dtype;
+  return {make_backend(choice.kind, model, cache, choice.cuda_weights), cache};
 }
 
 void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const std::string& prefix,
                          bool defaults_from_engine) {
   const std::string engine_default = defaults_from_engine ? " (default: the engine's)" : "";
-  CLI::Option* backend = command.add_option("--" + prefix + "backend", reference.backend,
+  CLI::Option* backend = add_backend_option(command, "--" + prefix + "backend", reference.backend,
                                             "backend that re-scores the samples" + engine_default);
-  backend->check(CLI::IsMember(available_backends()));
   CLI::Option* weights =
-      command.add_option("--" + prefix + "cuda-weights", reference.cuda_weights,
-                         "its weights on the GPU: f32 (exact against the CPU), bf16 or f16" + engine_default);
-  weights->check(CLI::IsMember({"f32", "bf16", "f16"}));
+      add_cuda_weights_option(command, "--" + prefix + "cuda-weights", reference.cuda_weights,
+                              "its weights on the GPU: f32 (exact against the CPU), bf16 or f16" + engine_default);
   if (!defaults_from_engine) {
-    backend->capture_default_str();
-    weights->capture_default_str();
+    backend->default_str(std::string(name(reference.backend)));
+    weights->default_str(std::string(name(reference.cuda_weights)));
   }
   command
       .add_option("--" + prefix + "step-tokens", reference.max_step_tokens,
@@ -156,18 +184,21 @@ void validate_request_flags(const RequestSpec& request) {
   }
 }
 
-void EngineFlags::add_to(CLI::App& command) {
-  add_backend_flags(command, options.backend, options.cuda_weights, options.state_dtype);
+void EngineFlags::add_to(CLI::App& command, bool allow_tight_budget) {
+  add_backend_flags(command, options.backend);
   command.add_option("--max-num-batched-tokens", options.max_num_batched_tokens, "tokens of all rows of one step")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();
   command.add_option("--max-num-seqs", options.max_num_seqs, "sequences running at once")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
-  command
-      .add_option("--memory-budget", options.memory_budget,
-                  "bytes (8e9, 2GiB) or a fraction of available memory for weights, state slots and KV cache")
-      ->capture_default_str();
+  const auto parse_budget = [this, allow_tight_budget](const std::string& text) {
+    tight_budget = allow_tight_budget && text == "tight";
+    return tight_budget ? options.memory_budget : parse_memory_budget(text);
+  };
+  add_parsed_option(command, "--memory-budget", options.memory_budget, parse_budget,
+                    "bytes (8e9, 2GiB) or a fraction of available memory for weights, state slots and KV cache")
+      ->default_str(tight_budget ? "tight" : to_string(options.memory_budget));
   command.add_option("--kv-block-size", options.kv_block_size, "tokens per KV block")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
       ->capture_default_str();
@@ -184,11 +215,6 @@ void EngineFlags::add_to(CLI::App& command) {
 EngineOptions EngineFlags::resolve() const {
   EngineOptions resolved = options;
   resolved.slot_policy = parse_slot_policy(slot_policy);
-  try {
-    parse_memory_budget(resolved.memory_budget);
-  } catch (const Error& error) {
-    throw UsageError(fmt::format("--memory-budget: {}", error.what()));
-  }
   return resolved;
 }
 

@@ -4,6 +4,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 #include "model/weights.h"
@@ -52,9 +53,9 @@ struct ModelOptions {
   uint64_t random_seed = 0;
 
   void add_to(CLI::App& command, bool allow_random_weights);
-  // `backend` is the one backend that will read the weights: with --random-weights and "cuda" they are
-  // generated on the GPU and never held on the host. Commands that also run the CPU reference path keep "cpu".
-  Model load(const std::string& backend = "cpu") const;
+  // `backend` is the one backend that will read the weights: with --random-weights and CUDA they are
+  // generated on the GPU and never held on the host. Commands that also run the CPU reference path keep the CPU.
+  Model load(BackendKind backend = BackendKind::Cpu) const;
   // The folder's tokenizer, or nullopt when it has no tokenizer.json.
   std::optional<Tokenizer> load_tokenizer() const;
 };
@@ -67,16 +68,9 @@ std::ifstream open_input_file(const std::string& path);
 std::ofstream open_output(const std::string& path);
 void write_output(std::ofstream& file, const std::string& path, const std::string& text);
 
-// --backend (cpu or cuda), --cuda-weights (f32, bf16 or f16) and --state-dtype (f32 or bf16), bound to the
-// command's own fields.
-void add_backend_flags(CLI::App& command, std::string& backend, std::string& cuda_weights, std::string& state_dtype);
-
-// The backend a command runs one sequence at a time on (generate, score).
-struct BackendChoice {
-  std::string backend = "cpu";
-  std::string cuda_weights = "f32";
-  std::string state_dtype = "f32";
-};
+// --backend (cpu or cuda), --cuda-weights (f32, bf16 or f16) and --state-dtype (f32 or bf16), parsed into
+// `choice` as they are read (a bad value is a usage error naming the flag); its values on entry are the defaults.
+void add_backend_flags(CLI::App& command, BackendChoice& choice);
 
 // A backend with one state slot and room for max_tokens tokens of KV cache.
 struct SingleSequenceBackend {
@@ -112,9 +106,12 @@ void validate_request_flags(const RequestSpec& request);
 struct EngineFlags {
   EngineOptions options;
   std::string slot_policy = "lowest";
+  // jambo stress's --memory-budget tight (its default there): sized from the workload once the model is loaded.
+  bool tight_budget = false;
 
-  void add_to(CLI::App& command);
-  EngineOptions resolve() const;  // throws UsageError for a bad value
+  // With allow_tight_budget, --memory-budget also takes "tight".
+  void add_to(CLI::App& command, bool allow_tight_budget = false);
+  EngineOptions resolve() const;  // the options, with the slot policy parsed
 };
 
 }  // namespace jambo::cli

@@ -7,23 +7,47 @@
 
 #include <fmt/ranges.h>
 
+#include <array>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace jambo {
 
-std::vector<std::string> available_backends() {
-#ifdef JAMBO_WITH_CUDA
-  return {"cpu", "cuda"};
-#else
-  return {"cpu"};
-#endif
-}
-
 namespace {
 
-[[noreturn]] void fail_unknown_backend(const std::string& name) {
-  fail("backend '{}' is not in this build (it has: {}){}", name, fmt::join(available_backends(), ", "),
+// Each type's spellings, for name() and parsing alike.
+template <typename T, size_t N>
+using Names = std::array<std::pair<std::string_view, T>, N>;
+
+constexpr Names<BackendKind, 2> kBackendNames{{{"cpu", BackendKind::Cpu}, {"cuda", BackendKind::Cuda}}};
+constexpr Names<CudaWeights, 3> kCudaWeightNames{
+    {{"f32", CudaWeights::F32}, {"bf16", CudaWeights::Bf16}, {"f16", CudaWeights::F16}}};
+constexpr Names<DType, 2> kStateDTypeNames{{{"f32", DType::F32}, {"bf16", DType::BF16}}};
+
+template <typename T, size_t N>
+std::string_view name_of(const Names<T, N>& names, T value) {
+  for (const auto& [name, named] : names)
+    if (named == value) return name;
+  return "?";
+}
+
+template <typename T, size_t N>
+std::vector<std::string_view> all_names(const Names<T, N>& names) {
+  std::vector<std::string_view> spellings;
+  for (const auto& entry : names) spellings.push_back(entry.first);
+  return spellings;
+}
+
+template <typename T, size_t N>
+T parse_named(const Names<T, N>& names, std::string_view what, const std::string& text) {
+  for (const auto& [name, named] : names)
+    if (name == text) return named;
+  fail("{} '{}' is not one of {}", what, text, fmt::join(all_names(names), ", "));
+}
+
+[[noreturn]] void fail_unknown_backend(std::string_view name) {
+  fail("backend '{}' is not in this build (it has: {}){}", name, fmt::join(backend_names(), ", "),
        name == "cuda" ? "; build with nvcc present to get the CUDA backend" : "");
 }
 
@@ -42,39 +66,70 @@ int64_t host_available_memory_bytes() {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache,
-                                      [[maybe_unused]] const std::string& cuda_weights) {
-  if (name == "cpu") {
+std::string_view name(BackendKind kind) { return name_of(kBackendNames, kind); }
+std::string_view name(CudaWeights weights) { return name_of(kCudaWeightNames, weights); }
+std::string_view state_dtype_name(DType dtype) { return name_of(kStateDTypeNames, dtype); }
+
+std::vector<BackendKind> available_backends() {
+#ifdef JAMBO_WITH_CUDA
+  return {BackendKind::Cpu, BackendKind::Cuda};
+#else
+  return {BackendKind::Cpu};
+#endif
+}
+
+std::vector<std::string_view> backend_names() {
+  std::vector<std::string_view> names;
+  for (const BackendKind kind : available_backends()) names.push_back(name(kind));
+  return names;
+}
+
+std::vector<std::string_view> cuda_weights_names() { return all_names(kCudaWeightNames); }
+std::vector<std::string_view> state_dtype_names() { return all_names(kStateDTypeNames); }
+
+BackendKind parse_backend_kind(const std::string& text) {
+  for (const BackendKind kind : available_backends())
+    if (name(kind) == text) return kind;
+  fail_unknown_backend(text);
+}
+
+CudaWeights parse_cuda_weights(const std::string& text) {
+  return parse_named(kCudaWeightNames, "CUDA weight mode", text);
+}
+
+DType parse_state_dtype(const std::string& text) { return parse_named(kStateDTypeNames, "state dtype", text); }
+
+// make_cuda_backend and cuda_weight_bytes keep their weight-mode strings (the CUDA library and its tests use them):
+// the typed mode becomes its name here, and only here.
+std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, const CacheConfig& cache,
+                                      [[maybe_unused]] CudaWeights cuda_weights) {
+  if (kind == BackendKind::Cpu) {
     require_host_data(model, "the CPU backend");
     return make_cpu_backend(model, cache);
   }
 #ifdef JAMBO_WITH_CUDA
-  if (name == "cuda") return make_cuda_backend(model, cache, cuda_weights);
+  return make_cuda_backend(model, cache, std::string(name(cuda_weights)));
+#else
+  fail_unknown_backend(name(kind));
 #endif
-  fail_unknown_backend(name);
 }
 
-int64_t backend_weight_bytes(const std::string& name, const Model& model,
-                             [[maybe_unused]] const std::string& cuda_weights) {
-  if (name == "cpu") return model.weights.bytes_total;
+int64_t backend_weight_bytes(BackendKind kind, const Model& model, [[maybe_unused]] CudaWeights cuda_weights) {
+  if (kind == BackendKind::Cpu) return model.weights.bytes_total;
 #ifdef JAMBO_WITH_CUDA
-  if (name == "cuda") return cuda_weight_bytes(model, cuda_weights);
+  return cuda_weight_bytes(model, std::string(name(cuda_weights)));
+#else
+  fail_unknown_backend(name(kind));
 #endif
-  fail_unknown_backend(name);
 }
 
-DType state_dtype_named(const std::string& name) {
-  if (name == "f32") return DType::F32;
-  if (name == "bf16") return DType::BF16;
-  fail("state dtype '{}' is not one of f32, bf16", name);
-}
-
-int64_t available_memory_bytes(const std::string& backend_name) {
-  if (backend_name == "cpu") return host_available_memory_bytes();
+int64_t available_memory_bytes(BackendKind kind) {
+  if (kind == BackendKind::Cpu) return host_available_memory_bytes();
 #ifdef JAMBO_WITH_CUDA
-  if (backend_name == "cuda") return cuda_available_memory_bytes();
+  return cuda_available_memory_bytes();
+#else
+  fail_unknown_backend(name(kind));
 #endif
-  fail_unknown_backend(backend_name);
 }
 
 }  // namespace jambo

@@ -1,32 +1,58 @@
-// Picks a backend by name ("cpu", or "cuda" when this build has CUDA), so that every command and the
-// server can run on either with one flag.
+// Where the model runs, as typed values parsed once where they enter (the CLI's flags), and the backend built
+// from them, so that every command and the server can run on either backend with one flag.
 #pragma once
 
 #include "backend/backend.h"
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace jambo {
 
-// The backends this build has, "cpu" first.
-std::vector<std::string> available_backends();
+enum class BackendKind { Cpu, Cuda };
 
-// Throws jambo::Error naming the backend when it is unknown or not in this build. cuda_weights is the CUDA
-// backend's weight mode ("f32", "bf16" or "f16"); the CPU backend ignores it.
-std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, const CacheConfig& cache,
-                                      const std::string& cuda_weights = "f32");
+// The CUDA backend's weights: F32 (upcast at load, within 1e-4 of the CPU), Bf16 (GEMM weights as stored) or F16
+// (GEMM weights converted to IEEE half). Not a DType: Bf16 keeps an fp32 checkpoint's matrices in fp32.
+enum class CudaWeights { F32, Bf16, F16 };
+
+// Where and how one model runs: the backend, the CUDA backend's weight mode (the CPU backend ignores it) and the
+// recurrent state's storage (F32, or BF16 at half the memory; CacheConfig::state_dtype).
+struct BackendChoice {
+  BackendKind kind = BackendKind::Cpu;
+  CudaWeights cuda_weights = CudaWeights::F32;
+  DType state_dtype = DType::F32;
+};
+
+// The flags' spellings: "cpu", "cuda"; "f32", "bf16", "f16"; "f32", "bf16".
+std::string_view name(BackendKind kind);
+std::string_view name(CudaWeights weights);
+std::string_view state_dtype_name(DType dtype);
+
+// The backends this build has, Cpu first.
+std::vector<BackendKind> available_backends();
+
+// The valid spellings, for help texts: of this build's backends, of the weight modes, of the state dtypes.
+std::vector<std::string_view> backend_names();
+std::vector<std::string_view> cuda_weights_names();
+std::vector<std::string_view> state_dtype_names();
+
+// Each throws jambo::Error naming the value and listing the valid ones; a backend not in this build is refused.
+BackendKind parse_backend_kind(const std::string& text);
+CudaWeights parse_cuda_weights(const std::string& text);
+DType parse_state_dtype(const std::string& text);
+
+// Throws jambo::Error naming the backend when it is not in this build. The CPU backend ignores cuda_weights.
+std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, const CacheConfig& cache,
+                                      CudaWeights cuda_weights = CudaWeights::F32);
 
 // The bytes of weights that backend holds for the model (what a memory plan takes before the caches): the
 // checkpoint's bytes on the CPU, which reads the mmap; on the GPU what the weight mode uploads.
-int64_t backend_weight_bytes(const std::string& name, const Model& model, const std::string& cuda_weights = "f32");
-
-// The recurrent state's storage type by its flag name: "f32" or "bf16". Throws jambo::Error naming the value.
-DType state_dtype_named(const std::string& name);
+int64_t backend_weight_bytes(BackendKind kind, const Model& model, CudaWeights cuda_weights = CudaWeights::F32);
 
 // The memory a backend's caches can take now, for budgets given as a fraction: MemAvailable of
-// /proc/meminfo for "cpu", the GPU's free memory for "cuda". Throws jambo::Error like make_backend.
-int64_t available_memory_bytes(const std::string& backend_name);
+// /proc/meminfo for the CPU, the GPU's free memory for CUDA. Throws jambo::Error like make_backend.
+int64_t available_memory_bytes(BackendKind kind);
 
 }  // namespace jambo

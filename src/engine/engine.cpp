@@ -28,9 +28,10 @@ void validate_options(const EngineOptions& options) {
 
 CachePlan plan_engine_cache(const Model& model, const EngineOptions& options) {
   validate_options(options);
-  return plan_cache(model.config, backend_weight_bytes(options.backend, model, options.cuda_weights),
-                    parse_memory_budget(options.memory_budget, options.backend), options.max_num_seqs,
-                    options.kv_block_size, options.max_model_len, state_dtype_named(options.state_dtype));
+  const BackendChoice& backend = options.backend;
+  return plan_cache(model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
+                    options.memory_budget.resolve(backend.kind), options.max_num_seqs, options.kv_block_size,
+                    options.max_model_len, backend.state_dtype);
 }
 
 }  // namespace
@@ -76,7 +77,7 @@ Engine::Impl::Impl(const Model& model, const Tokenizer* tokenizer, const EngineO
     : tokenizer(tokenizer),
       options(options),
       cache_plan(plan_engine_cache(model, options)),
-      backend(make_backend(options.backend, model, cache_plan.cache, options.cuda_weights)),
+      backend(make_backend(options.backend.kind, model, cache_plan.cache, options.backend.cuda_weights)),
       slots(cache_plan.cache.num_state_slots, options.slot_policy, options.slot_seed),
       kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
       runner(*backend, slots, options.kv_block_size, options.checked),

@@ -5,6 +5,8 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "engine/backend_factory.h"
+#include "engine/memory_budget.h"
 #include "engine/request_spec.h"
 #include "engine/slot_pool.h"
 #include "tokenizer/tokenizer.h"
@@ -26,14 +28,12 @@ struct EngineFaults {
 };
 
 struct EngineOptions {
-  std::string backend = "cpu";           // make_backend: "cpu" or "cuda"
-  std::string cuda_weights = "f32";      // CUDA weights: "f32" (1e-4 of the CPU, as stress expects), "bf16", "f16"
-  std::string state_dtype = "f32";       // recurrent-state storage: "f32" or "bf16" (state_dtype_named)
+  BackendChoice backend;                 // CUDA weights F32 by default: within 1e-4 of the CPU, as stress expects
   int64_t max_num_batched_tokens = 512;  // tokens of all rows of one step
   int64_t max_num_seqs = 64;             // sequences (samples) running at once
   int64_t kv_block_size = 16;
-  std::string memory_budget = "0.25";  // bytes, or a fraction of available memory (parse_memory_budget)
-  int64_t max_model_len = 4096;        // prompt + generated tokens of one sequence
+  MemoryBudget memory_budget{.fraction = 0.25};  // resolved on the backend when the engine starts
+  int64_t max_model_len = 4096;                  // prompt + generated tokens of one sequence
   SlotPolicy slot_policy = SlotPolicy::Lowest;
   uint64_t slot_seed = 0;  // for SlotPolicy::Random
   bool checked = false;    // law 2: verify owner and generation of every row; poison freed slots

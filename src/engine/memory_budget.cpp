@@ -47,20 +47,28 @@ int64_t kv_bytes_per_block(const JambaConfig& config, int64_t kv_block_size) {
 
 int64_t state_elements_per_slot(const JambaConfig& config) { return StateSlotLayout(config).slot_stride; }
 
-int64_t parse_memory_budget(const std::string& text, const std::string& backend_name) {
+MemoryBudget parse_memory_budget(const std::string& text) {
   double value = 0;
   const char* end = text.data() + text.size();
   const auto [suffix_begin, error] = std::from_chars(text.data(), end, value);
   JAMBO_REQUIRE(error == std::errc() && std::isfinite(value) && value > 0, "memory budget '{}' is not valid: {}", text,
                 kBudgetForms);
   const std::string_view suffix(suffix_begin, end - suffix_begin);
-  if (suffix.empty() && value <= 1) return int64_t(value * double(available_memory_bytes(backend_name)));
+  if (suffix.empty() && value <= 1) return {.fraction = value};
 
   const double bytes = value * double(bytes_per_unit(suffix, text));
   JAMBO_REQUIRE(bytes < 0x1p63, "memory budget '{}' is too large", text);
   JAMBO_REQUIRE(!suffix.empty() || bytes == std::floor(bytes), "memory budget '{}' is not valid: {}", text,
                 kBudgetForms);
-  return int64_t(bytes);
+  return {.bytes = int64_t(bytes)};
+}
+
+int64_t MemoryBudget::resolve(BackendKind backend) const {
+  return bytes > 0 ? bytes : int64_t(fraction * double(available_memory_bytes(backend)));
+}
+
+std::string to_string(const MemoryBudget& budget) {
+  return budget.bytes > 0 ? std::to_string(budget.bytes) : fmt::format("{:g}", budget.fraction);
 }
 
 int64_t exact_memory_budget(const JambaConfig& config, int64_t weight_bytes, int64_t num_slots, int64_t num_kv_blocks,

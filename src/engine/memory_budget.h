@@ -2,6 +2,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "engine/backend_factory.h"
 #include "model/config.h"
 
 #include <cstdint>
@@ -9,10 +10,22 @@
 
 namespace jambo {
 
-// "8e9", "8000000000" or "2GiB"/"512MiB" are bytes; a number in (0, 1] is a fraction of the memory
-// available now to the backend (available_memory_bytes: MemAvailable for "cpu", free GPU memory for
-// "cuda"). Throws jambo::Error naming the value when it is neither.
-int64_t parse_memory_budget(const std::string& text, const std::string& backend_name = "cpu");
+// A memory budget as given: bytes, or a fraction of the memory available to the backend when the engine starts.
+struct MemoryBudget {
+  int64_t bytes = 0;    // when > 0: this many bytes
+  double fraction = 0;  // else: this fraction, in (0, 1], of available_memory_bytes
+
+  // The budget in bytes on that backend, reading the memory it has available now for a fraction.
+  int64_t resolve(BackendKind backend) const;
+  bool operator==(const MemoryBudget&) const = default;
+};
+
+// "8e9", "8000000000" or "2GiB"/"512MiB" are bytes; a number in (0, 1] is a fraction of the memory available to
+// the backend (resolved when the engine starts). Throws jambo::Error naming the value when it is neither.
+MemoryBudget parse_memory_budget(const std::string& text);
+
+// The budget as --memory-budget spells it: its bytes, or its fraction.
+std::string to_string(const MemoryBudget& budget);
 
 // Elements of one state slot: conv tail [Di, K-1] and SSM state [Di, N] of every Mamba layer.
 int64_t state_elements_per_slot(const JambaConfig& config);

@@ -6,6 +6,7 @@
 // re-scoring 10^5 samples on a GPU a matter of minutes.
 #pragma once
 
+#include "engine/backend_factory.h"
 #include "model/weights.h"
 
 #include <cstdint>
@@ -17,10 +18,10 @@
 namespace jambo {
 
 struct ReferenceOptions {
-  std::string backend = "cpu";       // make_backend's name: "cpu" or "cuda"
-  std::string cuda_weights = "f32";  // the CUDA backend's weight mode: "f32", "bf16" or "f16"
-  int64_t max_step_tokens = 8192;    // tokens of one step; a longer sequence gets a step alone
-  int64_t max_step_rows = 256;       // sequences of one step, i.e. the state slots the backend holds
+  BackendKind backend = BackendKind::Cpu;       // no state dtype: the reference keeps an fp32 state
+  CudaWeights cuda_weights = CudaWeights::F32;  // within 1e-4 of the CPU
+  int64_t max_step_tokens = 8192;               // tokens of one step; a longer sequence gets a step alone
+  int64_t max_step_rows = 256;                  // sequences of one step, i.e. the state slots the backend holds
 };
 
 // A step of the reference: sequences [first, first + count) of the input, each with a row of its own

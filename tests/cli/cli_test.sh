@@ -124,6 +124,12 @@ if jq -e -s 'length == 2 and (.[0].logprobs[3] | type) == "number"' "$work/score
   pass "score with a bf16 state"; else fail "score --state-dtype bf16: $(cat "$work/scores_bf16.jsonl")"; fi
 expect_exit 2 "score unknown state dtype" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --state-dtype f16
 expect_stderr "unknown state dtype named" "--state-dtype"
+expect_exit 2 "score unknown CUDA weight mode" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --cuda-weights fp8
+expect_stderr "unknown CUDA weight mode named" "--cuda-weights: CUDA weight mode 'fp8'"
+for budget in lots 0 -1 1.5 2XB tight; do  # tight is stress's alone
+  expect_exit 2 "batch memory budget $budget" "$jambo" batch --model "$demo" --input "$work/in.jsonl" --memory-budget "$budget"
+  expect_stderr "bad memory budget $budget named" "--memory-budget: memory budget '$budget'"
+done
 # a malformed line is reported with its number and skipped, the others are scored, and the run exits 4
 expect_exit 4 "score malformed line" "$jambo" score --model "$fixture" --input "$work/bad.jsonl"
 expect_stderr_line "malformed line named" "bad.jsonl:2: malformed JSON"

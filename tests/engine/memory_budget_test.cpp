@@ -22,30 +22,45 @@ int64_t mem_available_bytes() {
   return 0;
 }
 
+MemoryBudget bytes(int64_t count) { return {.bytes = count}; }
+MemoryBudget fraction(double share) { return {.fraction = share}; }
+
 TEST(ParseMemoryBudget, BytesAndUnits) {
-  EXPECT_EQ(parse_memory_budget("8000000000"), 8000000000);
-  EXPECT_EQ(parse_memory_budget("8e9"), 8000000000);
-  EXPECT_EQ(parse_memory_budget("2"), 2);
-  EXPECT_EQ(parse_memory_budget("4KiB"), 4096);
-  EXPECT_EQ(parse_memory_budget("512MiB"), 512 * 1048576);
-  EXPECT_EQ(parse_memory_budget("2GiB"), 2147483648);
-  EXPECT_EQ(parse_memory_budget("1.5GiB"), 1610612736);
-  EXPECT_EQ(parse_memory_budget("0.5KiB"), 512);
-  EXPECT_EQ(parse_memory_budget("1TiB"), int64_t(1) << 40);
+  EXPECT_EQ(parse_memory_budget("8000000000"), bytes(8000000000));
+  EXPECT_EQ(parse_memory_budget("8e9"), bytes(8000000000));
+  EXPECT_EQ(parse_memory_budget("2"), bytes(2));
+  EXPECT_EQ(parse_memory_budget("4KiB"), bytes(4096));
+  EXPECT_EQ(parse_memory_budget("512MiB"), bytes(512 * 1048576));
+  EXPECT_EQ(parse_memory_budget("2GiB"), bytes(2147483648));
+  EXPECT_EQ(parse_memory_budget("1.5GiB"), bytes(1610612736));
+  EXPECT_EQ(parse_memory_budget("0.5KiB"), bytes(512));
+  EXPECT_EQ(parse_memory_budget("1TiB"), bytes(int64_t(1) << 40));
+}
+
+// Parsing reads no memory: a fraction stays a fraction until the engine resolves it on its backend.
+TEST(ParseMemoryBudget, NumbersUpToOneAreFractions) {
+  EXPECT_EQ(parse_memory_budget("1"), fraction(1));
+  EXPECT_EQ(parse_memory_budget("0.25"), fraction(0.25));
+  EXPECT_EQ(parse_memory_budget("1e-1"), fraction(0.1));
+}
+
+TEST(ParseMemoryBudget, PrintsAsTheFlagSpellsIt) {
+  for (const std::string text : {"8000000000", "2", "0.25", "1"}) EXPECT_EQ(to_string(parse_memory_budget(text)), text);
+  EXPECT_EQ(to_string(parse_memory_budget("2GiB")), "2147483648");
 }
 
 // MemAvailable moves a little between two reads, hence the tolerance.
-TEST(ParseMemoryBudget, FractionsOfAvailableMemory) {
+TEST(ResolveMemoryBudget, FractionsOfAvailableMemory) {
   const double available = double(mem_available_bytes());
   ASSERT_GT(available, 0);
-  EXPECT_NEAR(double(parse_memory_budget("1")), available, 0.05 * available);
-  EXPECT_NEAR(double(parse_memory_budget("0.25")), 0.25 * available, 0.05 * available);
-  EXPECT_NEAR(double(parse_memory_budget("1e-1")), 0.1 * available, 0.05 * available);
+  EXPECT_NEAR(double(fraction(1).resolve(BackendKind::Cpu)), available, 0.05 * available);
+  EXPECT_NEAR(double(fraction(0.25).resolve(BackendKind::Cpu)), 0.25 * available, 0.05 * available);
+  EXPECT_EQ(bytes(8000000000).resolve(BackendKind::Cpu), 8000000000);
 }
 
 TEST(ParseMemoryBudget, RejectsAnythingElseNamingTheValue) {
-  for (const std::string text : {"", "abc", "-1", "0", "0.0", "1.5", "nan", "inf", "8e9x", "2GB", "2 GiB", " 8e9",
-                                 "0GiB", "-2GiB", "1e30", "1e19", "GiB", "8e9 "}) {
+  for (const std::string text : {"",    "abc",   "lots", "-1",   "0",     "0.0",  "1.5",  "nan", "inf",  "8e9x", "2GB",
+                                 "2XB", "2 GiB", " 8e9", "0GiB", "-2GiB", "1e30", "1e19", "GiB", "8e9 ", "tight"}) {
     try {
       parse_memory_budget(text);
       ADD_FAILURE() << "memory budget '" << text << "' was accepted";

@@ -77,9 +77,9 @@ TEST_F(ReferenceScorerTest, StepsKeepInputOrderUnderBothLimitsAndALongSequenceRu
 
 TEST_F(ReferenceScorerTest, NothingToScoreNeedsNoBackend) {
   const Sequences nothing = {{}, {7}};
-  ReferenceOptions options;
-  options.backend = "no-such-backend";  // never created
-  const std::vector<std::vector<double>> scored = score_sequences(model_, nothing, options);
+  // The CPU backend refuses a model whose weights are not on the host: it must never be created.
+  const Model described = describe_random_model(model_.config, DType::BF16, 1);
+  const std::vector<std::vector<double>> scored = score_sequences(described, nothing, ReferenceOptions{});
   ASSERT_EQ(scored.size(), 2u);
   EXPECT_TRUE(scored[0].empty());
   EXPECT_TRUE(scored[1].empty());

@@ -44,15 +44,15 @@ inline Model load_fixture_model(const std::string& name = "moe-top2-gqa2-fp32") 
 // state slots and num_kv_blocks KV blocks.
 inline EngineOptions exact_engine_options(const Model& model, int64_t max_num_seqs, int64_t num_kv_blocks,
                                           int64_t kv_block_size, int64_t max_model_len,
-                                          const std::string& backend = "cpu") {
+                                          BackendKind backend = BackendKind::Cpu) {
   EngineOptions options;
-  options.backend = backend;
+  options.backend.kind = backend;
   options.max_num_seqs = max_num_seqs;
   options.kv_block_size = kv_block_size;
   options.max_model_len = max_model_len;
   options.checked = true;
-  options.memory_budget = std::to_string(exact_memory_budget(model.config, backend_weight_bytes(backend, model),
-                                                             max_num_seqs, num_kv_blocks, kv_block_size, DType::F32));
+  options.memory_budget = {.bytes = exact_memory_budget(model.config, backend_weight_bytes(backend, model),
+                                                        max_num_seqs, num_kv_blocks, kv_block_size, DType::F32)};
   return options;
 }
 

@@ -21,7 +21,7 @@ inline std::vector<std::vector<int32_t>> mixed_reference_sequences(int64_t vocab
 // for one largest request, an 8-token step budget (one-token admissions, preemption) and slot policy highest;
 // engine and reference on one backend.
 inline StressResult run_small_stress(const Model& model, const EngineFaults& faults,
-                                     const std::string& backend = "cpu") {
+                                     BackendKind backend = BackendKind::Cpu) {
   StressWorkload workload;
   workload.num_requests = 40;
   workload.max_prompt_tokens = 40;

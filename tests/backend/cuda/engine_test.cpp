@@ -11,7 +11,7 @@ namespace {
 
 class CudaEngineTest : public GpuTest {};
 
-Outputs run_engine(const Model& model, const std::vector<RequestSpec>& specs, const std::string& backend) {
+Outputs run_engine(const Model& model, const std::vector<RequestSpec>& specs, BackendKind backend) {
   EngineOptions options = exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/16 * 8,
                                                /*kv_block_size=*/8, /*max_model_len=*/64, backend);
   options.max_num_batched_tokens = 24;
@@ -26,8 +26,8 @@ TEST_F(CudaEngineTest, GreedyRequestsMatchTheCpuEngine) {
     specs[i].sampling.temperature = 0.0;  // greedy: the ids must agree
     specs[i].n = i % 5 == 2 ? 2 : 1;
   }
-  const Outputs expected = run_engine(model, specs, "cpu");
-  const Outputs actual = run_engine(model, specs, "cuda");
+  const Outputs expected = run_engine(model, specs, BackendKind::Cpu);
+  const Outputs actual = run_engine(model, specs, BackendKind::Cuda);
   ASSERT_EQ(expected.size(), actual.size());
   double worst = 0.0;
   for (const auto& [key, want] : expected) {
@@ -60,8 +60,8 @@ TEST_F(CudaEngineTest, SeededSamplingChoosesTheCpuEnginesTokens) {
     specs[i].sampling.min_p = i % 5 == 3 ? 0.05 : 0.0;
     specs[i].n = i % 5 == 2 ? 2 : 1;
   }
-  const Outputs expected = run_engine(model, specs, "cpu");
-  const Outputs actual = run_engine(model, specs, "cuda");
+  const Outputs expected = run_engine(model, specs, BackendKind::Cpu);
+  const Outputs actual = run_engine(model, specs, BackendKind::Cuda);
   ASSERT_EQ(expected.size(), actual.size());
   size_t num_identical = 0;
   double worst = 0.0;

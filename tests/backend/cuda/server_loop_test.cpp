@@ -11,7 +11,7 @@ namespace {
 
 class CudaServerLoopTest : public GpuTest {};
 
-EngineOptions loop_options(const Model& model, const std::string& backend) {
+EngineOptions loop_options(const Model& model, BackendKind backend) {
   EngineOptions options = exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/128,
                                                /*kv_block_size=*/16, /*max_model_len=*/128, backend);
   options.max_num_batched_tokens = 32;
@@ -20,7 +20,7 @@ EngineOptions loop_options(const Model& model, const std::string& backend) {
 
 // Each request's greedy ids and logprobs, through an EngineLoop fed by four threads.
 std::map<std::string, SampleOutput> serve(const Model& model, const std::vector<RequestSpec>& specs,
-                                          const std::string& backend) {
+                                          BackendKind backend) {
   Engine engine(model, nullptr, loop_options(model, backend));
   server::EngineLoop loop(engine, 64);
   std::vector<std::map<std::string, SampleOutput>> per_thread(4);
@@ -50,8 +50,8 @@ TEST_F(CudaServerLoopTest, ConcurrentRequestsMatchTheCpuBackend) {
   const Model model = load_fixture_model();
   std::vector<RequestSpec> specs = random_workload(model, 32, /*seed=*/11, 40, /*allow_n=*/false);
   for (RequestSpec& spec : specs) spec.sampling.temperature = 0.0;
-  const auto expected = serve(model, specs, "cpu");
-  const auto actual = serve(model, specs, "cuda");
+  const auto expected = serve(model, specs, BackendKind::Cpu);
+  const auto actual = serve(model, specs, BackendKind::Cuda);
   ASSERT_EQ(expected.size(), actual.size());
   double worst = 0.0;
   for (const auto& [id, want] : expected) {

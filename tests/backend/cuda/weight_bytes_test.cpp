@@ -12,8 +12,8 @@ namespace {
 TEST(CudaWeightBytes, F32ModeDoublesA16BitCheckpoint) {
   const Model model = make_random_model(small_config(), DType::BF16, 3);
   EXPECT_EQ(cuda_weight_bytes(model, "f32"), 2 * model.weights.bytes_total);
-  EXPECT_EQ(backend_weight_bytes("cuda", model, "f32"), 2 * model.weights.bytes_total);
-  EXPECT_EQ(backend_weight_bytes("cpu", model, "f32"), model.weights.bytes_total);
+  EXPECT_EQ(backend_weight_bytes(BackendKind::Cuda, model, CudaWeights::F32), 2 * model.weights.bytes_total);
+  EXPECT_EQ(backend_weight_bytes(BackendKind::Cpu, model, CudaWeights::F32), model.weights.bytes_total);
 }
 
 TEST(CudaWeightBytes, Bf16ModeKeepsMatricesAsStored) {
