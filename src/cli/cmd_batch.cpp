@@ -110,7 +110,7 @@ BatchInput read_batch_input(const BatchOptions& options, const Tokenizer* tokeni
 
 // Returns the exit status (skipped_lines_exit_code).
 int run_batch(BatchOptions& options) {
-  const EngineOptions engine_options = options.engine.resolve();
+  const EngineOptions& engine_options = options.engine.options;
   const Model model = options.model.load(engine_options.backend.kind);
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
   const SamplesWritten written = read_samples_written(options.output_path);

@@ -44,7 +44,7 @@ void run_serve(const ServeOptions& options) {
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
   JAMBO_REQUIRE(tokenizer, "model folder '{}' has no tokenizer.json; the server needs one", options.model.folder);
   const std::optional<ChatTemplate> chat_template = load_chat_template(options.model.folder);
-  const EngineOptions engine_options = options.engine.resolve();
+  const EngineOptions& engine_options = options.engine.options;
   Engine engine(model, &*tokenizer, engine_options);
 
   server::ServerOptions server_options = options.server;

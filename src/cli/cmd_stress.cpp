@@ -106,7 +106,7 @@ int run_stress_command(StressOptions& options) {
       options.model.load(options.reference.backend == engine_backend ? engine_backend : BackendKind::Cpu);
   const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
   apply_tight_budget(options, model);
-  EngineOptions engine_options = options.engine.resolve();
+  EngineOptions engine_options = options.engine.options;
   engine_options.faults = parse_injection(options.inject);
   const StressWorkload& workload = options.workload;
   const ReferenceOptions& reference = options.reference;
@@ -118,7 +118,7 @@ int run_stress_command(StressOptions& options) {
              "stress: {} requests (prompts 1..{} tokens, n {}..{}, 1..{} new tokens), memory budget {}, "
              "slot policy {}, injection {}; engine on {}, reference on {}\n",
              workload.num_requests, workload.max_prompt_tokens, workload.min_samples, workload.max_samples,
-             workload.max_new_tokens, to_string(engine_options.memory_budget), options.engine.slot_policy,
+             workload.max_new_tokens, to_string(engine_options.memory_budget), name(engine_options.slot_policy),
              options.inject, describe_backend(engine_backend, engine_options.backend.cuda_weights) + state_note,
              describe_backend(reference.backend, reference.cuda_weights));
   const bool interactive = isatty(STDERR_FILENO);
@@ -188,7 +188,7 @@ void add_stress_command(CLI::App& app) {
   engine.max_num_seqs = 16;
   engine.max_model_len = 0;  // max-prompt-tokens + max-new-tokens
   options->engine.tight_budget = true;
-  options->engine.slot_policy = "highest";
+  engine.slot_policy = SlotPolicy::Highest;
   options->engine.add_to(*command, /*allow_tight_budget=*/true);
   command->callback([options, command] {
     if (options->workload.min_samples > options->workload.max_samples)

@@ -205,17 +205,12 @@ void EngineFlags::add_to(CLI::App& command, bool allow_tight_budget) {
   command.add_option("--max-model-len", options.max_model_len, "prompt plus generated tokens of one sequence")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();
-  command.add_option("--slot-policy", slot_policy, "which free state slot a request gets")
-      ->check(CLI::IsMember({"lowest", "highest", "random"}))
-      ->capture_default_str();
+  add_parsed_option(command, "--slot-policy", options.slot_policy, parse_slot_policy,
+                    "which free state slot a request gets", {"lowest", "highest", "random"})
+      ->default_str(name(options.slot_policy));
   command.add_flag("--check", options.checked, "verify slot owner and generation of every row; poison freed slots");
   command.add_option("--trace", options.trace_path, "write a JSONL trace of every step and lifecycle event");
 }
 
-EngineOptions EngineFlags::resolve() const {
-  EngineOptions resolved = options;
-  resolved.slot_policy = parse_slot_policy(slot_policy);
-  return resolved;
-}
 
 }  // namespace jambo::cli

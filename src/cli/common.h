@@ -102,16 +102,15 @@ void add_request_flags(CLI::App& command, RequestSpec& request);
 // the flag. The prompt, the vocabulary and the context are checked when the request is added to the engine.
 void validate_request_flags(const RequestSpec& request);
 
-// The engine's flags (--max-num-batched-tokens, --memory-budget, --slot-policy, --check, ...).
+// The engine's flags (--max-num-batched-tokens, --memory-budget, --slot-policy, --check, ...), parsed into typed
+// EngineOptions.
 struct EngineFlags {
   EngineOptions options;
-  std::string slot_policy = "lowest";
   // jambo stress's --memory-budget tight (its default there): sized from the workload once the model is loaded.
   bool tight_budget = false;
 
   // With allow_tight_budget, --memory-budget also takes "tight".
   void add_to(CLI::App& command, bool allow_tight_budget = false);
-  EngineOptions resolve() const;  // the options, with the slot policy parsed
 };
 
 }  // namespace jambo::cli

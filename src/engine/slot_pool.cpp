@@ -13,6 +13,18 @@ SlotPolicy parse_slot_policy(const std::string& name) {
   fail("slot policy '{}' is not one of lowest, highest, random", name);
 }
 
+const char* name(SlotPolicy policy) {
+  switch (policy) {
+    case SlotPolicy::Lowest:
+      return "lowest";
+    case SlotPolicy::Highest:
+      return "highest";
+    case SlotPolicy::Random:
+      return "random";
+  }
+  fail_internal("internal error: unknown slot policy {}", int(policy));
+}
+
 namespace {
 
 // The "less" of the free-slot heap: the std heap functions keep the greatest element on top, so

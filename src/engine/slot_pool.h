@@ -14,6 +14,7 @@ enum class SlotPolicy { Lowest, Highest, Random };
 
 // Parses "lowest", "highest" or "random"; throws jambo::Error naming the value otherwise.
 SlotPolicy parse_slot_policy(const std::string& name);
+const char* name(SlotPolicy policy);  // "lowest", "highest" or "random"
 
 struct SlotLease {
   int64_t slot = -1;

@@ -126,6 +126,9 @@ expect_exit 2 "score unknown state dtype" "$jambo" score --model "$fixture" --in
 expect_stderr "unknown state dtype named" "--state-dtype"
 expect_exit 2 "score unknown CUDA weight mode" "$jambo" score --model "$fixture" --input "$work/in.jsonl" --cuda-weights fp8
 expect_stderr "unknown CUDA weight mode named" "--cuda-weights: CUDA weight mode 'fp8'"
+expect_exit 2 "batch unknown slot policy" "$jambo" batch --model "$demo" --input "$work/in.jsonl" --output "$work/o.jsonl" \
+  --slot-policy Highest
+expect_stderr "unknown slot policy named" "--slot-policy: slot policy 'Highest'"
 for budget in lots 0 -1 1.5 2XB tight; do  # tight is stress's alone
   expect_exit 2 "batch memory budget $budget" "$jambo" batch --model "$demo" --input "$work/in.jsonl" --memory-budget "$budget"
   expect_stderr "bad memory budget $budget named" "--memory-budget: memory budget '$budget'"
