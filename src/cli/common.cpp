@@ -206,11 +206,10 @@ void EngineFlags::add_to(CLI::App& command, bool allow_tight_budget) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();
   add_parsed_option(command, "--slot-policy", options.slot_policy, parse_slot_policy,
-                    "which free state slot a request gets", {"lowest", "highest", "random"})
-      ->default_str(name(options.slot_policy));
+                    "which free state slot a request gets", slot_policy_names())
+      ->default_str(std::string(name(options.slot_policy)));
   command.add_flag("--check", options.checked, "verify slot owner and generation of every row; poison freed slots");
   command.add_option("--trace", options.trace_path, "write a JSONL trace of every step and lifecycle event");
 }
-
 
 }  // namespace jambo::cli

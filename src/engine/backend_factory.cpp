@@ -1,50 +1,24 @@
 #include "engine/backend_factory.h"
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/names.h"
 #ifdef JAMBO_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
 
 #include <fmt/ranges.h>
 
-#include <array>
 #include <fstream>
 #include <sstream>
-#include <utility>
 
 namespace jambo {
 
 namespace {
 
-// Each type's spellings, for name() and parsing alike.
-template <typename T, size_t N>
-using Names = std::array<std::pair<std::string_view, T>, N>;
-
 constexpr Names<BackendKind, 2> kBackendNames{{{"cpu", BackendKind::Cpu}, {"cuda", BackendKind::Cuda}}};
 constexpr Names<CudaWeights, 3> kCudaWeightNames{
     {{"f32", CudaWeights::F32}, {"bf16", CudaWeights::Bf16}, {"f16", CudaWeights::F16}}};
 constexpr Names<DType, 2> kStateDTypeNames{{{"f32", DType::F32}, {"bf16", DType::BF16}}};
-
-template <typename T, size_t N>
-std::string_view name_of(const Names<T, N>& names, T value) {
-  for (const auto& [name, named] : names)
-    if (named == value) return name;
-  return "?";
-}
-
-template <typename T, size_t N>
-std::vector<std::string_view> all_names(const Names<T, N>& names) {
-  std::vector<std::string_view> spellings;
-  for (const auto& entry : names) spellings.push_back(entry.first);
-  return spellings;
-}
-
-template <typename T, size_t N>
-T parse_named(const Names<T, N>& names, std::string_view what, const std::string& text) {
-  for (const auto& [name, named] : names)
-    if (name == text) return named;
-  fail("{} '{}' is not one of {}", what, text, fmt::join(all_names(names), ", "));
-}
 
 [[noreturn]] void fail_unknown_backend(std::string_view name) {
   fail("backend '{}' is not in this build (it has: {}){}", name, fmt::join(backend_names(), ", "),

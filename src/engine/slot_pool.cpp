@@ -3,27 +3,20 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/names.h"
 
 namespace jambo {
 
-SlotPolicy parse_slot_policy(const std::string& name) {
-  if (name == "lowest") return SlotPolicy::Lowest;
-  if (name == "highest") return SlotPolicy::Highest;
-  if (name == "random") return SlotPolicy::Random;
-  fail("slot policy '{}' is not one of lowest, highest, random", name);
-}
+namespace {
 
-const char* name(SlotPolicy policy) {
-  switch (policy) {
-    case SlotPolicy::Lowest:
-      return "lowest";
-    case SlotPolicy::Highest:
-      return "highest";
-    case SlotPolicy::Random:
-      return "random";
-  }
-  fail_internal("internal error: unknown slot policy {}", int(policy));
-}
+constexpr Names<SlotPolicy, 3> kSlotPolicyNames{
+    {{"lowest", SlotPolicy::Lowest}, {"highest", SlotPolicy::Highest}, {"random", SlotPolicy::Random}}};
+
+}  // namespace
+
+SlotPolicy parse_slot_policy(const std::string& text) { return parse_named(kSlotPolicyNames, "slot policy", text); }
+std::string_view name(SlotPolicy policy) { return name_of(kSlotPolicyNames, policy); }
+std::vector<std::string_view> slot_policy_names() { return all_names(kSlotPolicyNames); }
 
 namespace {
 

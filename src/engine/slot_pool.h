@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace jambo {
@@ -13,8 +14,9 @@ namespace jambo {
 enum class SlotPolicy { Lowest, Highest, Random };
 
 // Parses "lowest", "highest" or "random"; throws jambo::Error naming the value otherwise.
-SlotPolicy parse_slot_policy(const std::string& name);
-const char* name(SlotPolicy policy);  // "lowest", "highest" or "random"
+SlotPolicy parse_slot_policy(const std::string& text);
+std::string_view name(SlotPolicy policy);  // "lowest", "highest" or "random"
+std::vector<std::string_view> slot_policy_names();
 
 struct SlotLease {
   int64_t slot = -1;

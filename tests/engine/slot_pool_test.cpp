@@ -39,7 +39,7 @@ TEST(SlotPool, ParsesPolicyNames) {
   EXPECT_EQ(parse_slot_policy("random"), SlotPolicy::Random);
   EXPECT_NE(error_of([] { parse_slot_policy("Highest"); }).find("'Highest'"), std::string::npos);
   for (SlotPolicy policy : {SlotPolicy::Lowest, SlotPolicy::Highest, SlotPolicy::Random})
-    EXPECT_EQ(parse_slot_policy(name(policy)), policy);
+    EXPECT_EQ(parse_slot_policy(std::string(name(policy))), policy);
 }
 
 TEST(SlotPool, RejectsEmptyPool) { EXPECT_THROW(SlotPool(0, SlotPolicy::Lowest), Error); }
