@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-namespace jambo {
+namespace jambo::backend {
 
 // Sizes of the caches a backend allocates when it is created.
 struct CacheConfig {
@@ -147,7 +147,7 @@ struct FaultInjection {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual const JambaConfig& config() const = 0;
+  virtual const model::JambaConfig& config() const = 0;
   // Runs the model over all rows; reads and updates each row's slot and KV blocks; fills output.rows (and
   // the copied logits) for every row.
   virtual void forward(std::span<const BatchRow> rows, StepOutput& output) = 0;
@@ -162,4 +162,4 @@ class Backend {
   virtual void inject_faults(const FaultInjection& faults) = 0;
 };
 
-}  // namespace jambo
+}  // namespace jambo::backend

@@ -7,7 +7,7 @@
 #include <limits>
 #include <numeric>
 
-namespace jambo {
+namespace jambo::backend {
 namespace {
 
 bool more_likely(std::span<const float> logits, int32_t a, int32_t b) {
@@ -163,4 +163,4 @@ void fill_step_output(std::span<const BatchRow> rows, std::span<const float> vec
   JAMBO_ASSERT(first == vectors.size());
 }
 
-}  // namespace jambo
+}  // namespace jambo::backend

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-namespace jambo {
+namespace jambo::backend {
 
 // The top_k that restricts a choice's candidates: 0 when top_k is 0 or keeps the whole vocabulary anyway.
 int64_t restricting_top_k(const TokenChoice& choice, int64_t vocab_size);
@@ -37,4 +37,4 @@ RowOutput row_output(const BatchRow& row, std::span<const float> vectors, int64_
 void fill_step_output(std::span<const BatchRow> rows, std::span<const float> vectors, int64_t vocab_size,
                       StepOutput& output);
 
-}  // namespace jambo
+}  // namespace jambo::backend

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace jambo {
+namespace jambo::backend {
 namespace {
 
 // What the row asks back: targets within the step and the vocabulary, choices in range.
@@ -32,7 +32,7 @@ void validate_outputs(const BatchRow& row, int64_t vocab_size) {
   }
 }
 
-void validate_row(const BatchRow& row, const JambaConfig& config, const CacheExtent& extent) {
+void validate_row(const BatchRow& row, const model::JambaConfig& config, const CacheExtent& extent) {
   const int64_t id = row.sequence_id;
   const int64_t vocab_size = config.vocab_size;
   JAMBO_REQUIRE(!row.tokens.empty(), "sequence {}: a step row needs at least one token", id);
@@ -113,7 +113,7 @@ void validate_distinct_slots(std::span<const BatchRow> rows) {
 
 }  // namespace
 
-void validate_rows(std::span<const BatchRow> rows, const JambaConfig& config, const CacheExtent& extent) {
+void validate_rows(std::span<const BatchRow> rows, const model::JambaConfig& config, const CacheExtent& extent) {
   const bool has_attention = config.num_attention_layers() > 0;
   for (const BatchRow& row : rows) {
     validate_row(row, config, extent);
@@ -143,4 +143,4 @@ void require_state_dtype(DType dtype) {
   JAMBO_REQUIRE(is_state_dtype(dtype), "the recurrent state is stored as F32 or BF16, not {}", dtype_name(dtype));
 }
 
-}  // namespace jambo
+}  // namespace jambo::backend

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <span>
 
-namespace jambo {
+namespace jambo::backend {
 
 // The sizes of the caches a backend holds, as the checks need them.
 struct CacheExtent {
@@ -19,7 +19,7 @@ struct CacheExtent {
 // Throws jambo::Error naming the request when a row is malformed: no tokens, a token outside the
 // vocabulary, has_initial_state not matching start_position > 0 (law 1), a slot out of range or used by
 // two rows, a block table too short or out of range, or a KV block written by two rows (law 2).
-void validate_rows(std::span<const BatchRow> rows, const JambaConfig& config, const CacheExtent& extent);
+void validate_rows(std::span<const BatchRow> rows, const model::JambaConfig& config, const CacheExtent& extent);
 
 // Throws jambo::Error when a KV block index is out of range (copy_kv_block).
 void require_kv_block(int64_t block, int64_t num_kv_blocks);
@@ -33,4 +33,4 @@ void require_state_dtype(DType dtype);
 // Throws jambo::Error unless the test-only offset modulus is 0 or a multiple of the slot size within the pool.
 void require_state_offset_modulus(int64_t modulus, int64_t elements_per_slot, int64_t num_state_slots);
 
-}  // namespace jambo
+}  // namespace jambo::backend

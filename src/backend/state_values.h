@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-namespace jambo {
+namespace jambo::backend {
 
 // The storage types a state pool takes.
 inline bool is_state_dtype(DType dtype) { return dtype == DType::F32 || dtype == DType::BF16; }
@@ -41,4 +41,4 @@ struct StateValues {
   }
 };
 
-}  // namespace jambo
+}  // namespace jambo::backend

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace jambo {
+namespace jambo::chat_template {
 namespace {
 
 // A special token in tokenizer_config.json: "text" or {"content": "text", ...}.
@@ -17,18 +17,19 @@ std::string token_text(const nlohmann::json& value) {
   return "";
 }
 
-jinja::Dict special_tokens_of(const nlohmann::json& config) {
-  jinja::Dict tokens;
+chat_template::Dict special_tokens_of(const nlohmann::json& config) {
+  chat_template::Dict tokens;
   for (const char* name :
        {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}) {
     const auto found = config.find(name);
     if (found == config.end()) continue;
-    if (std::string text = token_text(*found); !text.empty()) tokens.set(name, jinja::Value::string(std::move(text)));
+    if (std::string text = token_text(*found); !text.empty())
+      tokens.set(name, chat_template::Value::string(std::move(text)));
   }
   if (const auto found = config.find("additional_special_tokens"); found != config.end() && found->is_array()) {
-    jinja::List additional;
-    for (const auto& token : *found) additional.push_back(jinja::Value::string(token_text(token)));
-    tokens.set("additional_special_tokens", jinja::Value::list(std::move(additional)));
+    chat_template::List additional;
+    for (const auto& token : *found) additional.push_back(chat_template::Value::string(token_text(token)));
+    tokens.set("additional_special_tokens", chat_template::Value::list(std::move(additional)));
   }
   return tokens;
 }
@@ -76,17 +77,18 @@ nlohmann::ordered_json content_text(const nlohmann::ordered_json& content, size_
   return text;
 }
 
-jinja::Value messages_value(const nlohmann::ordered_json& messages) {
+chat_template::Value messages_value(const nlohmann::ordered_json& messages) {
   JAMBO_REQUIRE(messages.is_array(), "messages must be an array");
-  jinja::List list;
+  chat_template::List list;
   for (size_t i = 0; i < messages.size(); ++i) {
     JAMBO_REQUIRE(messages[i].is_object(), "messages[{}] must be an object", i);
-    jinja::Dict message;
+    chat_template::Dict message;
     for (const auto& [key, value] : messages[i].items())
-      message.set(key, key == "content" ? jinja::from_json(content_text(value, i)) : jinja::from_json(value));
-    list.push_back(jinja::Value::dict(std::move(message)));
+      message.set(
+          key, key == "content" ? chat_template::from_json(content_text(value, i)) : chat_template::from_json(value));
+    list.push_back(chat_template::Value::dict(std::move(message)));
   }
-  return jinja::Value::list(std::move(list));
+  return chat_template::Value::list(std::move(list));
 }
 
 }  // namespace
@@ -100,7 +102,7 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& folder) {
   const std::filesystem::path& source_path = separate_file ? jinja_path : config_path;
   std::string source = separate_file ? read_text_file(jinja_path) : template_from_config(config, config_path);
   try {
-    jinja::Template program = jinja::Template::parse(source);
+    chat_template::Template program = chat_template::Template::parse(source);
     return ChatTemplate(std::move(source), std::move(program), special_tokens_of(config));
   } catch (const Error& parse_error) {
     fail("{}: chat template: {}", source_path.string(), parse_error.what());
@@ -112,7 +114,7 @@ ChatTemplate ChatTemplate::parse(std::string source, std::string bos_token, std:
   config["bos_token"] = std::move(bos_token);
   config["eos_token"] = std::move(eos_token);
   try {
-    jinja::Template program = jinja::Template::parse(source);
+    chat_template::Template program = chat_template::Template::parse(source);
     return ChatTemplate(std::move(source), std::move(program), special_tokens_of(config));
   } catch (const Error& parse_error) {
     fail("chat template: {}", parse_error.what());
@@ -125,15 +127,15 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool ad
     JAMBO_REQUIRE(extra.is_object() || extra.is_null(), "the extra template variables must be an object");
     // What transformers passes: the special tokens, messages, tools and documents (None unless
     // given) and add_generation_prompt, then the caller's own variables.
-    jinja::Dict variables = special_tokens_;
+    chat_template::Dict variables = special_tokens_;
     variables.set("messages", messages_value(messages));
-    variables.set("tools", jinja::Value::none());
-    variables.set("documents", jinja::Value::none());
-    variables.set("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
+    variables.set("tools", chat_template::Value::none());
+    variables.set("documents", chat_template::Value::none());
+    variables.set("add_generation_prompt", chat_template::Value::boolean(add_generation_prompt));
     if (extra.is_object()) {
       for (const auto& [name, value] : extra.items()) {
         JAMBO_REQUIRE(name != "messages" && name != "add_generation_prompt", "'{}' cannot be an extra variable", name);
-        variables.set(name, jinja::from_json(value));
+        variables.set(name, chat_template::from_json(value));
       }
     }
     return program_.render(variables);
@@ -142,4 +144,4 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool ad
   }
 }
 
-}  // namespace jambo
+}  // namespace jambo::chat_template

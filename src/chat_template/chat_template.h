@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <string>
 
-namespace jambo {
+namespace jambo::chat_template {
 
 class ChatTemplate {
  public:
@@ -33,12 +33,12 @@ class ChatTemplate {
   const std::string& source() const { return source_; }
 
  private:
-  ChatTemplate(std::string source, jinja::Template program, jinja::Dict special_tokens)
+  ChatTemplate(std::string source, chat_template::Template program, chat_template::Dict special_tokens)
       : source_(std::move(source)), program_(std::move(program)), special_tokens_(std::move(special_tokens)) {}
 
   std::string source_;
-  jinja::Template program_;
-  jinja::Dict special_tokens_;  // only the tokens the tokenizer defines, as in transformers
+  chat_template::Template program_;
+  chat_template::Dict special_tokens_;  // only the tokens the tokenizer defines, as in transformers
 };
 
-}  // namespace jambo
+}  // namespace jambo::chat_template

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
@@ -78,4 +78,4 @@ struct Stmt {
   std::vector<std::pair<std::string, ExprPtr>> parameters;  // a macro's, with defaults or null
 };
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

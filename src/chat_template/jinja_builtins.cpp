@@ -10,7 +10,7 @@
 #include <numeric>
 #include <unordered_map>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 namespace {
 
 // A function's arguments bound to its parameter names, as Python binds them.
@@ -810,4 +810,4 @@ Dict global_functions() {
   return globals;
 }
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

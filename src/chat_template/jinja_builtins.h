@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 
 // raise_exception('...') from a template: the message is the template author's, for the client.
 class RaisedException : public Error {
@@ -31,4 +31,4 @@ bool contains(const Value& container, const Value& item);  // item in container
 // range, namespace, dict, raise_exception and strftime_now.
 Dict global_functions();
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

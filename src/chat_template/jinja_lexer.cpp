@@ -10,7 +10,7 @@
 #include <charconv>
 #include <cstdint>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 namespace {
 
 bool is_space(char c) { return text::is_space(static_cast<unsigned char>(c)); }
@@ -74,7 +74,7 @@ std::string unescape(std::string_view raw, size_t offset) {
           code_point = code_point * 16 + digit;
         }
         if (code_point > 0x10FFFF) throw SyntaxError(offset, "an escape beyond U+10FFFF in a string");
-        unicode::append_utf8(out, code_point);
+        tokenizer::unicode::append_utf8(out, code_point);
         i += digits;
         break;
       }
@@ -84,7 +84,7 @@ std::string unescape(std::string_view raw, size_t offset) {
           size_t k = 0;
           for (; k < 3 && i + k < raw.size() && raw[i + k] >= '0' && raw[i + k] <= '7'; ++k)
             code_point = code_point * 8 + (raw[i + k] - '0');
-          unicode::append_utf8(out, code_point);
+          tokenizer::unicode::append_utf8(out, code_point);
           i += k - 1;
         } else {  // Python keeps unknown escapes as they are
           out += '\\';
@@ -354,4 +354,4 @@ std::string describe(const Token& token) {
   }
 }
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

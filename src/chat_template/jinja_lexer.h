@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 
 // A template that does not parse; offset is a byte offset into the normalized source.
 class SyntaxError : public std::runtime_error {
@@ -47,4 +47,4 @@ std::vector<Token> tokenize(std::string_view source);
 // How a token is named in "expected ..., found ..." messages.
 std::string describe(const Token& token);
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

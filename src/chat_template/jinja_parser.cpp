@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <initializer_list>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 namespace {
 
 // Deeper nesting of expressions or blocks is refused: the parser and the renderer recurse on it.
@@ -611,4 +611,4 @@ class Parser {
 
 Body parse_template(std::string_view source) { return Parser(source, tokenize(source)).parse(); }
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

@@ -5,10 +5,10 @@
 
 #include <string_view>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 
 // Parses a source normalized by normalize_newlines(); throws SyntaxError (an unknown tag, filter or
 // test is a syntax error, as jinja2 reports it when it compiles the template).
 Body parse_template(std::string_view source);
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

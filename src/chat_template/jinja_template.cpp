@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 
 struct Template::Program {
   std::string source;  // normalized, for line numbers
@@ -546,4 +546,4 @@ std::string Template::render(const Dict& variables, const RenderLimits& limits) 
   }
 }
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 
 struct RenderLimits {
   size_t max_output_bytes = 16 << 20;
@@ -35,4 +35,4 @@ class Template {
   std::shared_ptr<const Program> program_;
 };
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

@@ -5,12 +5,12 @@
 
 #include <algorithm>
 
-namespace jambo::jinja::text {
+namespace jambo::chat_template::text {
 namespace {
 
 // Decodes the code point at s[i] and advances i (an ill-formed sequence reads as U+FFFD).
 char32_t decode(std::string_view s, size_t& i) {
-  const unicode::DecodedChar decoded = unicode::decode_utf8(s, i);
+  const tokenizer::unicode::DecodedChar decoded = tokenizer::unicode::decode_utf8(s, i);
   i += decoded.num_bytes;
   return decoded.code_point;
 }
@@ -129,7 +129,7 @@ std::string upper(std::string_view s) {
   return out;
 }
 
-std::string lower(std::string_view s) { return unicode::to_lowercase(s); }
+std::string lower(std::string_view s) { return tokenizer::unicode::to_lowercase(s); }
 
 std::string capitalize(std::string_view s) {
   std::string out = lower(s);
@@ -185,7 +185,7 @@ std::string repr(std::string_view s) {
     } else if (c < 0x20 || (c >= 0x7F && c < 0xA0)) {
       out += fmt::format("\\x{:02x}", static_cast<unsigned>(c));
     } else {
-      unicode::append_utf8(out, c);
+      tokenizer::unicode::append_utf8(out, c);
     }
   }
   out += quote;
@@ -238,4 +238,4 @@ std::string json_quote(std::string_view s, bool ensure_ascii) {
   return out;
 }
 
-}  // namespace jambo::jinja::text
+}  // namespace jambo::chat_template::text

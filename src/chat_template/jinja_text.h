@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace jambo::jinja::text {
+namespace jambo::chat_template::text {
 
 // Byte offsets of each code point of s, and s.size() at the end.
 std::vector<size_t> code_point_offsets(std::string_view s);
@@ -31,4 +31,4 @@ std::string python_title(std::string_view s);  // str.title(): words start after
 std::string repr(std::string_view s);  // Python repr() of a str: 'it''s' -> "it's"
 std::string json_quote(std::string_view s, bool ensure_ascii);
 
-}  // namespace jambo::jinja::text
+}  // namespace jambo::chat_template::text

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <limits>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 namespace {
 
 int deepest(const List& items) {
@@ -451,4 +451,4 @@ Value from_json(const nlohmann::ordered_json& json) { return from_json_at(json, 
 
 void fail_undefined(const Value& value) { throw Error(value.undefined_reason()); }
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

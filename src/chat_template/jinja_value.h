@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace jambo::jinja {
+namespace jambo::chat_template {
 
 class Value;
 using List = std::vector<Value>;
@@ -119,4 +119,4 @@ Value from_json(const nlohmann::ordered_json& json);
 // An undefined value used as an object: jinja2's UndefinedError.
 [[noreturn]] void fail_undefined(const Value& value);
 
-}  // namespace jambo::jinja
+}  // namespace jambo::chat_template

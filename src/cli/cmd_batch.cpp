@@ -20,7 +20,7 @@ struct BatchOptions {
   EngineFlags engine;
   std::string input_path;
   std::string output_path;
-  RequestSpec defaults;
+  engine::RequestSpec defaults;
   bool allow_skipped = false;
 };
 
@@ -72,14 +72,15 @@ std::ofstream open_output(const std::string& path) {
 }
 
 struct BatchInput {
-  std::vector<RequestSpec> requests;
+  std::vector<engine::RequestSpec> requests;
   std::vector<int64_t> line_numbers;  // [requests]
   int64_t num_malformed = 0;
   int64_t num_already_done = 0;
 };
 
 // Parses every line; a bad line is reported with its number and skipped, never stopping the rest.
-BatchInput read_batch_input(const BatchOptions& options, const Tokenizer* tokenizer, const SamplesWritten& written) {
+BatchInput read_batch_input(const BatchOptions& options, const tokenizer::Tokenizer* tokenizer,
+                            const SamplesWritten& written) {
   std::ifstream file = open_input_file(options.input_path);
   BatchInput input;
   std::set<std::string> seen_ids;
@@ -89,9 +90,9 @@ BatchInput read_batch_input(const BatchOptions& options, const Tokenizer* tokeni
     try {
       const nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       JAMBO_REQUIRE(!object.is_discarded(), "malformed JSON");
-      RequestSpec defaults = options.defaults;
+      engine::RequestSpec defaults = options.defaults;
       defaults.id = std::to_string(line_number);
-      RequestSpec spec = request_from_json(object, defaults, tokenizer);
+      engine::RequestSpec spec = request_from_json(object, defaults, tokenizer);
       JAMBO_REQUIRE(seen_ids.insert(spec.id).second, "id '{}' appears on an earlier line", spec.id);
       const auto done = written.find(spec.id);
       if (done != written.end() && int64_t(done->second.size()) >= spec.n) {
@@ -110,13 +111,13 @@ BatchInput read_batch_input(const BatchOptions& options, const Tokenizer* tokeni
 
 // Returns the exit status (skipped_lines_exit_code).
 int run_batch(BatchOptions& options) {
-  const EngineOptions& engine_options = options.engine.options;
-  const Model model = options.model.load(engine_options.backend.kind);
-  const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
+  const engine::EngineOptions& engine_options = options.engine.options;
+  const model::Model model = options.model.load(engine_options.backend.kind);
+  const std::optional<tokenizer::Tokenizer> tokenizer = options.model.load_tokenizer();
   const SamplesWritten written = read_samples_written(options.output_path);
   BatchInput input = read_batch_input(options, tokenizer ? &*tokenizer : nullptr, written);
 
-  Engine engine(model, tokenizer ? &*tokenizer : nullptr, engine_options);
+  engine::Engine engine(model, tokenizer ? &*tokenizer : nullptr, engine_options);
   std::map<std::string, int64_t> samples_left;  // id -> samples still to finish
   for (size_t i = 0; i < input.requests.size(); ++i) {
     try {
@@ -132,7 +133,7 @@ int run_batch(BatchOptions& options) {
   Progress progress(int64_t(samples_left.size()), isatty(STDERR_FILENO));
   int64_t num_generated = 0;
   while (engine.has_unfinished()) {
-    for (const SampleOutput& sample : engine.step()) {
+    for (const engine::SampleOutput& sample : engine.step()) {
       num_generated += int64_t(sample.ids.size());
       const auto done = written.find(sample.id);
       if (done == written.end() || !done->second.count(sample.sample))
@@ -143,7 +144,7 @@ int run_batch(BatchOptions& options) {
   }
   progress.finish(num_generated);
 
-  const EngineCounters& counters = engine.counters();
+  const engine::EngineCounters& counters = engine.counters();
   const double elapsed = progress.elapsed_seconds();
   fmt::print(stderr,
              "batch: {} requests run, {} already done, {} skipped as malformed; {} tokens generated, {} prompt "

@@ -25,7 +25,7 @@ constexpr int64_t kCopyCeilingBytes = int64_t(2) << 30;
 
 struct BenchOptions {
   ModelOptions model;
-  BackendChoice backend{.cuda_weights = CudaWeights::Bf16};
+  engine::BackendChoice backend{.cuda_weights = engine::CudaWeights::Bf16};
   std::vector<int64_t> batches = {1};  // each a run of that many sequences decoding together
   int64_t num_prompt_tokens = 256;
   int64_t num_decode_tokens = 32;
@@ -37,21 +37,22 @@ struct BenchOptions {
 
 int64_t view_bytes(const TensorView& view) { return view.empty() ? 0 : view.numel() * dtype_size(view.dtype); }
 
-bool has_experts(const Model& model) {
-  return std::ranges::any_of(model.weights.layers, [](const LayerWeights& layer) { return layer.ffn == FfnKind::Moe; });
+bool has_experts(const model::Model& model) {
+  return std::ranges::any_of(model.weights.layers,
+                             [](const model::LayerWeights& layer) { return layer.ffn == model::FfnKind::Moe; });
 }
 
 // Checkpoint bytes one decode step of `batch` sequences reads: everything except the embedding (a row lookup) and,
 // in a MoE layer, the experts no sequence picks. Each sequence picks k of E experts, so with uniform routing
 // E * (1 - (1 - k/E)^batch) experts are expected to be picked: exactly k at batch 1, an estimate beyond.
-double bytes_read_per_step(const Model& model, int64_t batch) {
+double bytes_read_per_step(const model::Model& model, int64_t batch) {
   const double num_experts = double(model.config.num_experts);
   const double num_picked =
       num_experts * (1.0 - std::pow(1.0 - double(model.config.num_experts_per_tok) / num_experts, double(batch)));
   double skipped = 0;
-  for (const LayerWeights& layer : model.weights.layers) {
-    if (layer.ffn != FfnKind::Moe) continue;
-    const MlpWeights& expert = layer.moe.experts.front();
+  for (const model::LayerWeights& layer : model.weights.layers) {
+    if (layer.ffn != model::FfnKind::Moe) continue;
+    const model::MlpWeights& expert = layer.moe.experts.front();
     skipped += (num_experts - num_picked) *
                double(view_bytes(expert.gate_proj) + view_bytes(expert.up_proj) + view_bytes(expert.down_proj));
   }
@@ -60,8 +61,9 @@ double bytes_read_per_step(const Model& model, int64_t batch) {
 }
 
 // What the backend reads of that: the CUDA backend's f32 mode holds a 16-bit checkpoint upcast, at twice its bytes.
-double backend_bytes_read_per_step(const Model& model, const BenchOptions& options, int64_t batch) {
-  const bool widened = options.backend.kind == BackendKind::Cuda && options.backend.cuda_weights == CudaWeights::F32 &&
+double backend_bytes_read_per_step(const model::Model& model, const BenchOptions& options, int64_t batch) {
+  const bool widened = options.backend.kind == engine::BackendKind::Cuda &&
+                       options.backend.cuda_weights == engine::CudaWeights::F32 &&
                        model.weights.lm_head.dtype != DType::F32;
   return bytes_read_per_step(model, batch) * (widened ? 2 : 1);
 }
@@ -87,7 +89,7 @@ struct RunTimes {
 // The batch's sequences: sequence i owns slot i and a contiguous range of KV blocks.
 class BatchBench {
  public:
-  BatchBench(Backend& backend, const BenchOptions& options, int64_t max_batch, int64_t vocab_size)
+  BatchBench(backend::Backend& backend, const BenchOptions& options, int64_t max_batch, int64_t vocab_size)
       : backend_(backend), options_(options), blocks_per_sequence_(blocks_per_sequence(options)) {
     std::mt19937 rng(1234);
     prompts_.resize(size_t(max_batch));
@@ -101,7 +103,7 @@ class BatchBench {
   }
 
   static int64_t blocks_per_sequence(const BenchOptions& options) {
-    return kv_blocks_for(options.num_prompt_tokens + options.num_decode_tokens, kKvBlockSize);
+    return backend::kv_blocks_for(options.num_prompt_tokens + options.num_decode_tokens, kKvBlockSize);
   }
 
   // Prefill of the first `batch` prompts from zero state, then num_decode greedy steps of one token per
@@ -109,7 +111,7 @@ class BatchBench {
   RunTimes run(int64_t batch) {
     RunTimes times;
     std::vector<std::vector<int32_t>> tokens(prompts_.begin(), prompts_.begin() + batch);
-    std::vector<BatchRow> rows;
+    std::vector<backend::BatchRow> rows;
     int64_t step_tokens = 0;
     auto flush = [&] {
       if (rows.empty()) return;
@@ -140,7 +142,7 @@ class BatchBench {
     for (int64_t i = 0; i < options_.num_decode_tokens; ++i) {
       for (int64_t s = 0; s < batch; ++s) rows.push_back(row(s, tokens[s], int64_t(tokens[s].size()) - 1, 1));
       // The hash's logits, copied in the last step only: a copy every step would add its transfer to the timing.
-      if (i + 1 == options_.num_decode_tokens) rows.back().copy_logits = LogitsCopy::Last;
+      if (i + 1 == options_.num_decode_tokens) rows.back().copy_logits = backend::LogitsCopy::Last;
       const auto start = std::chrono::steady_clock::now();
       const double gpu_before = layers_gpu_seconds();
       backend_.forward(rows, output_);
@@ -157,7 +159,7 @@ class BatchBench {
  private:
   double layers_gpu_seconds() const {
 #ifdef JAMBO_WITH_CUDA
-    return cuda_layers_gpu_seconds(backend_);
+    return backend::cuda::cuda_layers_gpu_seconds(backend_);
 #else
     return 0.0;
 #endif
@@ -166,24 +168,25 @@ class BatchBench {
   // Captures the prefill steps or the decode steps.
   void profiler_capture([[maybe_unused]] std::string_view steps, [[maybe_unused]] bool on) const {
 #ifdef JAMBO_WITH_CUDA
-    if (options_.profile == steps) cuda_profiler_capture(on);
+    if (options_.profile == steps) backend::cuda::cuda_profiler_capture(on);
 #endif
   }
 
-  BatchRow row(int64_t sequence, std::span<const int32_t> tokens, int64_t start_position, int64_t num_tokens) const {
-    BatchRow out =
-        sequence_row(sequence, tokens, start_position, num_tokens, sequence, tables_[sequence], kKvBlockSize);
+  backend::BatchRow row(int64_t sequence, std::span<const int32_t> tokens, int64_t start_position,
+                        int64_t num_tokens) const {
+    backend::BatchRow out =
+        backend::sequence_row(sequence, tokens, start_position, num_tokens, sequence, tables_[sequence], kKvBlockSize);
     out.choices = std::span(&kGreedy, 1);
     return out;
   }
 
-  Backend& backend_;
+  backend::Backend& backend_;
   const BenchOptions& options_;
   int64_t blocks_per_sequence_;
   std::vector<std::vector<int32_t>> prompts_;  // [batch][num_prompt_tokens]
   std::vector<std::vector<int32_t>> tables_;   // [batch][blocks_per_sequence]
-  StepOutput output_;
-  static constexpr TokenChoice kGreedy{};
+  backend::StepOutput output_;
+  static constexpr backend::TokenChoice kGreedy{};
 };
 
 void run_bench(const BenchOptions& options) {
@@ -191,22 +194,22 @@ void run_bench(const BenchOptions& options) {
       options.batches.empty() ? 0 : *std::max_element(options.batches.begin(), options.batches.end());
   std::ofstream plot_file = open_output(options.plot_path);
   const auto load_start = std::chrono::steady_clock::now();
-  const BackendChoice& choice = options.backend;
-  const Model model = options.model.load(choice.kind);
-  const CacheConfig cache{max_batch, max_batch * BatchBench::blocks_per_sequence(options), kKvBlockSize,
-                          choice.state_dtype};
-  std::unique_ptr<Backend> backend = make_backend(choice.kind, model, cache, choice.cuda_weights);
+  const engine::BackendChoice& choice = options.backend;
+  const model::Model model = options.model.load(choice.kind);
+  const backend::CacheConfig cache{max_batch, max_batch * BatchBench::blocks_per_sequence(options), kKvBlockSize,
+                                   choice.state_dtype};
+  std::unique_ptr<backend::Backend> backend = make_backend(choice.kind, model, cache, choice.cuda_weights);
   const double load_seconds = seconds_since(load_start);  // random weights: their fill, on the host or the GPU
   BatchBench bench(*backend, options, max_batch, model.config.vocab_size);
 
-  const bool on_gpu = choice.kind == BackendKind::Cuda;
+  const bool on_gpu = choice.kind == engine::BackendKind::Cuda;
   fmt::print("model {}{}: {} layers, hidden {}, vocab {}; {:.1f} MB of weights in the checkpoint\n",
              options.model.folder, options.model.random_weights ? " (random weights)" : "",
              model.config.num_hidden_layers, model.config.hidden_size, model.config.vocab_size,
              double(model.weights.bytes_total) / 1e6);
   const std::string detail = (on_gpu ? fmt::format("{} weights", name(choice.cuda_weights))
                                      : fmt::format("{} threads", omp_get_max_threads())) +
-                             fmt::format(", {} state", state_dtype_name(choice.state_dtype));
+                             fmt::format(", {} state", engine::state_dtype_name(choice.state_dtype));
   fmt::print(
       "backend {} ({}): {:.1f} MB of weights held, {:.1f} MB read per decode step at batch 1{}; model and caches "
       "ready in {:.1f} s\n",
@@ -217,12 +220,12 @@ void run_bench(const BenchOptions& options) {
   double copy_gb_per_s = 0.0;
 #ifdef JAMBO_WITH_CUDA
   if (on_gpu) {
-    copy_gb_per_s = cuda_copy_gb_per_s(kCopyCeilingBytes);
+    copy_gb_per_s = backend::cuda::cuda_copy_gb_per_s(kCopyCeilingBytes);
     fmt::print("copy ceiling: cudaMemcpy device-to-device of {:.1f} GB, {:.0f} GB/s counting bytes read plus written\n",
                double(kCopyCeilingBytes) / 1e9, copy_gb_per_s);
   }
 #endif
-  std::vector<svg::Bar> decode_bars;
+  std::vector<forensics::svg::Bar> decode_bars;
   for (const int64_t batch : options.batches) {
     RunTimes best{1e30, 1e30, 0, 0};
     for (int64_t repeat = 0; repeat < options.num_repeats; ++repeat) {
@@ -254,8 +257,9 @@ void run_bench(const BenchOptions& options) {
   if (!options.plot_path.empty()) {
     const std::string title = fmt::format("jambo bench: {} on {} ({}), {}-token prompts", options.model.folder,
                                           name(choice.kind), detail, options.num_prompt_tokens);
-    write_output(plot_file, options.plot_path,
-                 svg::bar_chart(title, "sequences decoding together", "decode tokens/s in total", decode_bars));
+    write_output(
+        plot_file, options.plot_path,
+        forensics::svg::bar_chart(title, "sequences decoding together", "decode tokens/s in total", decode_bars));
     fmt::print("plot of decode tok/s by batch: {}\n", options.plot_path);
   }
 }

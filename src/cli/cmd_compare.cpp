@@ -15,8 +15,8 @@ namespace {
 struct CompareCommandOptions {
   ModelOptions model;
   std::string input_path;
-  double threshold = kDefaultCompareThreshold;
-  ReferenceOptions reference;
+  double threshold = forensics::kDefaultCompareThreshold;
+  forensics::ReferenceOptions reference;
   std::string summary_path;
   std::string report_path;
   bool allow_skipped = false;
@@ -27,15 +27,15 @@ int run_compare(const CompareCommandOptions& options) {
   std::ifstream input = open_input_file(options.input_path);
   std::ofstream summary_file = open_output(options.summary_path);
   std::ofstream report_file = open_output(options.report_path);
-  const Model model = options.model.load(options.reference.backend);
-  SampleFile samples = read_sample_file(input, model.config.vocab_size);
-  for (const MalformedLine& line : samples.malformed_lines)
+  const model::Model model = options.model.load(options.reference.backend);
+  forensics::SampleFile samples = forensics::read_sample_file(input, model.config.vocab_size);
+  for (const forensics::MalformedLine& line : samples.malformed_lines)
     report_skipped_line(options.input_path, line.line_number, line.error);
   JAMBO_REQUIRE(!samples.samples.empty(), "{}: no sample to compare ({} malformed lines skipped)", options.input_path,
                 samples.malformed_lines.size());
 
   ProgressLine progress("compare", "samples", isatty(STDERR_FILENO));
-  const CompareSummary summary =
+  const forensics::CompareSummary summary =
       compare_samples(model, std::move(samples), options.threshold, options.reference,
                       [&progress](int64_t done, int64_t total) { progress.update(done, total); });
   const std::string summary_text = summary_json(summary).dump(2) + "\n";
@@ -45,7 +45,7 @@ int run_compare(const CompareCommandOptions& options) {
     write_output(summary_file, options.summary_path, summary_text);
   }
   if (!options.report_path.empty()) {
-    const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
+    const std::optional<tokenizer::Tokenizer> tokenizer = options.model.load_tokenizer();
     write_output(report_file, options.report_path, render_html_report(summary, tokenizer ? &*tokenizer : nullptr));
   }
   fmt::print(stderr, "compare: {}\n", describe_comparison(summary));
@@ -74,7 +74,7 @@ void add_compare_command(CLI::App& app) {
   command->add_option("--summary", options->summary_path, "write the JSON summary to this file (default: stdout)");
   command->add_option("--report", options->report_path, "write a self-contained HTML report to this file");
   add_allow_skipped_flag(*command, options->allow_skipped);
-  command->footer(kSampleFormatHelp);
+  command->footer(forensics::kSampleFormatHelp);
   command->callback([options] {
     if (const int status = run_compare(*options); status != 0) throw ExitStatus{status};
   });

@@ -14,10 +14,10 @@ namespace {
 
 struct GenerateOptions {
   ModelOptions model;
-  BackendChoice backend;
+  engine::BackendChoice backend;
   std::string prompt;
   std::string prompt_ids;
-  RequestSpec request;
+  engine::RequestSpec request;
   bool json = false;
   bool print_logprobs = false;  // --logprobs given without --json
 };
@@ -46,34 +46,36 @@ std::vector<int32_t> parse_prompt_ids(const std::string& text) {
 std::string ids_as_text(std::span<const int32_t> ids) { return fmt::format("{}", fmt::join(ids, " ")); }
 
 // An engine that holds exactly this one request: one state slot and the KV blocks of its tokens.
-EngineOptions single_request_engine(const Model& model, const BackendChoice& choice, int64_t num_tokens) {
-  EngineOptions options;
+engine::EngineOptions single_request_engine(const model::Model& model, const engine::BackendChoice& choice,
+                                            int64_t num_tokens) {
+  engine::EngineOptions options;
   options.backend = choice;
   options.max_num_seqs = 1;
   options.max_model_len = num_tokens;
   const int64_t num_kv_blocks =
-      model.config.num_attention_layers() > 0 ? kv_blocks_for(num_tokens, options.kv_block_size) : 0;
+      model.config.num_attention_layers() > 0 ? backend::kv_blocks_for(num_tokens, options.kv_block_size) : 0;
   const int64_t weight_bytes = backend_weight_bytes(choice.kind, model, choice.cuda_weights);
-  options.memory_budget = {.bytes = exact_memory_budget(model.config, weight_bytes, /*num_slots=*/1, num_kv_blocks,
-                                                        options.kv_block_size, choice.state_dtype)};
+  options.memory_budget = {.bytes =
+                               engine::exact_memory_budget(model.config, weight_bytes, /*num_slots=*/1, num_kv_blocks,
+                                                           options.kv_block_size, choice.state_dtype)};
   return options;
 }
 
 // Streams what no stop string can cut any more: the text, or the ids when there is no tokenizer.
 class TextPrinter {
  public:
-  TextPrinter(bool has_tokenizer, const RequestSpec& request) : has_tokenizer_(has_tokenizer) {
+  TextPrinter(bool has_tokenizer, const engine::RequestSpec& request) : has_tokenizer_(has_tokenizer) {
     for (const std::string& stop : request.stop.strings) max_stop_length_ = std::max(max_stop_length_, stop.size());
   }
 
-  void on_progress(const SampleProgress& progress) {
+  void on_progress(const engine::SampleProgress& progress) {
     if (!has_tokenizer_) {
       const std::span<const int32_t> ids(progress.output.ids);
       for (size_t i = num_printed_; i < ids.size(); ++i) fmt::print("{} ", ids[i]);
       num_printed_ = ids.size();
     } else {
       const size_t length =
-          std::max(stable_text_length(progress.text, progress.finished, max_stop_length_), num_printed_);
+          std::max(engine::stable_text_length(progress.text, progress.finished, max_stop_length_), num_printed_);
       fmt::print("{}", progress.text.substr(num_printed_, length - num_printed_));
       num_printed_ = length;
     }
@@ -88,19 +90,19 @@ class TextPrinter {
 };
 
 // One line per generated token on stderr: position, id, logprob and the top-K alternatives.
-void print_logprobs(const SampleOutput& sample) {
+void print_logprobs(const engine::SampleOutput& sample) {
   for (size_t i = 0; i < sample.ids.size(); ++i) {
     std::string top;
-    for (const TokenLogprob& entry : sample.top_logprobs[i])
+    for (const backend::TokenLogprob& entry : sample.top_logprobs[i])
       top += fmt::format(" {}:{:.6f}", entry.token, entry.logprob);
     fmt::print(stderr, "{}\t{}\t{:.6f}\t{}\n", i, sample.ids[i], sample.logprobs[i], top.empty() ? "" : top.substr(1));
   }
 }
 
 void run_generate(GenerateOptions& options) {
-  const Model model = options.model.load(options.backend.kind);
-  const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
-  RequestSpec& request = options.request;
+  const model::Model model = options.model.load(options.backend.kind);
+  const std::optional<tokenizer::Tokenizer> tokenizer = options.model.load_tokenizer();
+  engine::RequestSpec& request = options.request;
   request.id = "generate";
   if (!options.prompt_ids.empty()) {
     request.prompt_ids = parse_prompt_ids(options.prompt_ids);
@@ -114,23 +116,23 @@ void run_generate(GenerateOptions& options) {
     throw UsageError(fmt::format("the prompt ({} tokens) plus --max-tokens {} exceeds the model's {} positions",
                                  num_prompt, request.stop.max_tokens, max_length));
 
-  Engine engine(model, tokenizer ? &*tokenizer : nullptr,
-                single_request_engine(model, options.backend, num_prompt + request.stop.max_tokens));
+  engine::Engine engine(model, tokenizer ? &*tokenizer : nullptr,
+                        single_request_engine(model, options.backend, num_prompt + request.stop.max_tokens));
   TextPrinter printer(tokenizer.has_value(), request);
   if (!options.json)
-    engine.set_progress_listener([&](const SampleProgress& progress) { printer.on_progress(progress); });
+    engine.set_progress_listener([&](const engine::SampleProgress& progress) { printer.on_progress(progress); });
   engine.add_request(request);
-  std::vector<SampleOutput> finished;
+  std::vector<engine::SampleOutput> finished;
   while (engine.has_unfinished())
-    for (SampleOutput& sample : engine.step()) finished.push_back(std::move(sample));
+    for (engine::SampleOutput& sample : engine.step()) finished.push_back(std::move(sample));
   JAMBO_ASSERT(finished.size() == 1);
-  const SampleOutput& sample = finished[0];
+  const engine::SampleOutput& sample = finished[0];
   if (!options.json) {
     if (options.print_logprobs) print_logprobs(sample);
     return;
   }
   nlohmann::json top = nlohmann::json::array();
-  for (const auto& entries : sample.top_logprobs) top.push_back(top_logprobs_to_json(entries));
+  for (const auto& entries : sample.top_logprobs) top.push_back(engine::top_logprobs_to_json(entries));
   nlohmann::json out = {
       {"prompt_ids", sample.prompt_ids},
       {"ids", sample.ids},

@@ -12,7 +12,7 @@ namespace {
 
 struct ScoreOptions {
   ModelOptions model;
-  BackendChoice backend;
+  engine::BackendChoice backend;
   std::string input_path;
   std::string output_path;
   int64_t num_top_logprobs = 0;
@@ -40,7 +40,7 @@ std::vector<int32_t> token_ids_field(const nlohmann::json& tokens) {
 
 // One {"id": ..., "tokens": [ids]} or {"id": ..., "text": "..."} line; "text" is tokenized as `generate --prompt`
 // tokenizes a prompt (special tokens added). Throws jambo::Error saying what is wrong.
-ScoreInput parse_score_line(const std::string& line, int64_t line_number, const Tokenizer* tokenizer) {
+ScoreInput parse_score_line(const std::string& line, int64_t line_number, const tokenizer::Tokenizer* tokenizer) {
   nlohmann::json object;
   try {
     object = nlohmann::json::parse(line);
@@ -73,7 +73,7 @@ struct ScoreInputs {
 };
 
 // Reads every line; a malformed one is reported and skipped.
-ScoreInputs read_score_inputs(const std::string& path, const Tokenizer* tokenizer) {
+ScoreInputs read_score_inputs(const std::string& path, const tokenizer::Tokenizer* tokenizer) {
   std::ifstream file = open_input_file(path);
   ScoreInputs read;
   std::string line;
@@ -102,12 +102,12 @@ void skip_outside_vocabulary(ScoreInputs& read, int64_t vocab_size, const std::s
   });
 }
 
-nlohmann::json score_json(const ScoreInput& input, const ScoredSequence& scored, int64_t num_top_logprobs) {
+nlohmann::json score_json(const ScoreInput& input, const forensics::ScoredSequence& scored, int64_t num_top_logprobs) {
   nlohmann::json logprobs = nlohmann::json::array();
   nlohmann::json top = nlohmann::json::array();
   for (size_t i = 0; i < input.tokens.size(); ++i) {
     logprobs.push_back(scored.logprobs[i] ? nlohmann::json(*scored.logprobs[i]) : nlohmann::json(nullptr));
-    top.push_back(i == 0 ? nlohmann::json(nullptr) : top_logprobs_to_json(scored.top_logprobs[i]));
+    top.push_back(i == 0 ? nlohmann::json(nullptr) : engine::top_logprobs_to_json(scored.top_logprobs[i]));
   }
   nlohmann::json out = {{"id", input.id}, {"logprobs", logprobs}};
   if (input.from_text) out["tokens"] = input.tokens;
@@ -117,14 +117,14 @@ nlohmann::json score_json(const ScoreInput& input, const ScoredSequence& scored,
 
 // Returns the exit status (skipped_lines_exit_code).
 int run_score(const ScoreOptions& options) {
-  const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
+  const std::optional<tokenizer::Tokenizer> tokenizer = options.model.load_tokenizer();
   ScoreInputs read = read_score_inputs(options.input_path, tokenizer ? &*tokenizer : nullptr);
-  const Model model = options.model.load(options.backend.kind);
+  const model::Model model = options.model.load(options.backend.kind);
   skip_outside_vocabulary(read, model.config.vocab_size, options.input_path);
   int64_t max_tokens = 1;
   for (const ScoreInput& input : read.inputs) max_tokens = std::max<int64_t>(max_tokens, int64_t(input.tokens.size()));
   SingleSequenceBackend single = make_single_sequence_backend(model, max_tokens, options.backend);
-  SequenceRunner runner(*single.backend, single.cache, /*max_chunk_tokens=*/512);
+  forensics::SequenceRunner runner(*single.backend, single.cache, /*max_chunk_tokens=*/512);
 
   std::ofstream file;
   if (!options.output_path.empty()) {
@@ -133,7 +133,7 @@ int run_score(const ScoreOptions& options) {
   }
   std::ostream& out = options.output_path.empty() ? std::cout : file;
   for (const ScoreInput& input : read.inputs) {
-    const ScoredSequence scored = runner.score(input.tokens, options.num_top_logprobs);
+    const forensics::ScoredSequence scored = runner.score(input.tokens, options.num_top_logprobs);
     out << score_json(input, scored, options.num_top_logprobs).dump() << '\n' << std::flush;
   }
   return skipped_lines_exit_code("score", read.num_skipped, options.allow_skipped);

@@ -21,9 +21,9 @@ struct ServeOptions {
 };
 
 // The chat template of the model folder, or none (a warning) when tokenizer_config.json has none.
-std::optional<ChatTemplate> load_chat_template(const std::string& folder) {
+std::optional<chat_template::ChatTemplate> load_chat_template(const std::string& folder) {
   try {
-    return ChatTemplate::load(folder);
+    return chat_template::ChatTemplate::load(folder);
   } catch (const Error& error) {
     fmt::print(stderr, "jambo: warning: /v1/chat/completions is off: {}\n", error.what());
     return std::nullopt;
@@ -40,12 +40,12 @@ void run_serve(const ServeOptions& options) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  const Model model = options.model.load(options.engine.options.backend.kind);
-  const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
+  const model::Model model = options.model.load(options.engine.options.backend.kind);
+  const std::optional<tokenizer::Tokenizer> tokenizer = options.model.load_tokenizer();
   JAMBO_REQUIRE(tokenizer, "model folder '{}' has no tokenizer.json; the server needs one", options.model.folder);
-  const std::optional<ChatTemplate> chat_template = load_chat_template(options.model.folder);
-  const EngineOptions& engine_options = options.engine.options;
-  Engine engine(model, &*tokenizer, engine_options);
+  const std::optional<chat_template::ChatTemplate> chat_template = load_chat_template(options.model.folder);
+  const engine::EngineOptions& engine_options = options.engine.options;
+  engine::Engine engine(model, &*tokenizer, engine_options);
 
   server::ServerOptions server_options = options.server;
   if (server_options.model_name.empty())

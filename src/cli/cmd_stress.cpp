@@ -18,9 +18,9 @@ namespace {
 struct StressOptions {
   ModelOptions model;
   EngineFlags engine;
-  StressWorkload workload;
-  double threshold = kDefaultCompareThreshold;
-  ReferenceOptions reference;    // backend and weight mode: the engine's unless given
+  forensics::StressWorkload workload;
+  double threshold = forensics::kDefaultCompareThreshold;
+  forensics::ReferenceOptions reference;  // backend and weight mode: the engine's unless given
   int64_t num_budget_slots = 0;  // 0: 2 * max_samples + 4
   std::string inject = "none";
   std::string output_path;
@@ -28,18 +28,19 @@ struct StressOptions {
   std::string summary_path;
 };
 
-EngineFaults parse_injection(const std::string& name) {
-  EngineFaults faults;
+engine::EngineFaults parse_injection(const std::string& name) {
+  engine::EngineFaults faults;
   if (name == "decode-before-prefill") faults.decode_before_prefill = true;
   if (name == "offset-wrap") faults.wrap_state_offsets = true;
   return faults;
 }
 
-void write_outputs(const StressOptions& options, const StressResult& result, const Tokenizer* tokenizer) {
+void write_outputs(const StressOptions& options, const forensics::StressResult& result,
+                   const tokenizer::Tokenizer* tokenizer) {
   if (!options.output_path.empty()) {
     std::ofstream out(options.output_path);
     JAMBO_REQUIRE(out, "cannot write output file '{}'", options.output_path);
-    for (const SampleOutput& sample : result.samples) out << sample_to_json(sample).dump() << '\n';
+    for (const engine::SampleOutput& sample : result.samples) out << sample_to_json(sample).dump() << '\n';
   }
   if (!options.summary_path.empty()) {
     std::ofstream out(options.summary_path);
@@ -55,9 +56,9 @@ void write_outputs(const StressOptions& options, const StressResult& result, con
 
 // --memory-budget tight: state slots for a few sequences, so that slots are reused fast and requests
 // preempted, and KV blocks for the largest request alone, so that every request still fits.
-void apply_tight_budget(StressOptions& options, const Model& model) {
-  EngineOptions& engine = options.engine.options;
-  const StressWorkload& workload = options.workload;
+void apply_tight_budget(StressOptions& options, const model::Model& model) {
+  engine::EngineOptions& engine = options.engine.options;
+  const forensics::StressWorkload& workload = options.workload;
   const int64_t longest_request = workload.max_prompt_tokens + workload.max_new_tokens;
   if (engine.max_model_len == 0) engine.max_model_len = longest_request;
   if (engine.max_model_len < longest_request)
@@ -69,24 +70,24 @@ void apply_tight_budget(StressOptions& options, const Model& model) {
   if (num_slots < workload.max_samples)
     throw UsageError(
         fmt::format("--budget-slots {} cannot hold the {} samples of one request", num_slots, workload.max_samples));
-  const int64_t num_blocks =
-      workload.max_samples * kv_blocks_for(engine.max_model_len, engine.kv_block_size);
+  const int64_t num_blocks = workload.max_samples * backend::kv_blocks_for(engine.max_model_len, engine.kv_block_size);
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
-  const BackendChoice& backend = engine.backend;
-  engine.memory_budget = {
-      .bytes = exact_memory_budget(model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
-                                   num_slots, num_blocks, engine.kv_block_size, backend.state_dtype)};
+  const engine::BackendChoice& backend = engine.backend;
+  engine.memory_budget = {.bytes = engine::exact_memory_budget(
+                              model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights), num_slots,
+                              num_blocks, engine.kv_block_size, backend.state_dtype)};
 }
 
-std::string describe_backend(BackendKind kind, CudaWeights cuda_weights) {
-  return kind == BackendKind::Cuda ? fmt::format("cuda ({} weights)", name(cuda_weights)) : std::string(name(kind));
+std::string describe_backend(engine::BackendKind kind, engine::CudaWeights cuda_weights) {
+  return kind == engine::BackendKind::Cuda ? fmt::format("cuda ({} weights)", name(cuda_weights))
+                                           : std::string(name(kind));
 }
 
 // Where the engine's state pool and its highest used slot lie against 2^32 elements (law 3): a 32-bit
 // offset would wrap there.
-std::string describe_state_pool(const StressResult& result) {
+std::string describe_state_pool(const forensics::StressResult& result) {
   constexpr int64_t kWrap = int64_t(1) << 32;
-  const EngineCounters& counters = result.counters;
+  const engine::EngineCounters& counters = result.counters;
   const int64_t per_slot = result.state_elements_per_slot;
   const int64_t pool = counters.slots_total * per_slot;
   const auto past_wrap = [&](int64_t end) { return end > kWrap ? "past 2^32" : "within 2^32"; };
@@ -101,18 +102,18 @@ std::string describe_state_pool(const StressResult& result) {
 
 int run_stress_command(StressOptions& options) {
   // Random weights live only on the GPU when both phases run there; a CPU phase needs them on the host.
-  const BackendKind engine_backend = options.engine.options.backend.kind;
-  const Model model =
-      options.model.load(options.reference.backend == engine_backend ? engine_backend : BackendKind::Cpu);
-  const std::optional<Tokenizer> tokenizer = options.model.load_tokenizer();
+  const engine::BackendKind engine_backend = options.engine.options.backend.kind;
+  const model::Model model =
+      options.model.load(options.reference.backend == engine_backend ? engine_backend : engine::BackendKind::Cpu);
+  const std::optional<tokenizer::Tokenizer> tokenizer = options.model.load_tokenizer();
   apply_tight_budget(options, model);
-  EngineOptions engine_options = options.engine.options;
+  engine::EngineOptions engine_options = options.engine.options;
   engine_options.faults = parse_injection(options.inject);
-  const StressWorkload& workload = options.workload;
-  const ReferenceOptions& reference = options.reference;
+  const forensics::StressWorkload& workload = options.workload;
+  const forensics::ReferenceOptions& reference = options.reference;
   const DType state_dtype = engine_options.backend.state_dtype;
   const std::string state_note =
-      state_dtype == DType::F32 ? "" : fmt::format(", {} state", state_dtype_name(state_dtype));
+      state_dtype == DType::F32 ? "" : fmt::format(", {} state", engine::state_dtype_name(state_dtype));
 
   fmt::print(stderr,
              "stress: {} requests (prompts 1..{} tokens, n {}..{}, 1..{} new tokens), memory budget {}, "
@@ -124,15 +125,15 @@ int run_stress_command(StressOptions& options) {
   const bool interactive = isatty(STDERR_FILENO);
   ProgressLine engine_progress("stress: engine", "requests finished", interactive);
   ProgressLine reference_progress("stress: reference", "samples re-scored", interactive);
-  StressProgress progress;
+  forensics::StressProgress progress;
   progress.on_engine_step = [&](int64_t, int64_t num_finished) {
     engine_progress.update(num_finished, workload.num_requests);
   };
   progress.on_reference = [&](int64_t done, int64_t total) { reference_progress.update(done, total); };
-  const StressResult result = run_stress(model, tokenizer ? &*tokenizer : nullptr, engine_options, workload,
-                                         options.threshold, reference, progress);
+  const forensics::StressResult result = run_stress(model, tokenizer ? &*tokenizer : nullptr, engine_options, workload,
+                                                    options.threshold, reference, progress);
   write_outputs(options, result, tokenizer ? &*tokenizer : nullptr);
-  const EngineCounters& counters = result.counters;
+  const engine::EngineCounters& counters = result.counters;
   fmt::print(
       "stress: {}; {}; engine {:.1f} s, {} steps, {} preemptions, {} slot reuses, {} law violations; reference "
       "{:.1f} s\n",
@@ -150,7 +151,7 @@ void add_stress_command(CLI::App& app) {
       "a workload built to surface state bugs (tight memory, one-token admissions, n > 1, slot reuse), "
       "then compare every sample with the reference path; exit code 3 when any is flagged");
   options->model.add_to(*command, /*allow_random_weights=*/true);
-  StressWorkload& workload = options->workload;
+  forensics::StressWorkload& workload = options->workload;
   const auto count = CLI::Range(int64_t(1), int64_t(1) << 20);
   command->add_option("--requests", workload.num_requests, "requests in the workload")
       ->check(count)
@@ -183,12 +184,12 @@ void add_stress_command(CLI::App& app) {
   command->add_option("--output", options->output_path, "write the samples as JSONL (the batch format)");
   command->add_option("--summary", options->summary_path, "write the comparison summary as JSON");
   command->add_option("--report", options->report_path, "write the comparison as an HTML report");
-  EngineOptions& engine = options->engine.options;
+  engine::EngineOptions& engine = options->engine.options;
   engine.max_num_batched_tokens = 24;
   engine.max_num_seqs = 16;
   engine.max_model_len = 0;  // max-prompt-tokens + max-new-tokens
   options->engine.tight_budget = true;
-  engine.slot_policy = SlotPolicy::Highest;
+  engine.slot_policy = engine::SlotPolicy::Highest;
   options->engine.add_to(*command, /*allow_tight_budget=*/true);
   command->callback([options, command] {
     if (options->workload.min_samples > options->workload.max_samples)
@@ -196,13 +197,13 @@ void add_stress_command(CLI::App& app) {
                                    options->workload.max_samples));
     // The reference keeps an fp32 state: against it a bf16 state's rounding moves logprobs by up to ~0.2 (demo
     // model), far past the default threshold, while a stale or wrapped state still moves them by O(1).
-    const BackendChoice& engine_backend = options->engine.options.backend;
+    const engine::BackendChoice& engine_backend = options->engine.options.backend;
     if (engine_backend.state_dtype != DType::F32 && command->count("--threshold") == 0)
       throw UsageError(
           fmt::format("--state-dtype {} rounds the state at every step, which moves logprobs by up to ~0.2 against "
                       "the fp32 reference, so --threshold {:g} would flag nearly every sample: give --threshold "
                       "(0.5 still flags the injected state-cache bugs) or stress with --state-dtype f32",
-                      state_dtype_name(engine_backend.state_dtype), options->threshold));
+                      engine::state_dtype_name(engine_backend.state_dtype), options->threshold));
     if (command->count("--reference-backend") == 0) options->reference.backend = engine_backend.kind;
     if (command->count("--reference-cuda-weights") == 0) options->reference.cuda_weights = engine_backend.cuda_weights;
     if (const int status = run_stress_command(*options); status != 0) throw ExitStatus{status};

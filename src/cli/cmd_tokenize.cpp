@@ -12,18 +12,18 @@ std::string read_stdin() {
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
 
-Tokenizer load_tokenizer(const std::string& folder) {
-  require_model_folder(folder);
-  return Tokenizer::load(folder);
+tokenizer::Tokenizer load_tokenizer(const std::string& folder) {
+  model::require_model_folder(folder);
+  return tokenizer::Tokenizer::load(folder);
 }
 
 void run_tokenize(const std::string& folder, bool no_special) {
-  const Tokenizer tokenizer = load_tokenizer(folder);
+  const tokenizer::Tokenizer tokenizer = load_tokenizer(folder);
   fmt::print("{}\n", nlohmann::json(tokenizer.encode(read_stdin(), !no_special)).dump());
 }
 
 void run_detokenize(const std::string& folder, bool skip_special) {
-  const Tokenizer tokenizer = load_tokenizer(folder);
+  const tokenizer::Tokenizer tokenizer = load_tokenizer(folder);
   nlohmann::json ids;
   try {
     ids = nlohmann::json::parse(read_stdin());

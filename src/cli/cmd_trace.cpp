@@ -16,8 +16,8 @@ struct TraceOptions {
 void run_trace(const TraceOptions& options) {
   std::ifstream file(options.path);
   JAMBO_REQUIRE(file, "cannot open trace file '{}'", options.path);
-  const RequestLife life = options.sequence_id ? read_sequence_life(file, *options.sequence_id)
-                                               : read_request_life(file, options.request_id);
+  const forensics::RequestLife life = options.sequence_id ? forensics::read_sequence_life(file, *options.sequence_id)
+                                                          : forensics::read_request_life(file, options.request_id);
   JAMBO_REQUIRE(!life.lines.empty(), "{}: no event or row of {}", options.path,
                 options.sequence_id ? fmt::format("sequence {}", *options.sequence_id)
                                     : fmt::format("request '{}'", options.request_id));

@@ -43,21 +43,21 @@ void ModelOptions::add_to(CLI::App& command, bool allow_random_weights) {
   command.add_option("--random-seed", random_seed, "seed of random weights")->capture_default_str();
 }
 
-Model ModelOptions::load(BackendKind backend) const {
-  if (!random_weights) return load_model(folder);
-  require_model_folder(folder);
+model::Model ModelOptions::load(engine::BackendKind backend) const {
+  if (!random_weights) return model::load_model(folder);
+  model::require_model_folder(folder);
   const DType dtype = random_dtype == "f32" ? DType::F32 : random_dtype == "f16" ? DType::F16 : DType::BF16;
-  const JambaConfig config = load_config(std::filesystem::path(folder) / "config.json");
+  const model::JambaConfig config = model::load_config(std::filesystem::path(folder) / "config.json");
   // The GPU generates random weights itself: no host copy, which a 52B model could not afford.
-  if (backend == BackendKind::Cuda) return describe_random_model(config, dtype, random_seed);
+  if (backend == engine::BackendKind::Cuda) return describe_random_model(config, dtype, random_seed);
   return make_random_model(config, dtype, random_seed);
 }
 
-std::optional<Tokenizer> ModelOptions::load_tokenizer() const {
-  require_model_folder(folder);  // before "no tokenizer": a file given for the folder has none
+std::optional<tokenizer::Tokenizer> ModelOptions::load_tokenizer() const {
+  model::require_model_folder(folder);  // before "no tokenizer": a file given for the folder has none
   std::error_code error;
   if (!std::filesystem::exists(std::filesystem::path(folder) / "tokenizer.json", error)) return std::nullopt;
-  return Tokenizer::load(folder);
+  return tokenizer::Tokenizer::load(folder);
 }
 
 std::ifstream open_input_file(const std::string& path) {
@@ -104,39 +104,39 @@ CLI::Option* add_parsed_option(CLI::App& command, const std::string& flag, T& va
   return option;
 }
 
-CLI::Option* add_backend_option(CLI::App& command, const std::string& flag, BackendKind& backend,
+CLI::Option* add_backend_option(CLI::App& command, const std::string& flag, engine::BackendKind& backend,
                                 const std::string& help) {
-  return add_parsed_option(command, flag, backend, parse_backend_kind, help, backend_names());
+  return add_parsed_option(command, flag, backend, engine::parse_backend_kind, help, engine::backend_names());
 }
 
-CLI::Option* add_cuda_weights_option(CLI::App& command, const std::string& flag, CudaWeights& weights,
+CLI::Option* add_cuda_weights_option(CLI::App& command, const std::string& flag, engine::CudaWeights& weights,
                                      const std::string& help) {
-  return add_parsed_option(command, flag, weights, parse_cuda_weights, help, cuda_weights_names());
+  return add_parsed_option(command, flag, weights, engine::parse_cuda_weights, help, engine::cuda_weights_names());
 }
 
 }  // namespace
 
-void add_backend_flags(CLI::App& command, BackendChoice& choice) {
+void add_backend_flags(CLI::App& command, engine::BackendChoice& choice) {
   add_backend_option(command, "--backend", choice.kind, "compute backend")->default_str(std::string(name(choice.kind)));
   add_cuda_weights_option(command, "--cuda-weights", choice.cuda_weights,
                           "weights on the GPU: f32 (upcast, exact against the CPU), bf16 (as stored, faster) or f16 "
                           "(converted to IEEE half)")
       ->default_str(std::string(name(choice.cuda_weights)));
-  add_parsed_option(command, "--state-dtype", choice.state_dtype, parse_state_dtype,
+  add_parsed_option(command, "--state-dtype", choice.state_dtype, engine::parse_state_dtype,
                     "recurrent-state storage (conv tails and SSM states): f32, or bf16 (half the memory, rounded "
                     "on every store, so chunk boundaries then move logprobs slightly; computed in fp32 either way)",
-                    state_dtype_names())
-      ->default_str(std::string(state_dtype_name(choice.state_dtype)));
+                    engine::state_dtype_names())
+      ->default_str(std::string(engine::state_dtype_name(choice.state_dtype)));
 }
 
-SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens,
-                                                   const BackendChoice& choice) {
-  CacheConfig cache = single_sequence_cache(max_tokens);
+SingleSequenceBackend make_single_sequence_backend(const model::Model& model, int64_t max_tokens,
+                                                   const engine::BackendChoice& choice) {
+  backend::CacheConfig cache = forensics::single_sequence_cache(max_tokens);
   cache.state_dtype = choice.state_dtype;
   return {make_backend(choice.kind, model, cache, choice.cuda_weights), cache};
 }
 
-void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const std::string& prefix,
+void add_reference_flags(CLI::App& command, forensics::ReferenceOptions& reference, const std::string& prefix,
                          bool defaults_from_engine) {
   const std::string engine_default = defaults_from_engine ? " (default: the engine's)" : "";
   CLI::Option* backend = add_backend_option(command, "--" + prefix + "backend", reference.backend,
@@ -160,7 +160,7 @@ void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const s
       ->capture_default_str();
 }
 
-void add_request_flags(CLI::App& command, RequestSpec& request) {
+void add_request_flags(CLI::App& command, engine::RequestSpec& request) {
   command.add_option("--max-tokens", request.stop.max_tokens, "tokens to generate at most")->capture_default_str();
   command.add_option("--temperature", request.sampling.temperature, "0 is greedy")->capture_default_str();
   command.add_option("--top-k", request.sampling.top_k, "sample among the K most likely (0: all)");
@@ -172,12 +172,12 @@ void add_request_flags(CLI::App& command, RequestSpec& request) {
   command.add_flag("--ignore-eos", request.stop.ignore_eos, "generate max_tokens tokens even past EOS (benchmarks)");
 }
 
-void validate_request_flags(const RequestSpec& request) {
-  RequestSpec flags = request;
+void validate_request_flags(const engine::RequestSpec& request) {
+  engine::RequestSpec flags = request;
   flags.prompt_ids = {0};
-  const RequestLimits any{/*vocab_size=*/1, /*max_model_len=*/std::numeric_limits<int64_t>::max() / 2,
-                          /*max_n=*/int64_t(1) << 20, /*has_tokenizer=*/true};
-  if (const std::optional<FieldError> error = validate(flags, any)) {
+  const engine::RequestLimits any{/*vocab_size=*/1, /*max_model_len=*/std::numeric_limits<int64_t>::max() / 2,
+                                  /*max_n=*/int64_t(1) << 20, /*has_tokenizer=*/true};
+  if (const std::optional<engine::FieldError> error = validate(flags, any)) {
     std::string flag = error->field;
     std::replace(flag.begin(), flag.end(), '_', '-');
     throw UsageError(fmt::format("--{}: {}", flag, error->message));
@@ -194,7 +194,7 @@ void EngineFlags::add_to(CLI::App& command, bool allow_tight_budget) {
       ->capture_default_str();
   const auto parse_budget = [this, allow_tight_budget](const std::string& text) {
     tight_budget = allow_tight_budget && text == "tight";
-    return tight_budget ? options.memory_budget : parse_memory_budget(text);
+    return tight_budget ? options.memory_budget : engine::parse_memory_budget(text);
   };
   add_parsed_option(command, "--memory-budget", options.memory_budget, parse_budget,
                     "bytes (8e9, 2GiB) or a fraction of available memory for weights, state slots and KV cache")
@@ -205,8 +205,8 @@ void EngineFlags::add_to(CLI::App& command, bool allow_tight_budget) {
   command.add_option("--max-model-len", options.max_model_len, "prompt plus generated tokens of one sequence")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
       ->capture_default_str();
-  add_parsed_option(command, "--slot-policy", options.slot_policy, parse_slot_policy,
-                    "which free state slot a request gets", slot_policy_names())
+  add_parsed_option(command, "--slot-policy", options.slot_policy, engine::parse_slot_policy,
+                    "which free state slot a request gets", engine::slot_policy_names())
       ->default_str(std::string(name(options.slot_policy)));
   command.add_flag("--check", options.checked, "verify slot owner and generation of every row; poison freed slots");
   command.add_option("--trace", options.trace_path, "write a JSONL trace of every step and lifecycle event");

@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-namespace jambo {
+namespace jambo::forensics {
 struct ReferenceOptions;
 }
 
@@ -55,9 +55,9 @@ struct ModelOptions {
   void add_to(CLI::App& command, bool allow_random_weights);
   // `backend` is the one backend that will read the weights: with --random-weights and CUDA they are
   // generated on the GPU and never held on the host. Commands that also run the CPU reference path keep the CPU.
-  Model load(BackendKind backend = BackendKind::Cpu) const;
+  model::Model load(engine::BackendKind backend = engine::BackendKind::Cpu) const;
   // The folder's tokenizer, or nullopt when it has no tokenizer.json.
-  std::optional<Tokenizer> load_tokenizer() const;
+  std::optional<tokenizer::Tokenizer> load_tokenizer() const;
 };
 
 // Opens a regular file for reading; errors name the path (missing, a directory, unreadable).
@@ -70,14 +70,15 @@ void write_output(std::ofstream& file, const std::string& path, const std::strin
 
 // --backend (cpu or cuda), --cuda-weights (f32, bf16 or f16) and --state-dtype (f32 or bf16), parsed into
 // `choice` as they are read (a bad value is a usage error naming the flag); its values on entry are the defaults.
-void add_backend_flags(CLI::App& command, BackendChoice& choice);
+void add_backend_flags(CLI::App& command, engine::BackendChoice& choice);
 
 // A backend with one state slot and room for max_tokens tokens of KV cache.
 struct SingleSequenceBackend {
-  std::unique_ptr<Backend> backend;
-  CacheConfig cache;
+  std::unique_ptr<backend::Backend> backend;
+  backend::CacheConfig cache;
 };
-SingleSequenceBackend make_single_sequence_backend(const Model& model, int64_t max_tokens, const BackendChoice& choice);
+SingleSequenceBackend make_single_sequence_backend(const model::Model& model, int64_t max_tokens,
+                                                   const engine::BackendChoice& choice);
 
 void add_score_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
@@ -92,20 +93,20 @@ void add_serve_command(CLI::App& app);
 // The reference path's flags, each name after `prefix` ("" for compare, "reference-" for stress):
 // backend, cuda-weights, step-tokens, step-rows. With defaults_from_engine the help says that backend
 // and weight mode default to the engine's (the command fills them in when not given).
-void add_reference_flags(CLI::App& command, ReferenceOptions& reference, const std::string& prefix,
+void add_reference_flags(CLI::App& command, forensics::ReferenceOptions& reference, const std::string& prefix,
                          bool defaults_from_engine);
 
 // The request flags of generate and batch, bound to the fields of one request: --max-tokens, --temperature, --top-k,
 // --top-p, --min-p, --seed, --stop, --ignore-eos (--logprobs is each command's: they print logprobs differently).
-void add_request_flags(CLI::App& command, RequestSpec& request);
+void add_request_flags(CLI::App& command, engine::RequestSpec& request);
 // Checks the flags' values against the request contract (validate, engine/request_spec.h); throws UsageError naming
 // the flag. The prompt, the vocabulary and the context are checked when the request is added to the engine.
-void validate_request_flags(const RequestSpec& request);
+void validate_request_flags(const engine::RequestSpec& request);
 
 // The engine's flags (--max-num-batched-tokens, --memory-budget, --slot-policy, --check, ...), parsed into typed
 // EngineOptions.
 struct EngineFlags {
-  EngineOptions options;
+  engine::EngineOptions options;
   // jambo stress's --memory-budget tight (its default there): sized from the workload once the model is loaded.
   bool tight_budget = false;
 

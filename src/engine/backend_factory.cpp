@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace jambo {
+namespace jambo::engine {
 
 namespace {
 
@@ -75,23 +75,24 @@ DType parse_state_dtype(const std::string& text) { return parse_named(kStateDTyp
 
 // make_cuda_backend and cuda_weight_bytes keep their weight-mode strings (the CUDA library and its tests use them):
 // the typed mode becomes its name here, and only here.
-std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, const CacheConfig& cache,
-                                      [[maybe_unused]] CudaWeights cuda_weights) {
+std::unique_ptr<backend::Backend> make_backend(BackendKind kind, const model::Model& model,
+                                               const backend::CacheConfig& cache,
+                                               [[maybe_unused]] CudaWeights cuda_weights) {
   if (kind == BackendKind::Cpu) {
     require_host_data(model, "the CPU backend");
-    return make_cpu_backend(model, cache);
+    return backend::cpu::make_cpu_backend(model, cache);
   }
 #ifdef JAMBO_WITH_CUDA
-  return make_cuda_backend(model, cache, std::string(name(cuda_weights)));
+  return backend::cuda::make_cuda_backend(model, cache, std::string(name(cuda_weights)));
 #else
   fail_unknown_backend(name(kind));
 #endif
 }
 
-int64_t backend_weight_bytes(BackendKind kind, const Model& model, [[maybe_unused]] CudaWeights cuda_weights) {
+int64_t backend_weight_bytes(BackendKind kind, const model::Model& model, [[maybe_unused]] CudaWeights cuda_weights) {
   if (kind == BackendKind::Cpu) return model.weights.bytes_total;
 #ifdef JAMBO_WITH_CUDA
-  return cuda_weight_bytes(model, std::string(name(cuda_weights)));
+  return backend::cuda::cuda_weight_bytes(model, std::string(name(cuda_weights)));
 #else
   fail_unknown_backend(name(kind));
 #endif
@@ -100,10 +101,10 @@ int64_t backend_weight_bytes(BackendKind kind, const Model& model, [[maybe_unuse
 int64_t available_memory_bytes(BackendKind kind) {
   if (kind == BackendKind::Cpu) return host_available_memory_bytes();
 #ifdef JAMBO_WITH_CUDA
-  return cuda_available_memory_bytes();
+  return backend::cuda::cuda_available_memory_bytes();
 #else
   fail_unknown_backend(name(kind));
 #endif
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace jambo {
+namespace jambo::engine {
 
 enum class BackendKind { Cpu, Cuda };
 
@@ -44,15 +44,16 @@ CudaWeights parse_cuda_weights(const std::string& text);
 DType parse_state_dtype(const std::string& text);
 
 // Throws jambo::Error naming the backend when it is not in this build. The CPU backend ignores cuda_weights.
-std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, const CacheConfig& cache,
-                                      CudaWeights cuda_weights = CudaWeights::F32);
+std::unique_ptr<backend::Backend> make_backend(BackendKind kind, const model::Model& model,
+                                               const backend::CacheConfig& cache,
+                                               CudaWeights cuda_weights = CudaWeights::F32);
 
 // The bytes of weights that backend holds for the model (what a memory plan takes before the caches): the
 // checkpoint's bytes on the CPU, which reads the mmap; on the GPU what the weight mode uploads.
-int64_t backend_weight_bytes(BackendKind kind, const Model& model, CudaWeights cuda_weights = CudaWeights::F32);
+int64_t backend_weight_bytes(BackendKind kind, const model::Model& model, CudaWeights cuda_weights = CudaWeights::F32);
 
 // The memory a backend's caches can take now, for budgets given as a fraction: MemAvailable of
 // /proc/meminfo for the CPU, the GPU's free memory for CUDA. Throws jambo::Error like make_backend.
 int64_t available_memory_bytes(BackendKind kind);
 
-}  // namespace jambo
+}  // namespace jambo::engine

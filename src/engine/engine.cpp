@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace jambo {
+namespace jambo::engine {
 
 namespace {
 
@@ -26,7 +26,7 @@ void validate_options(const EngineOptions& options) {
   JAMBO_REQUIRE(options.max_model_len >= 1, "max_model_len must be >= 1, got {}", options.max_model_len);
 }
 
-CachePlan plan_engine_cache(const Model& model, const EngineOptions& options) {
+CachePlan plan_engine_cache(const model::Model& model, const EngineOptions& options) {
   validate_options(options);
   const BackendChoice& backend = options.backend;
   return plan_cache(model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
@@ -37,7 +37,7 @@ CachePlan plan_engine_cache(const Model& model, const EngineOptions& options) {
 }  // namespace
 
 struct Engine::Impl {
-  Impl(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options);
+  Impl(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options);
 
   void inject_faults(const EngineFaults& faults);
   void validate(const RequestSpec& spec) const;
@@ -49,17 +49,17 @@ struct Engine::Impl {
   void forget_finished(const std::vector<ScheduledRow>& rows);
 
   // After a row ran: its prompt logprobs, and a new token once all its tokens are in its state.
-  void advance(const ScheduledRow& row, size_t row_index, const RowOutput& output);
-  void record_prompt_logprobs(const ScheduledRow& row, const RowOutput& output);
+  void advance(const ScheduledRow& row, size_t row_index, const backend::RowOutput& output);
+  void record_prompt_logprobs(const ScheduledRow& row, const backend::RowOutput& output);
   void fork(Sequence& leader);
-  void take_token(Sequence& sequence, ChosenToken chosen);
+  void take_token(Sequence& sequence, backend::ChosenToken chosen);
   void finish(Sequence& sequence, const std::string& reason);
   void report(const Sequence& sequence) const;
 
-  const Tokenizer* tokenizer;
+  const tokenizer::Tokenizer* tokenizer;
   EngineOptions options;
   CachePlan cache_plan;
-  std::unique_ptr<Backend> backend;
+  std::unique_ptr<backend::Backend> backend;
   SlotPool slots;
   KvBlockManager kv_blocks;
   ModelRunner runner;
@@ -73,7 +73,7 @@ struct Engine::Impl {
   ProgressListener listener;
 };
 
-Engine::Impl::Impl(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
+Engine::Impl::Impl(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options)
     : tokenizer(tokenizer),
       options(options),
       cache_plan(plan_engine_cache(model, options)),
@@ -88,7 +88,7 @@ Engine::Impl::Impl(const Model& model, const Tokenizer* tokenizer, const EngineO
 
 // The backend reproduces the faults; the offset wrap aliases the upper half of the slots onto the lower.
 void Engine::Impl::inject_faults(const EngineFaults& faults) {
-  FaultInjection injection;
+  backend::FaultInjection injection;
   injection.decode_before_prefill = faults.decode_before_prefill;
   if (faults.wrap_state_offsets)
     injection.state_offset_modulus =
@@ -102,7 +102,7 @@ void Engine::Impl::validate(const RequestSpec& spec) const {
   limits.max_model_len = options.max_model_len;
   limits.max_n = slots.num_slots();
   limits.has_tokenizer = tokenizer != nullptr;
-  if (const std::optional<FieldError> error = jambo::validate(spec, limits))
+  if (const std::optional<FieldError> error = engine::validate(spec, limits))
     fail("request '{}': field '{}' {}", spec.id, error->field, error->message);
   const int64_t num_tokens = int64_t(spec.prompt_ids.size()) + spec.stop.max_tokens;
   JAMBO_REQUIRE(spec.n * kv_blocks.blocks_for(num_tokens) <= kv_blocks.num_blocks(),
@@ -160,7 +160,7 @@ std::vector<SampleOutput> Engine::Impl::step() {
   JAMBO_ASSERT(!plan.rows.empty() || requests.empty());
   if (!plan.rows.empty()) {
     trace.step(counters.steps, plan.rows);
-    const StepOutput& output = runner.run(plan.rows);
+    const backend::StepOutput& output = runner.run(plan.rows);
     for (size_t r = 0; r < plan.rows.size(); ++r) advance(plan.rows[r], r, output.rows[r]);
     forget_finished(plan.rows);
     ++counters.steps;
@@ -177,7 +177,7 @@ void Engine::Impl::forget_finished(const std::vector<ScheduledRow>& rows) {
   for (const std::string& id : done_ids) requests.erase(id);
 }
 
-void Engine::Impl::advance(const ScheduledRow& row, size_t row_index, const RowOutput& output) {
+void Engine::Impl::advance(const ScheduledRow& row, size_t row_index, const backend::RowOutput& output) {
   Sequence& sequence = *row.sequence;
   (sequence.state() == SequenceState::Decoding ? counters.decode_tokens : counters.prefill_tokens) += row.num_tokens;
   record_prompt_logprobs(row, output);
@@ -195,7 +195,7 @@ void Engine::Impl::advance(const ScheduledRow& row, size_t row_index, const RowO
 }
 
 // Target i of the row is the prompt token at start + i + 1 (ModelRunner asked for them).
-void Engine::Impl::record_prompt_logprobs(const ScheduledRow& row, const RowOutput& output) {
+void Engine::Impl::record_prompt_logprobs(const ScheduledRow& row, const backend::RowOutput& output) {
   Request& request = row.sequence->request;
   const int64_t start = row.sequence->num_computed();
   for (size_t i = 0; i < output.target_logprobs.size(); ++i) {
@@ -218,7 +218,7 @@ void Engine::Impl::fork(Sequence& leader) {
   }
 }
 
-void Engine::Impl::take_token(Sequence& sequence, ChosenToken chosen) {
+void Engine::Impl::take_token(Sequence& sequence, backend::ChosenToken chosen) {
   if (sequence.num_generated() == 0) {  // the prompt has run: its logprobs are complete
     sequence.output.prompt_logprobs = sequence.request.prompt_logprobs;
     sequence.output.prompt_top_logprobs = sequence.request.prompt_top_logprobs;
@@ -258,7 +258,7 @@ void Engine::Impl::update_counters() {
   counters.nonfinite_rows = runner.num_nonfinite_rows();
 }
 
-Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
+Engine::Engine(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options)
     : impl_(std::make_unique<Impl>(model, tokenizer, options)) {}
 
 Engine::~Engine() = default;
@@ -289,4 +289,4 @@ void Engine::corrupt_lease_for_testing(const std::string& id) {
   fail("corrupt_lease_for_testing: request '{}' holds no slot", id);
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::engine {
 
 // Test-only (`--inject`): reproduce the two historical state-cache bugs so that stress and compare can be
 // shown to catch them.
@@ -49,9 +49,9 @@ struct SampleOutput {
   std::vector<int32_t> ids;
   std::string text;
   std::vector<double> logprobs;                         // [ids]
-  std::vector<std::vector<TokenLogprob>> top_logprobs;  // [ids][K]
+  std::vector<std::vector<backend::TokenLogprob>> top_logprobs;  // [ids][K]
   std::vector<std::optional<double>> prompt_logprobs;   // [prompt] (first is null) when asked
-  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
+  std::vector<std::vector<backend::TokenLogprob>> prompt_top_logprobs;
   std::string finish_reason;  // "stop" or "length" (or "abort")
 };
 
@@ -88,7 +88,7 @@ struct EngineCounters {
 class Engine {
  public:
   // The engine sizes the caches from options.memory_budget and creates its backend.
-  Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options);
+  Engine(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options);
   ~Engine();
 
   // Validates the request (request_spec.h's validate, under the engine's limits, and whether its KV blocks fit) and
@@ -112,4 +112,4 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace jambo
+}  // namespace jambo::engine

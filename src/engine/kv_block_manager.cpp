@@ -5,7 +5,7 @@
 
 #include <limits>
 
-namespace jambo {
+namespace jambo::engine {
 
 KvBlockManager::KvBlockManager(int64_t num_blocks, int64_t block_size, bool model_has_attention)
     : num_blocks_(num_blocks), block_size_(block_size), model_has_attention_(model_has_attention) {
@@ -21,7 +21,7 @@ KvBlockManager::KvBlockManager(int64_t num_blocks, int64_t block_size, bool mode
 int64_t KvBlockManager::blocks_for(int64_t num_tokens) const {
   JAMBO_REQUIRE(num_tokens >= 0, "cannot size KV blocks for a negative token count {}", num_tokens);
   if (!model_has_attention_) return 0;
-  return kv_blocks_for(num_tokens, block_size_);
+  return backend::kv_blocks_for(num_tokens, block_size_);
 }
 
 int64_t KvBlockManager::full_blocks(int64_t num_tokens) const {
@@ -67,4 +67,4 @@ void KvBlockManager::free(std::vector<int32_t>& table) {
   table.clear();
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace jambo {
+namespace jambo::engine {
 
 class KvBlockManager {
  public:
@@ -41,4 +41,4 @@ class KvBlockManager {
   std::vector<int32_t> num_holders_;  // [num_blocks] tables holding each block (0: free; freeing it again is caught)
 };
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 
-namespace jambo {
+namespace jambo::engine {
 
 namespace {
 
@@ -33,19 +33,21 @@ int64_t bytes_per_unit(std::string_view suffix, const std::string& text) {
 
 std::string format_bytes(int64_t bytes) { return fmt::format("{} bytes ({:.1f} MiB)", bytes, bytes / 1048576.0); }
 
-int64_t state_bytes_per_slot(const JambaConfig& config, DType state_dtype) {
-  return StateSlotLayout(config).pool_bytes(1, state_dtype);
+int64_t state_bytes_per_slot(const model::JambaConfig& config, DType state_dtype) {
+  return backend::StateSlotLayout(config).pool_bytes(1, state_dtype);
 }
 
 // Keys and values [2, kv_block_size, nkv, hd] of every attention layer, fp32.
-int64_t kv_bytes_per_block(const JambaConfig& config, int64_t kv_block_size) {
+int64_t kv_bytes_per_block(const model::JambaConfig& config, int64_t kv_block_size) {
   const int64_t elements_per_layer = 2 * kv_block_size * config.num_key_value_heads * config.head_dim;
   return config.num_attention_layers() * elements_per_layer * int64_t(sizeof(float));
 }
 
 }  // namespace
 
-int64_t state_elements_per_slot(const JambaConfig& config) { return StateSlotLayout(config).slot_stride; }
+int64_t state_elements_per_slot(const model::JambaConfig& config) {
+  return backend::StateSlotLayout(config).slot_stride;
+}
 
 MemoryBudget parse_memory_budget(const std::string& text) {
   double value = 0;
@@ -71,13 +73,13 @@ std::string to_string(const MemoryBudget& budget) {
   return budget.bytes > 0 ? std::to_string(budget.bytes) : fmt::format("{:g}", budget.fraction);
 }
 
-int64_t exact_memory_budget(const JambaConfig& config, int64_t weight_bytes, int64_t num_slots, int64_t num_kv_blocks,
-                            int64_t kv_block_size, DType state_dtype) {
+int64_t exact_memory_budget(const model::JambaConfig& config, int64_t weight_bytes, int64_t num_slots,
+                            int64_t num_kv_blocks, int64_t kv_block_size, DType state_dtype) {
   return weight_bytes + num_slots * state_bytes_per_slot(config, state_dtype) +
          num_kv_blocks * kv_bytes_per_block(config, kv_block_size);
 }
 
-CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t budget_bytes, int64_t max_num_seqs,
+CachePlan plan_cache(const model::JambaConfig& config, int64_t weight_bytes, int64_t budget_bytes, int64_t max_num_seqs,
                      int64_t kv_block_size, int64_t max_model_len, DType state_dtype) {
   JAMBO_REQUIRE(max_num_seqs > 0, "max_num_seqs must be positive, got {}", max_num_seqs);
   JAMBO_REQUIRE(kv_block_size > 0, "kv_block_size must be positive, got {}", kv_block_size);
@@ -86,14 +88,14 @@ CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t bu
 
   CachePlan plan;
   plan.weight_bytes = weight_bytes;
-  require_state_dtype(state_dtype);
+  backend::require_state_dtype(state_dtype);
   plan.bytes_per_slot = state_bytes_per_slot(config, state_dtype);
   plan.cache.state_dtype = state_dtype;
   plan.bytes_per_kv_block = kv_bytes_per_block(config, kv_block_size);
   plan.cache.kv_block_size = kv_block_size;
 
   const bool has_attention = plan.bytes_per_kv_block > 0;
-  const int64_t blocks_per_request = has_attention ? kv_blocks_for(max_model_len, kv_block_size) : 0;
+  const int64_t blocks_per_request = has_attention ? backend::kv_blocks_for(max_model_len, kv_block_size) : 0;
   JAMBO_REQUIRE(blocks_per_request <= kMaxKvBlocks,
                 "max_model_len {} needs {} KV blocks of {} tokens, more than the 2^31-1 a block table can address",
                 max_model_len, blocks_per_request, kv_block_size);
@@ -124,4 +126,4 @@ CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t bu
   return plan;
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-namespace jambo {
+namespace jambo::engine {
 
 // A memory budget as given: bytes, or a fraction of the memory available to the backend when the engine starts.
 struct MemoryBudget {
@@ -28,10 +28,10 @@ MemoryBudget parse_memory_budget(const std::string& text);
 std::string to_string(const MemoryBudget& budget);
 
 // Elements of one state slot: conv tail [Di, K-1] and SSM state [Di, N] of every Mamba layer.
-int64_t state_elements_per_slot(const JambaConfig& config);
+int64_t state_elements_per_slot(const model::JambaConfig& config);
 
 struct CachePlan {
-  CacheConfig cache;               // slots, KV blocks and the state's type for the backend
+  backend::CacheConfig cache;      // slots, KV blocks and the state's type for the backend
   int64_t bytes_per_slot = 0;      // recurrent state of one sequence (all Mamba layers, of cache.state_dtype)
   int64_t bytes_per_kv_block = 0;  // one block of all attention layers, keys and values, fp32
   int64_t weight_bytes = 0;        // taken from the budget first
@@ -39,13 +39,13 @@ struct CachePlan {
 
 // The budget (bytes) that plan_cache, given max_num_seqs = num_slots, splits into exactly num_slots state slots
 // and num_kv_blocks KV blocks beside weight_bytes: for tests and stress runs that need a precise squeeze.
-int64_t exact_memory_budget(const JambaConfig& config, int64_t weight_bytes, int64_t num_slots, int64_t num_kv_blocks,
-                            int64_t kv_block_size, DType state_dtype);
+int64_t exact_memory_budget(const model::JambaConfig& config, int64_t weight_bytes, int64_t num_slots,
+                            int64_t num_kv_blocks, int64_t kv_block_size, DType state_dtype);
 
 // Splits budget_bytes minus the weights between slots and KV blocks: num_state_slots =
 // min(max_num_seqs, what fits), and the rest as KV blocks. Throws jambo::Error, saying how much one
 // request of max_model_len tokens needs, when the budget cannot hold even one such request.
-CachePlan plan_cache(const JambaConfig& config, int64_t weight_bytes, int64_t budget_bytes, int64_t max_num_seqs,
+CachePlan plan_cache(const model::JambaConfig& config, int64_t weight_bytes, int64_t budget_bytes, int64_t max_num_seqs,
                      int64_t kv_block_size, int64_t max_model_len, DType state_dtype);
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <chrono>
 
-namespace jambo {
+namespace jambo::engine {
 
-ModelRunner::ModelRunner(Backend& backend, const SlotPool& slots, int64_t kv_block_size, bool checked)
+ModelRunner::ModelRunner(backend::Backend& backend, const SlotPool& slots, int64_t kv_block_size, bool checked)
     : backend_(backend), slots_(slots), kv_block_size_(kv_block_size), checked_(checked) {}
 
 namespace {
@@ -37,7 +37,7 @@ std::vector<Sequence*> row_choosers(const ScheduledRow& scheduled) {
 
 }  // namespace
 
-BatchRow ModelRunner::make_row(const ScheduledRow& scheduled, size_t row_index) {
+backend::BatchRow ModelRunner::make_row(const ScheduledRow& scheduled, size_t row_index) {
   const Sequence& sequence = *scheduled.sequence;
   targets_[row_index] = prompt_targets(scheduled);
   choosers_[row_index] = row_choosers(scheduled);
@@ -45,8 +45,9 @@ BatchRow ModelRunner::make_row(const ScheduledRow& scheduled, size_t row_index) 
   for (Sequence* chooser : choosers_[row_index]) choices_[row_index].push_back(chooser->sampler.next_choice());
   // Law 1: the row's initial state is the sequence's (has_state: some of it ran), never a guess from token counts.
   JAMBO_ASSERT(sequence.has_state() == (sequence.num_computed() > 0));
-  BatchRow row = sequence_row(sequence.id, sequence.tokens(), sequence.num_computed(), scheduled.num_tokens,
-                              sequence.lease->slot, sequence.block_table, kv_block_size_);
+  backend::BatchRow row =
+      backend::sequence_row(sequence.id, sequence.tokens(), sequence.num_computed(), scheduled.num_tokens,
+                            sequence.lease->slot, sequence.block_table, kv_block_size_);
   row.targets = targets_[row_index];
   row.num_top_logprobs = sequence.request.spec.num_prompt_logprobs.value_or(0);
   row.choices = choices_[row_index];
@@ -74,7 +75,7 @@ void ModelRunner::check_finite(const std::vector<ScheduledRow>& rows) {
                                                       rows[r].sequence->lease->slot));
 }
 
-const StepOutput& ModelRunner::run(const std::vector<ScheduledRow>& rows) {
+const backend::StepOutput& ModelRunner::run(const std::vector<ScheduledRow>& rows) {
   rows_.clear();
   targets_.resize(rows.size());
   choosers_.resize(rows.size());
@@ -86,7 +87,7 @@ const StepOutput& ModelRunner::run(const std::vector<ScheduledRow>& rows) {
   const auto start = std::chrono::steady_clock::now();
   backend_.forward(rows_, output_);
   forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (const RowOutput& row : output_.rows) num_nonfinite_rows_ += !row.finite;
+  for (const backend::RowOutput& row : output_.rows) num_nonfinite_rows_ += !row.finite;
   if (checked_) check_finite(rows);
   return output_;
 }
@@ -95,4 +96,4 @@ void ModelRunner::on_slot_freed(int64_t slot) {
   if (checked_) backend_.poison_state(slot);
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -12,11 +12,11 @@
 
 #include <vector>
 
-namespace jambo {
+namespace jambo::engine {
 
 class ModelRunner {
  public:
-  ModelRunner(Backend& backend, const SlotPool& slots, int64_t kv_block_size, bool checked);
+  ModelRunner(backend::Backend& backend, const SlotPool& slots, int64_t kv_block_size, bool checked);
 
   int64_t num_law_violations() const { return num_law_violations_; }
   double forward_seconds() const { return forward_seconds_; }         // wall time inside the backend's forward, in all
@@ -25,30 +25,30 @@ class ModelRunner {
   // Runs the rows; throws jambo::Error naming the request and slot on a law 2 violation (checked mode).
   // Row r's output holds a prompt logprob for each prompt token its tokens predict, and the token chosen
   // for each of choosers(r), in order.
-  const StepOutput& run(const std::vector<ScheduledRow>& rows);
+  const backend::StepOutput& run(const std::vector<ScheduledRow>& rows);
   // The sequences taking their next token from row r of the last run.
   const std::vector<Sequence*>& choosers(size_t row) const { return choosers_[row]; }
   // Called for every slot the scheduler frees.
   void on_slot_freed(int64_t slot);
 
  private:
-  BatchRow make_row(const ScheduledRow& scheduled, size_t row_index);
+  backend::BatchRow make_row(const ScheduledRow& scheduled, size_t row_index);
   void check_owner(const Sequence& sequence);
   void check_finite(const std::vector<ScheduledRow>& rows);
   [[noreturn]] void report_violation(const Sequence& sequence, const std::string& what);
 
-  Backend& backend_;
+  backend::Backend& backend_;
   const SlotPool& slots_;
   int64_t kv_block_size_;
   bool checked_;
   int64_t num_law_violations_ = 0;
   double forward_seconds_ = 0.0;
   int64_t num_nonfinite_rows_ = 0;
-  std::vector<BatchRow> rows_;
+  std::vector<backend::BatchRow> rows_;
   std::vector<std::vector<int32_t>> targets_;      // [rows] prompt tokens each row's vectors predict
   std::vector<std::vector<Sequence*>> choosers_;   // [rows]
-  std::vector<std::vector<TokenChoice>> choices_;  // [rows] one per chooser
-  StepOutput output_;
+  std::vector<std::vector<backend::TokenChoice>> choices_;  // [rows] one per chooser
+  backend::StepOutput output_;
 };
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 
-namespace jambo {
+namespace jambo::engine {
 
 const char* state_name(SequenceState state) {
   switch (state) {
@@ -53,7 +53,7 @@ void Sequence::start_from_fork(SlotLease new_lease, int64_t num_prompt_tokens) {
   state_ = SequenceState::Prefilling;
 }
 
-void Sequence::append(int32_t token, double logprob, std::vector<TokenLogprob> top) {
+void Sequence::append(int32_t token, double logprob, std::vector<backend::TokenLogprob> top) {
   require_state(is_running() && num_uncomputed() == 0, "take a new token");
   tokens_.push_back(token);
   output.ids.push_back(token);
@@ -90,4 +90,4 @@ bool Request::is_done() const {
   return true;
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -16,7 +16,7 @@
 #include <optional>
 #include <vector>
 
-namespace jambo {
+namespace jambo::engine {
 
 enum class SequenceState { Waiting, Prefilling, Decoding, Finished, Aborted };
 
@@ -47,7 +47,7 @@ class Sequence {
   void admit(SlotLease lease);                                       // waiting -> prefilling
   void computed(int64_t num_tokens);                                 // the step ran num_tokens more of this sequence
   void start_from_fork(SlotLease lease, int64_t num_prompt_tokens);  // waiting -> prefilling, prompt in state
-  void append(int32_t token, double logprob, std::vector<TokenLogprob> top);  // -> decoding
+  void append(int32_t token, double logprob, std::vector<backend::TokenLogprob> top);  // -> decoding
   void preempt();                          // prefilling/decoding -> waiting, state dropped
   void finish(const std::string& reason);  // -> finished
   void abort();                            // -> aborted
@@ -72,7 +72,7 @@ struct Request {
   bool prompt_computed = false;                        // the prompt ran once (prompt logprobs taken, samples forked)
   std::vector<std::unique_ptr<Sequence>> samples;      // [n]
   std::vector<std::optional<double>> prompt_logprobs;  // [prompt] when asked
-  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;  // [prompt] when asked
+  std::vector<std::vector<backend::TokenLogprob>> prompt_top_logprobs;  // [prompt] when asked
 
   int64_t num_prompt_tokens() const { return int64_t(spec.prompt_ids.size()); }
   bool wants_prompt_logprobs() const { return spec.num_prompt_logprobs.has_value(); }
@@ -81,4 +81,4 @@ struct Request {
 
 const char* state_name(SequenceState state);
 
-}  // namespace jambo
+}  // namespace jambo::engine

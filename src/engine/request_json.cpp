@@ -5,7 +5,7 @@
 
 #include <set>
 
-namespace jambo {
+namespace jambo::engine {
 namespace {
 
 using nlohmann::json;
@@ -53,7 +53,7 @@ std::vector<std::string> stop_strings_field(const json& line) {
   return stops;
 }
 
-std::vector<int32_t> prompt_field(const json& line, const Tokenizer* tokenizer) {
+std::vector<int32_t> prompt_field(const json& line, const tokenizer::Tokenizer* tokenizer) {
   const bool has_text = line.contains("prompt"), has_ids = line.contains("prompt_ids");
   JAMBO_REQUIRE(has_text != has_ids, "give exactly one of the fields 'prompt' and 'prompt_ids'");
   if (has_ids) return token_ids_field(line, "prompt_ids");
@@ -64,7 +64,7 @@ std::vector<int32_t> prompt_field(const json& line, const Tokenizer* tokenizer) 
 
 }  // namespace
 
-RequestSpec request_from_json(const json& line, const RequestSpec& defaults, const Tokenizer* tokenizer) {
+RequestSpec request_from_json(const json& line, const RequestSpec& defaults, const tokenizer::Tokenizer* tokenizer) {
   JAMBO_REQUIRE(line.is_object(), "a request must be a JSON object");
   for (const auto& [name, value] : line.items())
     JAMBO_REQUIRE(known_fields().count(name), "unknown field '{}'", name);
@@ -89,9 +89,9 @@ RequestSpec request_from_json(const json& line, const RequestSpec& defaults, con
   return spec;
 }
 
-json top_logprobs_to_json(const std::vector<TokenLogprob>& entries) {
+json top_logprobs_to_json(const std::vector<backend::TokenLogprob>& entries) {
   json out = json::array();
-  for (const TokenLogprob& entry : entries) out.push_back({entry.token, entry.logprob});
+  for (const backend::TokenLogprob& entry : entries) out.push_back({entry.token, entry.logprob});
   return out;
 }
 
@@ -113,4 +113,4 @@ json sample_to_json(const SampleOutput& sample) {
   return out;
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

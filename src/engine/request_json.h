@@ -9,16 +9,17 @@
 
 #include <nlohmann/json.hpp>
 
-namespace jambo {
+namespace jambo::engine {
 
 // Fields present in `line` override those of `defaults`. "prompt" needs a tokenizer. Throws jambo::Error naming the
 // field that is unknown, missing or of the wrong type; ranges are the contract's (validate, request_spec.h), which
 // the engine checks when the request is added.
-RequestSpec request_from_json(const nlohmann::json& line, const RequestSpec& defaults, const Tokenizer* tokenizer);
+RequestSpec request_from_json(const nlohmann::json& line, const RequestSpec& defaults,
+                              const tokenizer::Tokenizer* tokenizer);
 
 nlohmann::json sample_to_json(const SampleOutput& sample);
 
 // [[id, logprob], ...]
-nlohmann::json top_logprobs_to_json(const std::vector<TokenLogprob>& entries);
+nlohmann::json top_logprobs_to_json(const std::vector<backend::TokenLogprob>& entries);
 
-}  // namespace jambo
+}  // namespace jambo::engine

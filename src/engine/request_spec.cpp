@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-namespace jambo {
+namespace jambo::engine {
 namespace {
 
 std::optional<FieldError> check_token_ids(const std::vector<int32_t>& ids, const char* field, int64_t vocab_size) {
@@ -65,4 +65,4 @@ std::optional<FieldError> validate(const RequestSpec& spec, const RequestLimits&
   return std::nullopt;
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::engine {
 
 // How each token is chosen. The choice itself is made by the backend, where the logits are (backend/logits_ops.h);
 // reported logprobs are always those of the model's unmodified distribution.
@@ -59,4 +59,4 @@ struct FieldError {
 // The first field of spec that breaks the contract under these limits, or nothing.
 std::optional<FieldError> validate(const RequestSpec& spec, const RequestLimits& limits);
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -1,12 +1,12 @@
 #include "engine/sampler.h"
 
-namespace jambo {
+namespace jambo::engine {
 
 Sampler::Sampler(const SamplingParams& params, int64_t num_top_logprobs)
     : params_(params), num_top_logprobs_(num_top_logprobs), rng_(params.seed ? *params.seed : std::random_device{}()) {}
 
-TokenChoice Sampler::next_choice() {
-  TokenChoice choice;
+backend::TokenChoice Sampler::next_choice() {
+  backend::TokenChoice choice;
   choice.temperature = params_.temperature;
   choice.top_k = params_.top_k;
   choice.top_p = params_.top_p;
@@ -16,4 +16,4 @@ TokenChoice Sampler::next_choice() {
   return choice;
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -9,14 +9,14 @@
 #include <cstdint>
 #include <random>
 
-namespace jambo {
+namespace jambo::engine {
 
 class Sampler {
  public:
   // params must have passed validate() (request_spec.h).
   Sampler(const SamplingParams& params, int64_t num_top_logprobs);
   // How the next token is chosen; a sampled (temperature > 0) choice takes the generator's next draw.
-  TokenChoice next_choice();
+  backend::TokenChoice next_choice();
 
  private:
   SamplingParams params_;
@@ -24,4 +24,4 @@ class Sampler {
   std::mt19937_64 rng_;
 };
 
-}  // namespace jambo
+}  // namespace jambo::engine

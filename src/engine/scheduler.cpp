@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-namespace jambo {
+namespace jambo::engine {
 
 Scheduler::Scheduler(int64_t max_num_batched_tokens, SlotPool& slots, KvBlockManager& kv_blocks,
                      std::function<void(int64_t slot)> on_slot_freed)
@@ -145,4 +145,4 @@ void Scheduler::release(Sequence& sequence) {
   on_slot_freed_(sequence.lease->slot);
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -12,7 +12,7 @@
 #include <functional>
 #include <vector>
 
-namespace jambo {
+namespace jambo::engine {
 
 struct ScheduledRow {
   Sequence* sequence = nullptr;
@@ -68,4 +68,4 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
 };
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace jambo {
+namespace jambo::engine {
 
 uint64_t sample_seed(uint64_t seed, int64_t sample) {
   if (sample == 0) return seed;
@@ -31,7 +31,7 @@ SamplingParams seeded(SamplingParams params, uint64_t seed) {
 }  // namespace
 
 SequenceSampler::SequenceSampler(const RequestSpec& spec, uint64_t request_seed, int64_t sample,
-                                 const JambaConfig& config, const Tokenizer* tokenizer)
+                                 const model::JambaConfig& config, const tokenizer::Tokenizer* tokenizer)
     : spec_(spec),
       config_(config),
       sampler_(seeded(spec.sampling, sample_seed(request_seed, sample)), spec.num_top_logprobs) {
@@ -73,4 +73,4 @@ void SequenceSampler::finish_text() {
   text_finished_ = true;
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

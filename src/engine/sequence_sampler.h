@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-namespace jambo {
+namespace jambo::engine {
 
 // The seed of sample `sample` of a request seeded with `seed`; sample 0 keeps the request's seed, so
 // n = 1 samples exactly like `jambo generate --seed`.
@@ -25,11 +25,11 @@ size_t stable_text_length(const std::string& text, bool finished, size_t max_sto
 class SequenceSampler {
  public:
   // tokenizer may be null when the request has no stop strings.
-  SequenceSampler(const RequestSpec& spec, uint64_t request_seed, int64_t sample, const JambaConfig& config,
-                  const Tokenizer* tokenizer);
+  SequenceSampler(const RequestSpec& spec, uint64_t request_seed, int64_t sample, const model::JambaConfig& config,
+                  const tokenizer::Tokenizer* tokenizer);
 
   // How the next token is chosen (takes a draw of the sample's generator when sampling).
-  TokenChoice next_choice() { return sampler_.next_choice(); }
+  backend::TokenChoice next_choice() { return sampler_.next_choice(); }
   // Takes the sample's num_generated-th token (already picked); returns "stop" or "length" when it ends
   // the sample, nothing otherwise.
   std::optional<std::string> accept(int32_t token, int64_t num_generated);
@@ -42,11 +42,11 @@ class SequenceSampler {
   bool found_stop_string(int64_t searched_from);
 
   const RequestSpec& spec_;
-  const JambaConfig& config_;
+  const model::JambaConfig& config_;
   Sampler sampler_;
-  std::optional<IncrementalDecoder> decoder_;  // only when a tokenizer is given
+  std::optional<tokenizer::IncrementalDecoder> decoder_;  // only when a tokenizer is given
   std::string text_;
   bool text_finished_ = false;
 };
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "core/names.h"
 
-namespace jambo {
+namespace jambo::engine {
 
 namespace {
 
@@ -81,4 +81,4 @@ bool SlotPool::is_held_by(const SlotLease& lease, int64_t owner_id) const {
          generations_[lease.slot] == lease.generation;
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

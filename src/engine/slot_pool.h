@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace jambo {
+namespace jambo::engine {
 
 enum class SlotPolicy { Lowest, Highest, Random };
 
@@ -55,4 +55,4 @@ class SlotPool {
   std::mt19937_64 rng_;
 };
 
-}  // namespace jambo
+}  // namespace jambo::engine

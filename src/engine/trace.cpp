@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 
-namespace jambo {
+namespace jambo::engine {
 
 Trace::Trace(const std::string& path) {
   if (path.empty()) return;
@@ -45,4 +45,4 @@ void Trace::event(int64_t step, const Sequence& sequence, const char* event, nlo
   write(line);
 }
 
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-namespace jambo {
+namespace jambo::engine {
 
 class Trace {
  public:
@@ -29,4 +29,4 @@ class Trace {
   std::ofstream out_;
 };
 
-}  // namespace jambo
+}  // namespace jambo::engine

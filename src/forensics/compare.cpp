@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-namespace jambo {
+namespace jambo::forensics {
 namespace {
 
 // Prompt and generated ids of each sample; none for a sample without generated ids (nothing to score).
@@ -61,7 +61,8 @@ SampleComparison compare_logprobs(Sample sample, std::span<const double> referen
   return out;
 }
 
-CompareSummary compare_samples(const Model& model, SampleFile file, double threshold, const ReferenceOptions& reference,
+CompareSummary compare_samples(const model::Model& model, SampleFile file, double threshold,
+                               const ReferenceOptions& reference,
                                const std::function<void(int64_t, int64_t)>& on_progress) {
   JAMBO_REQUIRE(std::isfinite(threshold) && threshold >= 0, "the threshold must be a finite number >= 0, got {}",
                 threshold);
@@ -136,4 +137,4 @@ std::string describe_comparison(const CompareSummary& summary) {
 
 int compare_exit_code(const CompareSummary& summary) { return summary.num_flagged() > 0 ? kFlaggedExitCode : 0; }
 
-}  // namespace jambo
+}  // namespace jambo::forensics

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::forensics {
 
 // A sample is flagged when one of its |Δ logprob| exceeds the threshold. On the CPU backend jambo's
 // batched logprobs equal the reference bitwise (Δ = 0), and another engine computing in fp32 differs by
@@ -49,7 +49,7 @@ SampleComparison compare_logprobs(Sample sample, std::span<const double> referen
 
 // Re-scores every sample of the file through the reference path on reference.backend (score_sequences);
 // the comparisons are in input order. on_progress(done, total) is called as samples are re-scored.
-CompareSummary compare_samples(const Model& model, SampleFile file, double threshold,
+CompareSummary compare_samples(const model::Model& model, SampleFile file, double threshold,
                                const ReferenceOptions& reference = {},
                                const std::function<void(int64_t, int64_t)>& on_progress = {});
 
@@ -68,4 +68,4 @@ std::string describe_comparison(const CompareSummary& summary);
 constexpr int kFlaggedExitCode = 3;
 int compare_exit_code(const CompareSummary& summary);
 
-}  // namespace jambo
+}  // namespace jambo::forensics

@@ -6,20 +6,21 @@
 #include <algorithm>
 #include <numeric>
 
-namespace jambo {
+namespace jambo::forensics {
 namespace {
 
 // Enough slots and KV blocks for the largest step: row r of a step takes slot r, and the KV blocks after
 // those of the rows before it.
-CacheConfig reference_cache(std::span<const std::vector<int32_t>> sequences, std::span<const ReferenceStep> steps) {
-  CacheConfig cache;
+backend::CacheConfig reference_cache(std::span<const std::vector<int32_t>> sequences,
+                                     std::span<const ReferenceStep> steps) {
+  backend::CacheConfig cache;
   for (const ReferenceStep& step : steps) {
     int64_t num_rows = 0, num_blocks = 0;
     for (size_t i = step.first; i < step.first + step.count; ++i) {
       const int64_t num_tokens = reference_row_tokens(sequences[i].size());
       if (num_tokens == 0) continue;
       ++num_rows;
-      num_blocks += kv_blocks_for(num_tokens, cache.kv_block_size);
+      num_blocks += backend::kv_blocks_for(num_tokens, cache.kv_block_size);
     }
     cache.num_state_slots = std::max(cache.num_state_slots, num_rows);
     cache.num_kv_blocks = std::max(cache.num_kv_blocks, num_blocks);
@@ -33,20 +34,22 @@ bool has_rows(std::span<const std::vector<int32_t>> sequences) {
 }
 
 // Runs one step and stores each row's target logprobs as its sequence's.
-void score_step(Backend& backend, const CacheConfig& cache, std::span<const std::vector<int32_t>> sequences,
-                const ReferenceStep& step, std::span<const int32_t> all_blocks, StepOutput& output,
+void score_step(backend::Backend& backend, const backend::CacheConfig& cache,
+                std::span<const std::vector<int32_t>> sequences, const ReferenceStep& step,
+                std::span<const int32_t> all_blocks, backend::StepOutput& output,
                 std::vector<std::vector<double>>& logprobs) {
-  std::vector<BatchRow> rows;
+  std::vector<backend::BatchRow> rows;
   std::vector<size_t> row_sequence;  // [rows] index of each row's sequence
   int64_t next_block = 0;
   for (size_t i = step.first; i < step.first + step.count; ++i) {
     const std::span<const int32_t> sequence = sequences[i];
     const int64_t num_tokens = reference_row_tokens(sequence.size());
     if (num_tokens == 0) continue;
-    const int64_t num_blocks = kv_blocks_for(num_tokens, cache.kv_block_size);
+    const int64_t num_blocks = backend::kv_blocks_for(num_tokens, cache.kv_block_size);
     // From zero state (position 0), whatever the slot held before.
-    BatchRow row = sequence_row(int64_t(i), sequence, 0, num_tokens, int64_t(rows.size()),
-                                all_blocks.subspan(size_t(next_block), size_t(num_blocks)), cache.kv_block_size);
+    backend::BatchRow row =
+        backend::sequence_row(int64_t(i), sequence, 0, num_tokens, int64_t(rows.size()),
+                              all_blocks.subspan(size_t(next_block), size_t(num_blocks)), cache.kv_block_size);
     row.targets = sequence.subspan(1);  // the logits at position t predict token t + 1
     next_block += num_blocks;
     rows.push_back(row);
@@ -82,7 +85,8 @@ std::vector<ReferenceStep> plan_reference_steps(std::span<const std::vector<int3
   return steps;
 }
 
-std::vector<std::vector<double>> score_sequences(const Model& model, std::span<const std::vector<int32_t>> sequences,
+std::vector<std::vector<double>> score_sequences(const model::Model& model,
+                                                 std::span<const std::vector<int32_t>> sequences,
                                                  const ReferenceOptions& options,
                                                  const std::function<void(int64_t, int64_t)>& on_progress) {
   const std::vector<ReferenceStep> steps =
@@ -90,11 +94,11 @@ std::vector<std::vector<double>> score_sequences(const Model& model, std::span<c
   std::vector<std::vector<double>> logprobs(sequences.size());
   if (!has_rows(sequences)) return logprobs;  // no backend needed
 
-  const CacheConfig cache = reference_cache(sequences, steps);
-  const std::unique_ptr<Backend> backend = make_backend(options.backend, model, cache, options.cuda_weights);
+  const backend::CacheConfig cache = reference_cache(sequences, steps);
+  const std::unique_ptr<backend::Backend> backend = make_backend(options.backend, model, cache, options.cuda_weights);
   std::vector<int32_t> all_blocks(size_t(cache.num_kv_blocks));  // [num_kv_blocks] 0, 1, 2, ...
   std::iota(all_blocks.begin(), all_blocks.end(), 0);
-  StepOutput output;
+  backend::StepOutput output;
   const int64_t total = int64_t(sequences.size());
   for (const ReferenceStep& step : steps) {
     score_step(*backend, cache, sequences, step, all_blocks, output, logprobs);
@@ -103,4 +107,4 @@ std::vector<std::vector<double>> score_sequences(const Model& model, std::span<c
   return logprobs;
 }
 
-}  // namespace jambo
+}  // namespace jambo::forensics

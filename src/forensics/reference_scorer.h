@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::forensics {
 
 struct ReferenceOptions {
-  BackendKind backend = BackendKind::Cpu;       // no state dtype: the reference keeps an fp32 state
-  CudaWeights cuda_weights = CudaWeights::F32;  // within 1e-4 of the CPU
+  engine::BackendKind backend = engine::BackendKind::Cpu;       // no state dtype: the reference keeps an fp32 state
+  engine::CudaWeights cuda_weights = engine::CudaWeights::F32;  // within 1e-4 of the CPU
   int64_t max_step_tokens = 8192;               // tokens of one step; a longer sequence gets a step alone
   int64_t max_step_rows = 256;                  // sequences of one step, i.e. the state slots the backend holds
 };
@@ -43,8 +43,9 @@ std::vector<ReferenceStep> plan_reference_steps(std::span<const std::vector<int3
 // largest step. logprobs[i][t] = log p(sequences[i][t + 1] | sequences[i][0..t]), so logprobs[i] has
 // size - 1 entries (none for a sequence of fewer than two tokens). on_progress(done, total) is called
 // after each step with the sequences finished so far.
-std::vector<std::vector<double>> score_sequences(const Model& model, std::span<const std::vector<int32_t>> sequences,
+std::vector<std::vector<double>> score_sequences(const model::Model& model,
+                                                 std::span<const std::vector<int32_t>> sequences,
                                                  const ReferenceOptions& options,
                                                  const std::function<void(int64_t, int64_t)>& on_progress = {});
 
-}  // namespace jambo
+}  // namespace jambo::forensics

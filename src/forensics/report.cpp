@@ -8,7 +8,7 @@
 #include <iterator>
 #include <numeric>
 
-namespace jambo {
+namespace jambo::forensics {
 namespace {
 
 using svg::append;
@@ -152,20 +152,20 @@ std::string histogram_svg(const CompareSummary& summary, const LogScale& scale) 
 }
 
 // The text of each id, in order; an id whose bytes complete a later id's character has empty text.
-std::vector<std::string> token_texts(std::span<const int32_t> ids, const Tokenizer* tokenizer) {
+std::vector<std::string> token_texts(std::span<const int32_t> ids, const tokenizer::Tokenizer* tokenizer) {
   std::vector<std::string> texts;
   if (!tokenizer) {
     for (int32_t id : ids) texts.push_back(fmt::format("{} ", id));
     return texts;
   }
-  IncrementalDecoder decoder(*tokenizer);
+  tokenizer::IncrementalDecoder decoder(*tokenizer);
   for (int32_t id : ids) texts.push_back(decoder.push(id));
   if (!texts.empty()) texts.back() += decoder.finish();
   return texts;
 }
 
 // The generated text with the first divergent token marked and what follows it greyed.
-std::string highlighted_text(const SampleComparison& comparison, const Tokenizer* tokenizer) {
+std::string highlighted_text(const SampleComparison& comparison, const tokenizer::Tokenizer* tokenizer) {
   const std::vector<std::string> texts = token_texts(comparison.sample.ids, tokenizer);
   const int64_t marked = comparison.first_divergent_position.value_or(int64_t(texts.size()));
   std::string out;
@@ -182,13 +182,14 @@ std::string highlighted_text(const SampleComparison& comparison, const Tokenizer
   return out;
 }
 
-std::string prompt_text(const Sample& sample, const Tokenizer* tokenizer) {
+std::string prompt_text(const Sample& sample, const tokenizer::Tokenizer* tokenizer) {
   if (tokenizer) return tokenizer->decode(sample.prompt_ids);
   return fmt::format("{}", fmt::join(sample.prompt_ids, " "));
 }
 
 // The samples with the largest non-zero max |Δ|, largest first.
-std::string largest_differences_table(const CompareSummary& summary, const Tokenizer* tokenizer, int64_t max_rows) {
+std::string largest_differences_table(const CompareSummary& summary, const tokenizer::Tokenizer* tokenizer,
+                                      int64_t max_rows) {
   std::vector<size_t> order(summary.samples.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -236,7 +237,8 @@ std::string malformed_lines_list(const CompareSummary& summary) {
 
 }  // namespace
 
-std::string render_html_report(const CompareSummary& summary, const Tokenizer* tokenizer, int64_t max_samples_listed) {
+std::string render_html_report(const CompareSummary& summary, const tokenizer::Tokenizer* tokenizer,
+                               int64_t max_samples_listed) {
   const LogScale scale = log_scale_for(summary);
   std::string out;
   append(out,
@@ -260,4 +262,4 @@ std::string render_html_report(const CompareSummary& summary, const Tokenizer* t
   return out;
 }
 
-}  // namespace jambo
+}  // namespace jambo::forensics

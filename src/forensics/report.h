@@ -10,12 +10,12 @@
 #include <string>
 #include <string_view>
 
-namespace jambo {
+namespace jambo::forensics {
 
 constexpr int64_t kDefaultMaxSamplesListed = 20;
 
 // tokenizer turns ids into text; without one (nullptr) the texts show token ids.
-std::string render_html_report(const CompareSummary& summary, const Tokenizer* tokenizer,
+std::string render_html_report(const CompareSummary& summary, const tokenizer::Tokenizer* tokenizer,
                                int64_t max_samples_listed = kDefaultMaxSamplesListed);
 
-}  // namespace jambo
+}  // namespace jambo::forensics

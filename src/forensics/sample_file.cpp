@@ -11,7 +11,7 @@
 #include <limits>
 #include <string_view>
 
-namespace jambo {
+namespace jambo::forensics {
 
 const char* const kSampleFormatHelp =
     R"(Input: JSONL, one sample per line; blank lines are ignored, a malformed line is reported with
@@ -100,7 +100,7 @@ double logprob_from_row(const json& row, int32_t token) {
     JAMBO_REQUIRE(logit.is_number(), "the row of logits holds {}", describe_json(logit));
     logits.push_back(logit.get<float>());
   }
-  return double(logits[token]) - log_sum_exp(logits);
+  return double(logits[token]) - backend::log_sum_exp(logits);
 }
 
 // The logprob of the generated id `token` from one position's entry of a logprobs list.
@@ -209,4 +209,4 @@ SampleFile read_sample_file(std::istream& input, int64_t vocab_size) {
   return file;
 }
 
-}  // namespace jambo
+}  // namespace jambo::forensics

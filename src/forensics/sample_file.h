@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::forensics {
 
 struct Sample {
   nlohmann::json id;                // a string or an integer: "id" or "request_id", else the line number
@@ -41,4 +41,4 @@ SampleFile read_sample_file(std::istream& input, int64_t vocab_size);
 // What parse_sample_line accepts, worded for --help and the README.
 extern const char* const kSampleFormatHelp;
 
-}  // namespace jambo
+}  // namespace jambo::forensics

@@ -5,22 +5,22 @@
 #include <algorithm>
 #include <numeric>
 
-namespace jambo {
+namespace jambo::forensics {
 
-CacheConfig single_sequence_cache(int64_t max_tokens) {
-  CacheConfig cache;
+backend::CacheConfig single_sequence_cache(int64_t max_tokens) {
+  backend::CacheConfig cache;
   cache.num_state_slots = 1;
-  cache.num_kv_blocks = std::max<int64_t>(1, kv_blocks_for(max_tokens, cache.kv_block_size));
+  cache.num_kv_blocks = std::max<int64_t>(1, backend::kv_blocks_for(max_tokens, cache.kv_block_size));
   return cache;
 }
 
-SequenceRunner::SequenceRunner(Backend& backend, const CacheConfig& cache, int64_t max_chunk_tokens)
+SequenceRunner::SequenceRunner(backend::Backend& backend, const backend::CacheConfig& cache, int64_t max_chunk_tokens)
     : backend_(backend), cache_(cache), max_chunk_tokens_(max_chunk_tokens), block_table_(cache.num_kv_blocks) {
   std::iota(block_table_.begin(), block_table_.end(), 0);
 }
 
-const RowOutput& SequenceRunner::run(const BatchRow& row) {
-  backend_.forward(std::span<const BatchRow>(&row, 1), output_);
+const backend::RowOutput& SequenceRunner::run(const backend::BatchRow& row) {
+  backend_.forward(std::span<const backend::BatchRow>(&row, 1), output_);
   return output_.rows[0];
 }
 
@@ -34,12 +34,12 @@ ScoredSequence SequenceRunner::score(std::span<const int32_t> tokens, int64_t nu
   const int64_t chunk = max_chunk_tokens_ > 0 ? max_chunk_tokens_ : std::max<int64_t>(num_tokens, 1);
   for (int64_t first = 0; first < num_tokens; first += chunk) {
     const int64_t count = std::min(chunk, num_tokens - first);
-    BatchRow row =
-        sequence_row(/*sequence_id=*/0, tokens, first, count, /*slot=*/0, block_table_, cache_.kv_block_size);
+    backend::BatchRow row =
+        backend::sequence_row(/*sequence_id=*/0, tokens, first, count, /*slot=*/0, block_table_, cache_.kv_block_size);
     // The logits at position p predict token p + 1: the chunk's targets are the tokens after each of its own.
     row.targets = tokens.subspan(size_t(first + 1), size_t(std::min(count, num_tokens - first - 1)));
     row.num_top_logprobs = num_top_logprobs;
-    const RowOutput& scored = run(row);
+    const backend::RowOutput& scored = run(row);
     for (size_t i = 0; i < row.targets.size(); ++i) {
       out.logprobs[first + i + 1] = scored.target_logprobs[i];
       if (num_top_logprobs > 0) out.top_logprobs[first + i + 1] = scored.target_top_logprobs[i];
@@ -48,4 +48,4 @@ ScoredSequence SequenceRunner::score(std::span<const int32_t> tokens, int64_t nu
   return out;
 }
 
-}  // namespace jambo
+}  // namespace jambo::forensics

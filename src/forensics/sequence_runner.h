@@ -9,34 +9,34 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::forensics {
 
 struct ScoredSequence {
   std::vector<std::optional<double>> logprobs;          // [T]; position 0 has none
-  std::vector<std::vector<TokenLogprob>> top_logprobs;  // [T] each [K]; position 0 empty
+  std::vector<std::vector<backend::TokenLogprob>> top_logprobs;  // [T] each [K]; position 0 empty
 };
 
 // The cache of the reference path: one state slot and KV blocks for max_tokens tokens (at least one block).
-CacheConfig single_sequence_cache(int64_t max_tokens);
+backend::CacheConfig single_sequence_cache(int64_t max_tokens);
 
 class SequenceRunner {
  public:
   // The backend must have at least one state slot and num_kv_blocks blocks of kv_block_size.
   // max_chunk_tokens bounds the tokens of one prefill step (0: the whole prompt at once).
-  SequenceRunner(Backend& backend, const CacheConfig& cache, int64_t max_chunk_tokens = 0);
+  SequenceRunner(backend::Backend& backend, const backend::CacheConfig& cache, int64_t max_chunk_tokens = 0);
 
   int64_t max_sequence_length() const { return cache_.num_kv_blocks * cache_.kv_block_size; }
 
   ScoredSequence score(std::span<const int32_t> tokens, int64_t num_top_logprobs);
 
  private:
-  const RowOutput& run(const BatchRow& row);
+  const backend::RowOutput& run(const backend::BatchRow& row);
 
-  Backend& backend_;
-  CacheConfig cache_;
+  backend::Backend& backend_;
+  backend::CacheConfig cache_;
   int64_t max_chunk_tokens_;
   std::vector<int32_t> block_table_;  // [num_kv_blocks] identity: logical block i is physical block i
-  StepOutput output_;
+  backend::StepOutput output_;
 };
 
-}  // namespace jambo
+}  // namespace jambo::forensics

@@ -8,9 +8,9 @@
 #include <map>
 #include <random>
 
-namespace jambo {
+namespace jambo::forensics {
 
-std::vector<RequestSpec> make_stress_requests(const StressWorkload& workload, int64_t vocab_size) {
+std::vector<engine::RequestSpec> make_stress_requests(const StressWorkload& workload, int64_t vocab_size) {
   JAMBO_REQUIRE(workload.min_samples >= 1 && workload.min_samples <= workload.max_samples,
                 "the stress workload's samples per prompt must satisfy 1 <= min ({}) <= max ({})", workload.min_samples,
                 workload.max_samples);
@@ -19,9 +19,9 @@ std::vector<RequestSpec> make_stress_requests(const StressWorkload& workload, in
   const auto uniform_int = [&](int64_t low, int64_t high) {
     return std::uniform_int_distribution<int64_t>(low, high)(rng);
   };
-  std::vector<RequestSpec> requests;
+  std::vector<engine::RequestSpec> requests;
   for (int64_t i = 0; i < workload.num_requests; ++i) {
-    RequestSpec spec;
+    engine::RequestSpec spec;
     spec.id = "stress-" + std::to_string(i);
     const bool one_token = unit(rng) < 0.2;
     const int64_t num_prompt =
@@ -47,7 +47,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Engine samples in the form `jambo compare` reads, so both audit exactly the same thing.
-SampleFile as_sample_file(const std::vector<SampleOutput>& samples, int64_t vocab_size) {
+SampleFile as_sample_file(const std::vector<engine::SampleOutput>& samples, int64_t vocab_size) {
   SampleFile file;
   for (size_t i = 0; i < samples.size(); ++i)
     for (Sample& sample : parse_sample_line(sample_to_json(samples[i]), int64_t(i) + 1, vocab_size))
@@ -57,10 +57,10 @@ SampleFile as_sample_file(const std::vector<SampleOutput>& samples, int64_t voca
 
 // The engine phase: the requests arrive over the steps (Poisson) until all are done. The engine, its
 // backend and their memory are gone when this returns.
-void run_engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options,
+void run_engine(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const engine::EngineOptions& options,
                 const StressWorkload& workload, const StressProgress& progress, StressResult& result) {
-  const std::vector<RequestSpec> requests = make_stress_requests(workload, model.config.vocab_size);
-  Engine engine(model, tokenizer, options);
+  const std::vector<engine::RequestSpec> requests = make_stress_requests(workload, model.config.vocab_size);
+  engine::Engine engine(model, tokenizer, options);
   std::mt19937_64 arrivals(workload.seed + 1);
   std::poisson_distribution<int64_t> arrivals_per_step(workload.arrivals_per_step);
   std::map<std::string, int64_t> samples_left;
@@ -74,7 +74,7 @@ void run_engine(const Model& model, const Tokenizer* tokenizer, const EngineOpti
       engine.add_request(requests[num_added]);
       samples_left[requests[num_added].id] = requests[num_added].n;
     }
-    for (SampleOutput& sample : engine.step()) {
+    for (engine::SampleOutput& sample : engine.step()) {
       if (--samples_left[sample.id] == 0) ++num_finished;
       result.samples.push_back(std::move(sample));
     }
@@ -85,11 +85,11 @@ void run_engine(const Model& model, const Tokenizer* tokenizer, const EngineOpti
 
 }  // namespace
 
-StressResult run_stress(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options,
-                        const StressWorkload& workload, double threshold, const ReferenceOptions& reference,
-                        const StressProgress& progress) {
+StressResult run_stress(const model::Model& model, const tokenizer::Tokenizer* tokenizer,
+                        const engine::EngineOptions& options, const StressWorkload& workload, double threshold,
+                        const ReferenceOptions& reference, const StressProgress& progress) {
   StressResult result;
-  result.state_elements_per_slot = state_elements_per_slot(model.config);
+  result.state_elements_per_slot = engine::state_elements_per_slot(model.config);
   const Clock::time_point engine_start = Clock::now();
   run_engine(model, tokenizer, options, workload, progress, result);
   result.engine_seconds = seconds_since(engine_start);
@@ -100,4 +100,4 @@ StressResult run_stress(const Model& model, const Tokenizer* tokenizer, const En
   return result;
 }
 
-}  // namespace jambo
+}  // namespace jambo::forensics

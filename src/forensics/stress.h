@@ -11,7 +11,7 @@
 #include <functional>
 #include <vector>
 
-namespace jambo {
+namespace jambo::forensics {
 
 struct StressWorkload {
   int64_t num_requests = 200;
@@ -25,11 +25,11 @@ struct StressWorkload {
 
 // The requests of a workload, in arrival order: half greedy, half sampled with their own seed. Throws
 // jambo::Error when min_samples is not in [1, max_samples].
-std::vector<RequestSpec> make_stress_requests(const StressWorkload& workload, int64_t vocab_size);
+std::vector<engine::RequestSpec> make_stress_requests(const StressWorkload& workload, int64_t vocab_size);
 
 struct StressResult {
-  std::vector<SampleOutput> samples;    // in finishing order
-  EngineCounters counters;              // of the engine at the end of the run
+  std::vector<engine::SampleOutput> samples;  // in finishing order
+  engine::EngineCounters counters;            // of the engine at the end of the run
   int64_t state_elements_per_slot = 0;  // the engine's pool holds counters.slots_total such slots
   double engine_seconds = 0.0;
   double reference_seconds = 0.0;
@@ -43,8 +43,8 @@ struct StressProgress {
 
 // Runs the workload (arrivals over time), frees the engine and its backend, then compares every sample
 // with the reference path on reference.backend.
-StressResult run_stress(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options,
-                        const StressWorkload& workload, double threshold, const ReferenceOptions& reference,
-                        const StressProgress& progress = {});
+StressResult run_stress(const model::Model& model, const tokenizer::Tokenizer* tokenizer,
+                        const engine::EngineOptions& options, const StressWorkload& workload, double threshold,
+                        const ReferenceOptions& reference, const StressProgress& progress = {});
 
-}  // namespace jambo
+}  // namespace jambo::forensics

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace jambo {
+namespace jambo::forensics {
 
 std::string html_escape(std::string_view text) {
   std::string out;
@@ -93,4 +93,4 @@ std::string bar_chart(std::string_view title, std::string_view x_label, std::str
 }
 
 }  // namespace svg
-}  // namespace jambo
+}  // namespace jambo::forensics

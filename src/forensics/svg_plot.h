@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace jambo {
+namespace jambo::forensics {
 
 // Text made safe for HTML and SVG element content and attribute values.
 std::string html_escape(std::string_view text);
@@ -46,4 +46,4 @@ std::string bar_chart(std::string_view title, std::string_view x_label, std::str
                       std::span<const Bar> bars);
 
 }  // namespace svg
-}  // namespace jambo
+}  // namespace jambo::forensics

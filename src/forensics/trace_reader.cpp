@@ -8,7 +8,7 @@
 #include <climits>
 #include <functional>
 
-namespace jambo {
+namespace jambo::forensics {
 namespace {
 
 using nlohmann::json;
@@ -83,4 +83,4 @@ RequestLife read_sequence_life(std::istream& trace, int64_t sequence_id) {
   return read_life(trace, [&](const json& line) { return integer_or(line, "sequence", -1) == sequence_id; });
 }
 
-}  // namespace jambo
+}  // namespace jambo::forensics

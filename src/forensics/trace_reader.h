@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::forensics {
 
 // One line per event or row of the request, e.g.
 // "step 12  prefill  sample 0 seq 17  positions 0..15 (16 tokens)  slot 7 gen 3  kv blocks [4, 5]".
@@ -22,4 +22,4 @@ struct RequestLife {
 RequestLife read_request_life(std::istream& trace, const std::string& request_id);
 RequestLife read_sequence_life(std::istream& trace, int64_t sequence_id);
 
-}  // namespace jambo
+}  // namespace jambo::forensics

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace jambo {
+namespace jambo::model {
 namespace {
 
 void require_positive(const std::string& source, const char* field, int64_t value) {
@@ -254,4 +254,4 @@ JambaConfig load_config(const std::filesystem::path& config_json) {
   return config;
 }
 
-}  // namespace jambo
+}  // namespace jambo::model

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::model {
 
 enum class MixerKind { Mamba, Attention };
 enum class FfnKind { Dense, Moe };
@@ -60,4 +60,4 @@ struct JambaConfig {
 // Parses config.json (a file path); errors name the file and the field.
 JambaConfig load_config(const std::filesystem::path& config_json);
 
-}  // namespace jambo
+}  // namespace jambo::model

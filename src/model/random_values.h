@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace jambo {
+namespace jambo::model {
 
 // Element `index` of a random stream: splitmix64's output function applied to a counter. Each element depends
 // only on (stream, index), so fill loops carry no state, vectorize, and split across threads in any way.
@@ -74,4 +74,4 @@ struct RandomTensor {
   int64_t numel = 0;
 };
 
-}  // namespace jambo
+}  // namespace jambo::model

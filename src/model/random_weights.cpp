@@ -12,7 +12,7 @@
 #include <cmath>
 #include <memory>
 
-namespace jambo {
+namespace jambo::model {
 namespace {
 
 constexpr int64_t kChunkElements = int64_t(1) << 16;  // the unit of parallel work
@@ -219,4 +219,4 @@ Model describe_random_model(const JambaConfig& config, DType dtype, uint64_t see
   return std::move(parts.model);
 }
 
-}  // namespace jambo
+}  // namespace jambo::model

@@ -10,7 +10,7 @@
 #include <string>
 #include <unordered_map>
 
-namespace jambo {
+namespace jambo::model {
 
 class RandomWeights {
  public:
@@ -28,4 +28,4 @@ class RandomWeights {
   std::unordered_map<std::string, RandomTensor> tensors_;
 };
 
-}  // namespace jambo
+}  // namespace jambo::model

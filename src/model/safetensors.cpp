@@ -19,7 +19,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace jambo {
+namespace jambo::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -273,4 +273,4 @@ std::vector<std::string> Checkpoint::names() const {
   return out;
 }
 
-}  // namespace jambo
+}  // namespace jambo::model

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::model {
 
 // Throws jambo::Error unless `folder` is a folder; the message says whether it is missing or a file (a
 // checkpoint's config.json given for its folder, say).
@@ -44,4 +44,4 @@ class Checkpoint {
   std::shared_ptr<void> files_;
 };
 
-}  // namespace jambo
+}  // namespace jambo::model

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-namespace jambo {
+namespace jambo::model {
 namespace {
 
 // Appends slots with a common name prefix, e.g. "model.layers.3.mamba.".
@@ -116,4 +116,4 @@ int64_t total_weight_bytes(const std::vector<WeightSlot>& slots) {
   return bytes;
 }
 
-}  // namespace jambo
+}  // namespace jambo::model

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::model {
 
 // What a tensor is, which decides how random weights fill it.
 enum class WeightRole {
@@ -49,4 +49,4 @@ std::vector<WeightSlot> list_weight_slots(const JambaConfig& config, ModelWeight
 // Bytes of all slots' views, counting each tensor once (lm_head once when tied).
 int64_t total_weight_bytes(const std::vector<WeightSlot>& slots);
 
-}  // namespace jambo
+}  // namespace jambo::model

@@ -10,7 +10,7 @@
 
 #include <set>
 
-namespace jambo {
+namespace jambo::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -64,4 +64,4 @@ Model load_model(const fs::path& folder) {
   return model;
 }
 
-}  // namespace jambo
+}  // namespace jambo::model

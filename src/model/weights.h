@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace jambo {
+namespace jambo::model {
 
 class RandomWeights;  // model/random_weights.h
 
@@ -97,4 +97,4 @@ Model make_random_model(const JambaConfig& config, DType dtype, uint64_t seed);
 // which the CUDA backend generates the same bits on the GPU (a 52B model then needs no 100 GB of host memory).
 Model describe_random_model(const JambaConfig& config, DType dtype, uint64_t seed);
 
-}  // namespace jambo
+}  // namespace jambo::model

@@ -8,9 +8,9 @@
 
 namespace jambo::server {
 
-EngineLoop::EngineLoop(Engine& engine, int64_t max_num_requests)
+EngineLoop::EngineLoop(engine::Engine& engine, int64_t max_num_requests)
     : engine_(engine), max_num_requests_(max_num_requests) {
-  engine_.set_progress_listener([this](const SampleProgress& progress) { on_progress(progress); });
+  engine_.set_progress_listener([this](const engine::SampleProgress& progress) { on_progress(progress); });
   counters_ = engine_.counters();
   thread_ = std::thread([this] { run(); });
 }
@@ -29,7 +29,8 @@ void EngineLoop::stop() {
   });
 }
 
-EngineLoop::Admission EngineLoop::submit(std::vector<RequestSpec> specs, std::shared_ptr<RequestStream> stream) {
+EngineLoop::Admission EngineLoop::submit(std::vector<engine::RequestSpec> specs,
+                                         std::shared_ptr<RequestStream> stream) {
   auto submission = std::make_unique<Submission>();
   std::future<Admission> verdict = submission->verdict.get_future();
   const int64_t num_requests = int64_t(specs.size());
@@ -74,7 +75,7 @@ std::string EngineLoop::death_reason() const {
   return death_reason_;
 }
 
-EngineCounters EngineLoop::counters() const {
+engine::EngineCounters EngineLoop::counters() const {
   std::lock_guard lock(mutex_);
   return counters_;
 }
@@ -96,7 +97,7 @@ void EngineLoop::run() {
     } catch (const std::exception& error) {
       failure = error.what();
     }
-    EngineCounters counters = engine_.counters();
+    engine::EngineCounters counters = engine_.counters();
     lock.lock();
     counters_ = counters;
     if (!failure.empty()) return die(failure);
@@ -133,7 +134,7 @@ EngineLoop::Admission EngineLoop::admit(Submission& submission) {
   std::vector<std::string> added;
   int64_t first_choice = 0;
   try {
-    for (const RequestSpec& spec : submission.specs) {
+    for (const engine::RequestSpec& spec : submission.specs) {
       engine_.add_request(spec);
       added.push_back(spec.id);
       routes_[spec.id] = Route{submission.stream, first_choice, spec.n, 0};
@@ -150,7 +151,7 @@ EngineLoop::Admission EngineLoop::admit(Submission& submission) {
   return {};
 }
 
-void EngineLoop::on_progress(const SampleProgress& progress) {
+void EngineLoop::on_progress(const engine::SampleProgress& progress) {
   const auto found = routes_.find(progress.output.id);
   if (found == routes_.end()) return;  // taken back before it was accepted
   Route& route = found->second;

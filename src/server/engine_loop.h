@@ -22,7 +22,7 @@ namespace jambo::server {
 class EngineLoop {
  public:
   // max_num_requests bounds the engine requests accepted and not yet finished (running or waiting).
-  EngineLoop(Engine& engine, int64_t max_num_requests);
+  EngineLoop(engine::Engine& engine, int64_t max_num_requests);
   ~EngineLoop();  // stop()
 
   // Fails every open stream ("the server is shutting down") and joins the thread; idempotent, and safe
@@ -39,13 +39,13 @@ class EngineLoop {
   };
   // The engine requests of one HTTP request, accepted all together or not at all. The stream's choice
   // c*n + s is sample s of specs[c]. Waits for the loop to take them (at most one step).
-  Admission submit(std::vector<RequestSpec> specs, std::shared_ptr<RequestStream> stream);
+  Admission submit(std::vector<engine::RequestSpec> specs, std::shared_ptr<RequestStream> stream);
   // Aborts whichever of these requests is unfinished; frees their slots and KV blocks at the next turn.
   void abort(const std::vector<std::string>& ids);
 
   bool is_alive() const;
   std::string death_reason() const;
-  EngineCounters counters() const;  // as of the last step
+  engine::EngineCounters counters() const;  // as of the last step
 
   // Test-only: Engine::corrupt_lease_for_testing(id) on the loop's thread (a law 2 violation in checked
   // mode, to show that the loop dies loudly).
@@ -53,7 +53,7 @@ class EngineLoop {
 
  private:
   struct Submission {
-    std::vector<RequestSpec> specs;
+    std::vector<engine::RequestSpec> specs;
     std::shared_ptr<RequestStream> stream;
     std::promise<Admission> verdict;
   };
@@ -67,10 +67,10 @@ class EngineLoop {
   void run();
   void take_inbox(std::unique_lock<std::mutex>& lock);
   Admission admit(Submission& submission);
-  void on_progress(const SampleProgress& progress);
+  void on_progress(const engine::SampleProgress& progress);
   void die(const std::string& reason);
 
-  Engine& engine_;
+  engine::Engine& engine_;
   const int64_t max_num_requests_;
   std::unordered_map<std::string, Route> routes_;  // unfinished engine requests; engine thread only
 
@@ -83,7 +83,7 @@ class EngineLoop {
   bool stopping_ = false;
   bool dead_ = false;
   std::string death_reason_;
-  EngineCounters counters_;
+  engine::EngineCounters counters_;
 
   std::once_flag stopped_;
   std::thread thread_;  // last: starts after everything above exists

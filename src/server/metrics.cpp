@@ -75,7 +75,7 @@ void ServerMetrics::count_tokens(int64_t num_prompt_tokens, int64_t num_generati
   num_generation_tokens_ += num_generation_tokens;
 }
 
-std::string ServerMetrics::render(const EngineCounters& engine, bool engine_alive) const {
+std::string ServerMetrics::render(const engine::EngineCounters& engine, bool engine_alive) const {
   std::string text;
   text += metric("jambo_engine_alive", "gauge", "1 while the engine loop runs, 0 once it died", engine_alive);
   text += metric("jambo_num_requests_running", "gauge", "sequences being prefilled or decoded", engine.num_running);
@@ -110,10 +110,11 @@ std::string ServerMetrics::render(const EngineCounters& engine, bool engine_aliv
   return text;
 }
 
-ThroughputLog::ThroughputLog(const EngineCounters& engine, Clock::time_point now) : last_(engine), last_time_(now) {}
+ThroughputLog::ThroughputLog(const engine::EngineCounters& engine, Clock::time_point now)
+    : last_(engine), last_time_(now) {}
 
-std::optional<std::string> ThroughputLog::next(const EngineCounters& engine, Clock::time_point now) {
-  const EngineCounters last = std::exchange(last_, engine);
+std::optional<std::string> ThroughputLog::next(const engine::EngineCounters& engine, Clock::time_point now) {
+  const engine::EngineCounters last = std::exchange(last_, engine);
   const double seconds = std::chrono::duration<double>(now - std::exchange(last_time_, now)).count();
   const bool holds_the_same = engine.num_running == last.num_running && engine.num_waiting == last.num_waiting &&
                               engine.kv_blocks_used == last.kv_blocks_used && engine.slots_used == last.slots_used;

@@ -38,7 +38,7 @@ class ServerMetrics : public LatencyObserver {
   void count_request(int status);  // every HTTP answer to a generation request, by status
   void count_tokens(int64_t num_prompt_tokens, int64_t num_generation_tokens);
 
-  std::string render(const EngineCounters& engine, bool engine_alive) const;
+  std::string render(const engine::EngineCounters& engine, bool engine_alive) const;
 
  private:
   mutable std::mutex mutex_;
@@ -54,13 +54,13 @@ class ServerMetrics : public LatencyObserver {
 class ThroughputLog {
  public:
   using Clock = std::chrono::steady_clock;
-  ThroughputLog(const EngineCounters& engine, Clock::time_point now);
+  ThroughputLog(const engine::EngineCounters& engine, Clock::time_point now);
   // The line for the time since the previous call; none when the engine ran no step and held no other
   // sequences, blocks or slots than at that call.
-  std::optional<std::string> next(const EngineCounters& engine, Clock::time_point now);
+  std::optional<std::string> next(const engine::EngineCounters& engine, Clock::time_point now);
 
  private:
-  EngineCounters last_;
+  engine::EngineCounters last_;
   Clock::time_point last_time_;
 };
 

@@ -158,10 +158,10 @@ std::vector<int32_t> token_ids(const json& value, const std::string& field) {
 }
 
 // The options every generation request shares; max_tokens is checked later, against each prompt.
-RequestSpec shared_options(const Fields& fields, const ServerLimits& limits) {
+engine::RequestSpec shared_options(const Fields& fields, const ServerLimits& limits) {
   check_model(fields, limits);
   check_unsupported(fields);
-  RequestSpec spec;
+  engine::RequestSpec spec;
   spec.sampling.temperature = fields.number("temperature", 1.0);
   if (spec.sampling.temperature > kMaxTemperature)
     bad_field("temperature", fmt::format("must be at most {}, got {}", kMaxTemperature, spec.sampling.temperature));
@@ -212,7 +212,7 @@ void check_lengths(const Fields& fields, GenerationRequest& request, const Serve
   request.options.stop.max_tokens = fields.integer(max_tokens_field, default_max_tokens.value_or(room));
 }
 
-void read_prompts(const json& prompt, const ServerLimits& limits, const Tokenizer& tokenizer,
+void read_prompts(const json& prompt, const ServerLimits& limits, const tokenizer::Tokenizer& tokenizer,
                   GenerationRequest& request) {
   auto add_text = [&](const std::string& text) { request.prompts.push_back(tokenizer.encode(text)); };
   auto add_ids = [&](const json& ids) {
@@ -251,11 +251,11 @@ void read_prompts(const json& prompt, const ServerLimits& limits, const Tokenize
 // contract's name -> the endpoint's).
 void check_contract(const GenerationRequest& request, const ServerLimits& limits,
                     const std::map<std::string, std::string>& renamed) {
-  const RequestLimits contract{limits.vocab_size, limits.max_model_len, limits.max_n, /*has_tokenizer=*/true};
+  const engine::RequestLimits contract{limits.vocab_size, limits.max_model_len, limits.max_n, /*has_tokenizer=*/true};
   for (const std::vector<int32_t>& prompt : request.prompts) {
-    RequestSpec spec = request.options;
+    engine::RequestSpec spec = request.options;
     spec.prompt_ids = prompt;
-    if (const std::optional<FieldError> error = validate(spec, contract)) {
+    if (const std::optional<engine::FieldError> error = validate(spec, contract)) {
       const auto rename = renamed.find(error->field);
       bad_field(rename == renamed.end() ? error->field : rename->second, error->message);
     }
@@ -307,7 +307,8 @@ json chat_messages(const Fields& fields) {
 
 // The messages rendered by the chat template and tokenized as transformers does: no special tokens added,
 // since the template writes them.
-std::vector<int32_t> chat_prompt(const Fields& fields, const Tokenizer& tokenizer, const ChatTemplate& chat_template) {
+std::vector<int32_t> chat_prompt(const Fields& fields, const tokenizer::Tokenizer& tokenizer,
+                                 const chat_template::ChatTemplate& chat_template) {
   const json messages = chat_messages(fields);
   std::string text;
   try {
@@ -330,7 +331,8 @@ json parse_body(const std::string& body) {
   return parsed;
 }
 
-GenerationRequest parse_completion_request(const json& body, const ServerLimits& limits, const Tokenizer& tokenizer) {
+GenerationRequest parse_completion_request(const json& body, const ServerLimits& limits,
+                                           const tokenizer::Tokenizer& tokenizer) {
   const Fields fields(body, with_shared({"prompt", "logprobs", "echo", "prompt_logprobs", "suffix", "best_of"}));
   GenerationRequest request;
   request.options = shared_options(fields, limits);
@@ -355,8 +357,9 @@ GenerationRequest parse_completion_request(const json& body, const ServerLimits&
   return request;
 }
 
-GenerationRequest parse_chat_request(const json& body, const ServerLimits& limits, const Tokenizer& tokenizer,
-                                     const ChatTemplate& chat_template) {
+GenerationRequest parse_chat_request(const json& body, const ServerLimits& limits,
+                                     const tokenizer::Tokenizer& tokenizer,
+                                     const chat_template::ChatTemplate& chat_template) {
   const Fields fields(body, with_shared({"messages", "max_completion_tokens", "logprobs", "top_logprobs",
                                          "add_generation_prompt", "response_format", "tools", "tool_choice"}));
   GenerationRequest request;
@@ -385,8 +388,9 @@ GenerationRequest parse_chat_request(const json& body, const ServerLimits& limit
   return request;
 }
 
-std::vector<int32_t> parse_tokenize_request(const json& body, const ServerLimits& limits, const Tokenizer& tokenizer,
-                                            const ChatTemplate* chat_template) {
+std::vector<int32_t> parse_tokenize_request(const json& body, const ServerLimits& limits,
+                                            const tokenizer::Tokenizer& tokenizer,
+                                            const chat_template::ChatTemplate* chat_template) {
   const Fields fields(body, {"model", "prompt", "add_special_tokens", "messages", "add_generation_prompt"});
   if (body.contains("prompt") == body.contains("messages"))
     throw ApiError(400, "give exactly one of 'prompt' and 'messages'", "prompt");

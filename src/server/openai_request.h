@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::chat_template {
 class ChatTemplate;
 }
 
@@ -39,7 +39,7 @@ struct ServerLimits {
 struct GenerationRequest {
   bool chat = false;
   std::vector<std::vector<int32_t>> prompts;  // [num_prompts][tokens]
-  RequestSpec options;                        // all but id and prompt_ids
+  engine::RequestSpec options;                // all but id and prompt_ids
   bool stream = false;
   bool include_usage = false;
   bool echo = false;          // completions: the prompt is part of each choice's text
@@ -47,13 +47,15 @@ struct GenerationRequest {
 };
 
 GenerationRequest parse_completion_request(const nlohmann::json& body, const ServerLimits& limits,
-                                           const Tokenizer& tokenizer);
-GenerationRequest parse_chat_request(const nlohmann::json& body, const ServerLimits& limits, const Tokenizer& tokenizer,
-                                     const ChatTemplate& chat_template);
+                                           const tokenizer::Tokenizer& tokenizer);
+GenerationRequest parse_chat_request(const nlohmann::json& body, const ServerLimits& limits,
+                                     const tokenizer::Tokenizer& tokenizer,
+                                     const chat_template::ChatTemplate& chat_template);
 
 // POST /tokenize: {"prompt", "add_special_tokens"} or {"messages", "add_generation_prompt"}; the token ids.
 std::vector<int32_t> parse_tokenize_request(const nlohmann::json& body, const ServerLimits& limits,
-                                            const Tokenizer& tokenizer, const ChatTemplate* chat_template);
+                                            const tokenizer::Tokenizer& tokenizer,
+                                            const chat_template::ChatTemplate* chat_template);
 // POST /detokenize: {"tokens"}; the token ids, each checked against the vocabulary.
 std::vector<int32_t> parse_detokenize_request(const nlohmann::json& body, const ServerLimits& limits);
 

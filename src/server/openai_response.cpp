@@ -69,7 +69,7 @@ void append_all(json& into, const json& from) {
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(const GenerationRequest& request, std::string id, std::string model, int64_t created,
-                                 const Tokenizer& tokenizer)
+                                 const tokenizer::Tokenizer& tokenizer)
     : request_(request),
       id_(std::move(id)),
       model_(std::move(model)),
@@ -102,16 +102,17 @@ std::string ResponseBuilder::token_bytes(int32_t id) const {
   return token_text(id);
 }
 
-ResponseBuilder::Piece ResponseBuilder::next_piece(IncrementalDecoder& decoder, int32_t id) const {
+ResponseBuilder::Piece ResponseBuilder::next_piece(tokenizer::IncrementalDecoder& decoder, int32_t id) const {
   std::string text = decoder.push(id);
   if (tokenizer_.is_special(id)) return {tokenizer_.id_to_token(id).value_or(""), std::move(text)};
   if (text.empty()) return {byte_token_name(token_bytes(id)), ""};
   return {text, text};
 }
 
-json ResponseBuilder::completion_logprobs(Choice& choice, IncrementalDecoder& decoder, const std::vector<int32_t>& ids,
+json ResponseBuilder::completion_logprobs(Choice& choice, tokenizer::IncrementalDecoder& decoder,
+                                          const std::vector<int32_t>& ids,
                                           const std::vector<std::optional<double>>& logprobs,
-                                          const std::vector<std::vector<TokenLogprob>>& top) const {
+                                          const std::vector<std::vector<backend::TokenLogprob>>& top) const {
   json result = empty_completion_logprobs();
   for (size_t i = 0; i < ids.size(); ++i) {
     const Piece piece = next_piece(decoder, ids[i]);
@@ -121,7 +122,7 @@ json ResponseBuilder::completion_logprobs(Choice& choice, IncrementalDecoder& de
       result["top_logprobs"].push_back(nullptr);
     } else {
       json entries = json::object();
-      for (const TokenLogprob& entry : top[i]) entries[token_text(entry.token)] = entry.logprob;
+      for (const backend::TokenLogprob& entry : top[i]) entries[token_text(entry.token)] = entry.logprob;
       result["top_logprobs"].push_back(std::move(entries));
     }
     result["text_offset"].push_back(choice.text_offset);
@@ -135,7 +136,7 @@ json ResponseBuilder::chat_logprobs(Choice& choice, const StreamEvent& event) co
   for (size_t i = 0; i < event.ids.size(); ++i) {
     const std::string text = next_piece(*choice.decoder, event.ids[i]).token;
     json top = json::array();
-    for (const TokenLogprob& entry : event.top_logprobs[i])
+    for (const backend::TokenLogprob& entry : event.top_logprobs[i])
       top.push_back({{"token", token_text(entry.token)},
                      {"logprob", entry.logprob},
                      {"bytes", bytes_of(token_bytes(entry.token))}});
@@ -149,7 +150,7 @@ json ResponseBuilder::chat_logprobs(Choice& choice, const StreamEvent& event) co
 
 // vLLM's form: per prompt token, null for the first, else {id: {logprob, decoded_token}} for the
 // token itself and the top-K.
-json ResponseBuilder::prompt_logprobs(const SampleOutput& prompt) const {
+json ResponseBuilder::prompt_logprobs(const engine::SampleOutput& prompt) const {
   json result = json::array();
   for (size_t i = 0; i < prompt.prompt_ids.size(); ++i) {
     if (!prompt.prompt_logprobs[i]) {
@@ -159,7 +160,7 @@ json ResponseBuilder::prompt_logprobs(const SampleOutput& prompt) const {
     json entries = json::object();
     const int32_t token = prompt.prompt_ids[i];
     entries[std::to_string(token)] = {{"logprob", *prompt.prompt_logprobs[i]}, {"decoded_token", token_text(token)}};
-    for (const TokenLogprob& entry : prompt.prompt_top_logprobs[i])
+    for (const backend::TokenLogprob& entry : prompt.prompt_top_logprobs[i])
       entries[std::to_string(entry.token)] = {{"logprob", entry.logprob}, {"decoded_token", token_text(entry.token)}};
     result.push_back(std::move(entries));
   }
@@ -183,7 +184,7 @@ json ResponseBuilder::add(const StreamEvent& event) {
       // The prompt as its tokens decode, so that text_offset indexes the text returned.
       text = tokenizer_.decode(event.prompt->prompt_ids, /*skip_special_tokens=*/true) + text;
       if (request_.num_logprobs >= 0 && has_prompt_logprobs) {
-        IncrementalDecoder prompt_decoder(tokenizer_, /*skip_special_tokens=*/true);
+        tokenizer::IncrementalDecoder prompt_decoder(tokenizer_, /*skip_special_tokens=*/true);
         append_all(logprobs, completion_logprobs(choice, prompt_decoder, event.prompt->prompt_ids,
                                                  event.prompt->prompt_logprobs, event.prompt->prompt_top_logprobs));
       }

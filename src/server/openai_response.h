@@ -28,7 +28,7 @@ ApiError api_error_for(std::exception_ptr error);
 class ResponseBuilder {
  public:
   ResponseBuilder(const GenerationRequest& request, std::string id, std::string model, int64_t created,
-                  const Tokenizer& tokenizer);
+                  const tokenizer::Tokenizer& tokenizer);
 
   // Takes one event; returns the stream chunk that tells it.
   nlohmann::json add(const StreamEvent& event);
@@ -39,7 +39,7 @@ class ResponseBuilder {
 
  private:
   struct Choice {
-    std::optional<IncrementalDecoder> decoder;  // over the generated tokens, as the engine decodes them
+    std::optional<tokenizer::IncrementalDecoder> decoder;  // over the generated tokens, as the engine decodes them
     std::string text;
     std::string finish_reason;
     nlohmann::json logprobs;  // completions: {tokens, token_logprobs, top_logprobs, text_offset}; chat: {content}
@@ -55,12 +55,13 @@ class ResponseBuilder {
   };
   std::string token_text(int32_t id) const;
   std::string token_bytes(int32_t id) const;
-  Piece next_piece(IncrementalDecoder& decoder, int32_t id) const;
-  nlohmann::json completion_logprobs(Choice& choice, IncrementalDecoder& decoder, const std::vector<int32_t>& ids,
+  Piece next_piece(tokenizer::IncrementalDecoder& decoder, int32_t id) const;
+  nlohmann::json completion_logprobs(Choice& choice, tokenizer::IncrementalDecoder& decoder,
+                                     const std::vector<int32_t>& ids,
                                      const std::vector<std::optional<double>>& logprobs,
-                                     const std::vector<std::vector<TokenLogprob>>& top) const;
+                                     const std::vector<std::vector<backend::TokenLogprob>>& top) const;
   nlohmann::json chat_logprobs(Choice& choice, const StreamEvent& event) const;
-  nlohmann::json prompt_logprobs(const SampleOutput& prompt) const;
+  nlohmann::json prompt_logprobs(const engine::SampleOutput& prompt) const;
   nlohmann::json envelope(nlohmann::json choices) const;
   nlohmann::json usage() const;
 
@@ -68,7 +69,7 @@ class ResponseBuilder {
   std::string id_;
   std::string model_;
   int64_t created_;
-  const Tokenizer& tokenizer_;
+  const tokenizer::Tokenizer& tokenizer_;
   std::vector<Choice> choices_;
 };
 

@@ -18,12 +18,12 @@ double seconds_between(RequestStream::Clock::time_point from, RequestStream::Clo
 RequestStream::RequestStream(int64_t num_choices, size_t max_stop_length, LatencyObserver* latency)
     : choices_(size_t(num_choices)), max_stop_length_(max_stop_length), latency_(latency) {}
 
-void RequestStream::on_progress(int64_t choice_index, const SampleProgress& progress) {
+void RequestStream::on_progress(int64_t choice_index, const engine::SampleProgress& progress) {
   const auto now = Clock::now();
   std::lock_guard lock(mutex_);
   Choice& choice = choices_.at(size_t(choice_index));
   JAMBO_ASSERT(!choice.finished);
-  const SampleOutput& output = progress.output;
+  const engine::SampleOutput& output = progress.output;
   StreamEvent event;
   event.choice = choice_index;
   if (!choice.started) {
@@ -41,8 +41,8 @@ void RequestStream::on_progress(int64_t choice_index, const SampleProgress& prog
   choice.num_ids_sent = output.ids.size();
   // A stop string can only cut text that was held back, so what was sent stays a prefix of the text.
   JAMBO_ASSERT(progress.text.size() >= choice.num_text_bytes_sent);
-  const size_t text_length =
-      std::max(stable_text_length(progress.text, progress.finished, max_stop_length_), choice.num_text_bytes_sent);
+  const size_t text_length = std::max(engine::stable_text_length(progress.text, progress.finished, max_stop_length_),
+                                      choice.num_text_bytes_sent);
   event.text = progress.text.substr(choice.num_text_bytes_sent, text_length - choice.num_text_bytes_sent);
   choice.num_text_bytes_sent = text_length;
 

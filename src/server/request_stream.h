@@ -18,11 +18,11 @@ struct StreamEvent {
   int64_t choice = 0;
   std::vector<int32_t> ids;                             // [new tokens]
   std::vector<double> logprobs;                         // [new tokens]
-  std::vector<std::vector<TokenLogprob>> top_logprobs;  // [new tokens][K]
+  std::vector<std::vector<backend::TokenLogprob>> top_logprobs;  // [new tokens][K]
   std::string text;                                     // new text
   std::string finish_reason;                            // "" until the choice ends
   // Set on a choice's first event only: the prompt (its logprobs when they were asked for).
-  std::optional<SampleOutput> prompt;
+  std::optional<engine::SampleOutput> prompt;
 };
 
 // Latencies of one request, as the server's metrics want them.
@@ -42,7 +42,7 @@ class RequestStream {
   RequestStream(int64_t num_choices, size_t max_stop_length, LatencyObserver* latency);
 
   // Engine loop side.
-  void on_progress(int64_t choice, const SampleProgress& progress);
+  void on_progress(int64_t choice, const engine::SampleProgress& progress);
   void fail(const std::string& message);
 
   // HTTP side: the events since the last call, after waiting up to `timeout` for one.

@@ -118,8 +118,8 @@ struct Exchange {
 };
 
 struct Server::Impl {
-  Impl(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate* chat_template, int64_t max_n,
-       const ServerOptions& options);
+  Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer, const chat_template::ChatTemplate* chat_template,
+       int64_t max_n, const ServerOptions& options);
 
   void add_routes();
   void add_access_log();
@@ -133,8 +133,8 @@ struct Server::Impl {
   json models() const;
   std::string next_id(const std::string& prefix, const std::string& caller_id);
 
-  const Tokenizer& tokenizer;
-  const ChatTemplate* chat_template;
+  const tokenizer::Tokenizer& tokenizer;
+  const chat_template::ChatTemplate* chat_template;
   ServerOptions options;
   ServerLimits limits;
   ServerMetrics metrics;
@@ -145,8 +145,8 @@ struct Server::Impl {
   const int64_t started = unix_time();
 };
 
-Server::Impl::Impl(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate* chat_template, int64_t max_n,
-                   const ServerOptions& options)
+Server::Impl::Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
+                   const chat_template::ChatTemplate* chat_template, int64_t max_n, const ServerOptions& options)
     : tokenizer(tokenizer),
       chat_template(chat_template),
       options(options),
@@ -256,9 +256,9 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
     response.set_header("X-Request-Id", caller_id.empty() ? id : caller_id);
     current_access.id = id;
 
-    std::vector<RequestSpec> specs;
+    std::vector<engine::RequestSpec> specs;
     for (size_t p = 0; p < request.prompts.size(); ++p) {
-      RequestSpec spec = request.options;
+      engine::RequestSpec spec = request.options;
       spec.id = request.prompts.size() == 1 ? id : fmt::format("{}-{}", id, p);
       spec.prompt_ids = request.prompts[p];
       exchange->engine_ids.push_back(spec.id);
@@ -367,8 +367,8 @@ void Server::Impl::detokenize(const httplib::Request& http_request, httplib::Res
   }
 }
 
-Server::Server(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate* chat_template, int64_t max_n,
-               const ServerOptions& options)
+Server::Server(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
+               const chat_template::ChatTemplate* chat_template, int64_t max_n, const ServerOptions& options)
     : impl_(std::make_unique<Impl>(engine, tokenizer, chat_template, max_n, options)) {}
 
 Server::~Server() = default;

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-namespace jambo {
+namespace jambo::chat_template {
 class ChatTemplate;
 }
 
@@ -30,8 +30,8 @@ struct ServerOptions {
 class Server {
  public:
   // chat_template may be null: /v1/chat/completions then answers 400 saying the model has none.
-  Server(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate* chat_template, int64_t max_n,
-         const ServerOptions& options);
+  Server(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
+         const chat_template::ChatTemplate* chat_template, int64_t max_n, const ServerOptions& options);
   ~Server();
 
   // Binds host:port, which no other socket may share (throws jambo::Error naming them and why when it cannot);

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "tokenizer/unicode.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 namespace {
 
 size_t previous_char_begin(std::string_view text, size_t pos) {
@@ -155,4 +155,4 @@ int64_t AddedVocabulary::max_id() const {
   return max_id;
 }
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

@@ -14,7 +14,7 @@
 #include "tokenizer/tokenizer_json.h"
 #include "tokenizer/normalizer.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 
 struct AddedToken {
   int32_t id = 0;
@@ -82,4 +82,4 @@ class AddedVocabulary {
   Matcher normalized_matcher_;
 };
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "tokenizer/unicode.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 namespace {
 
 // Ids index a table, so a corrupt file must not ask for billions of entries.
@@ -196,4 +196,4 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
   }
 }
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

@@ -11,7 +11,7 @@
 
 #include "tokenizer/tokenizer_json.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 
 class BpeModel {
  public:
@@ -64,4 +64,4 @@ class BpeModel {
   std::optional<int32_t> byte_ids_[256];  // <0xNN> tokens, for byte_fallback
 };
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

@@ -8,7 +8,7 @@
 #include "tokenizer/split.h"
 #include "tokenizer/unicode.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 namespace {
 
 const std::string kReplacement = unicode::to_utf8(unicode::kReplacementChar);
@@ -161,4 +161,4 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
   return text;
 }
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

@@ -8,7 +8,7 @@
 
 #include "tokenizer/tokenizer_json.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 
 class Decoder {
  public:
@@ -28,4 +28,4 @@ class Decoder {
 // The byte a "<0xNN>" token stands for; false for any other token.
 bool parse_byte_token(const std::string& token, unsigned char& byte);
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

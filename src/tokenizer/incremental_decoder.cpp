@@ -12,7 +12,7 @@
 #include "tokenizer/decoder.h"
 #include "tokenizer/unicode.h"
 
-namespace jambo {
+namespace jambo::tokenizer {
 namespace {
 
 bool ends_with_replacement_char(const std::string& text) {
@@ -23,7 +23,7 @@ bool ends_with_replacement_char(const std::string& text) {
 bool is_byte_token(const Tokenizer& tokenizer, int32_t id) {
   const auto token = tokenizer.id_to_token(id);
   unsigned char byte;
-  return token && tokenizer_detail::parse_byte_token(*token, byte);
+  return token && tokenizer::parse_byte_token(*token, byte);
 }
 
 }  // namespace
@@ -53,4 +53,4 @@ std::string IncrementalDecoder::finish() {
   return rest;
 }
 
-}  // namespace jambo
+}  // namespace jambo::tokenizer

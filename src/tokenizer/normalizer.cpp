@@ -4,7 +4,7 @@
 #include "tokenizer/split.h"
 #include "tokenizer/unicode.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 namespace {
 
 void strip_whitespace(std::string& text, bool strip_left, bool strip_right) {
@@ -75,4 +75,4 @@ std::string Normalizer::normalize(std::string text) const {
   return text;
 }
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

@@ -9,7 +9,7 @@
 
 #include "tokenizer/tokenizer_json.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 
 class Normalizer {
  public:
@@ -29,4 +29,4 @@ class Normalizer {
 // (which HF also treats literally). Anything else throws, naming the field.
 std::string replace_pattern_literal(const JsonField& pattern);
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

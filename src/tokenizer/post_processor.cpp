@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 
 PostProcessor::PostProcessor(const JsonField& config) { add_steps(config); }
 
@@ -70,4 +70,4 @@ std::optional<int32_t> PostProcessor::leading_special_id() const {
   return prefix_ids_[0];
 }
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

@@ -9,7 +9,7 @@
 
 #include "tokenizer/tokenizer_json.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 
 class PostProcessor {
  public:
@@ -34,4 +34,4 @@ class PostProcessor {
   std::vector<int32_t> suffix_ids_;
 };
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

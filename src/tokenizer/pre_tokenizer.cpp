@@ -7,7 +7,7 @@
 #include "tokenizer/split.h"
 #include "tokenizer/unicode.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 namespace {
 
 // Printable Latin-1 bytes stand for themselves; the others (controls, space, 0x7F..0xA0, 0xAD)
@@ -166,4 +166,4 @@ std::vector<TextPiece> PreTokenizer::pre_tokenize(std::vector<TextPiece> pieces)
   return pieces;
 }
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

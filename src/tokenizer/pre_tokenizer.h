@@ -8,7 +8,7 @@
 
 #include "tokenizer/tokenizer_json.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 
 struct TextPiece {
   std::string text;
@@ -41,4 +41,4 @@ char32_t byte_to_char(unsigned char byte);
 // The inverse; false when c stands for no byte.
 bool char_to_byte(char32_t c, unsigned char& byte);
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

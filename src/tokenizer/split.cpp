@@ -2,7 +2,7 @@
 
 #include "tokenizer/unicode.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 namespace {
 
 struct Span {
@@ -187,4 +187,4 @@ std::vector<ByteRange> find_gpt2_words(std::string_view text) {
   return matches;
 }
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
@@ -35,4 +35,4 @@ std::vector<ByteRange> find_gpt2_words(std::string_view text);
 inline constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

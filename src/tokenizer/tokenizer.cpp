@@ -12,9 +12,7 @@
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/unicode.h"
 
-namespace jambo {
-
-using namespace tokenizer_detail;
+namespace jambo::tokenizer {
 
 namespace {
 
@@ -193,4 +191,4 @@ bool Tokenizer::is_special(int32_t id) const {
   return token && token->special;
 }
 
-}  // namespace jambo
+}  // namespace jambo::tokenizer

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace jambo {
+namespace jambo::tokenizer {
 
 class Tokenizer {
  public:
@@ -59,4 +59,4 @@ class IncrementalDecoder {
   size_t emitted_bytes_ = 0;
 };
 
-}  // namespace jambo
+}  // namespace jambo::tokenizer

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "tokenizer/unicode.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 
 void JsonField::fail(std::string_view problem) const {
   if (path_.empty()) jambo::fail("{}: {}", file_, problem);
@@ -80,5 +80,4 @@ std::string JsonField::string_or(std::string_view key, std::string fallback) con
   return field ? field->as_string() : fallback;
 }
 
-
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 
 class JsonField {
  public:
@@ -53,4 +53,4 @@ class JsonField {
   std::string path_;
 };
 
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

@@ -4,7 +4,7 @@
 
 #include "tokenizer/generated/unicode_tables.h"
 
-namespace jambo::unicode {
+namespace jambo::tokenizer::unicode {
 namespace {
 
 bool is_continuation(unsigned char byte) { return (byte & 0xC0) == 0x80; }
@@ -158,4 +158,4 @@ std::string to_lowercase(std::string_view text) {
   return out;
 }
 
-}  // namespace jambo::unicode
+}  // namespace jambo::tokenizer::unicode

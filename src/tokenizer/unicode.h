@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace jambo::unicode {
+namespace jambo::tokenizer::unicode {
 
 inline constexpr char32_t kReplacementChar = 0xFFFD;
 
@@ -42,4 +42,4 @@ bool is_word_char(char32_t c);   // \w in the Rust regex crate (Unicode)
 // Lowercases character by character, as Rust's char::to_lowercase.
 std::string to_lowercase(std::string_view text);
 
-}  // namespace jambo::unicode
+}  // namespace jambo::tokenizer::unicode

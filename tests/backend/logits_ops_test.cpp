@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-namespace jambo {
+namespace jambo::backend {
 namespace {
 
 TEST(Logprobs, LogSumExpIsStableForLargeLogits) {
@@ -74,4 +74,4 @@ TEST(ChooseToken, OutOfRangeChoicesAreRejectedByName) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::backend

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo {
+namespace jambo::backend {
 namespace {
 
 constexpr int64_t kBlockSize = 16;
@@ -43,7 +43,7 @@ class KvWritesTest : public ::testing::Test {
   // Block ids past 2^16 are in range, so that ids sharing their low 16 bits can meet.
   CacheExtent extent() const { return {int64_t(tables_.size()), 4 * 65536, kBlockSize}; }
 
-  JambaConfig config_;  // Jamba-v0.1's: it has attention layers
+  model::JambaConfig config_;  // Jamba-v0.1's: it has attention layers
   std::vector<std::vector<int32_t>> tables_, tokens_;
 };
 
@@ -79,4 +79,4 @@ TEST_F(KvWritesTest, TwoRowsWritingOneBlockAreRejected) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::backend

@@ -14,7 +14,7 @@
 
 #include "jinja_test_util.h"
 
-namespace jambo {
+namespace jambo::chat_template {
 namespace {
 
 using json = nlohmann::ordered_json;
@@ -308,4 +308,4 @@ TEST(ChatTemplateRender, MessagesKeepTheirKeyOrder) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::chat_template

@@ -5,7 +5,7 @@
 
 #include "jinja_test_util.h"
 
-namespace jambo {
+namespace jambo::chat_template {
 namespace {
 
 using test::render;
@@ -284,7 +284,7 @@ TEST(JinjaLimits, RecursionIsBounded) {
 }
 
 TEST(JinjaLimits, LongLoopsAreBounded) {
-  jinja::RenderLimits limits;
+  chat_template::RenderLimits limits;
   limits.max_steps = 100'000;
   EXPECT_ERROR_CONTAINS(
       render("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", {}, limits),
@@ -294,7 +294,7 @@ TEST(JinjaLimits, LongLoopsAreBounded) {
 }
 
 TEST(JinjaLimits, OutputAndBuiltTextAreBounded) {
-  jinja::RenderLimits limits;
+  chat_template::RenderLimits limits;
   limits.max_output_bytes = 10'000;
   EXPECT_ERROR_CONTAINS(render("{% for i in range(100) %}{{ 'x' * 1000 }}{% endfor %}", {}, limits),
                         "the output is larger than 10000 bytes");
@@ -325,4 +325,4 @@ TEST(JinjaLimits, NestingIsBounded) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::chat_template

@@ -15,10 +15,10 @@ namespace jambo::test {
 
 inline std::string render(std::string_view source,
                           const nlohmann::ordered_json& variables = nlohmann::ordered_json::object(),
-                          const jinja::RenderLimits& limits = {}) {
-  jinja::Dict dict;
-  for (const auto& [name, value] : variables.items()) dict.set(name, jinja::from_json(value));
-  return jinja::Template::parse(source).render(dict, limits);
+                          const chat_template::RenderLimits& limits = {}) {
+  chat_template::Dict dict;
+  for (const auto& [name, value] : variables.items()) dict.set(name, chat_template::from_json(value));
+  return chat_template::Template::parse(source).render(dict, limits);
 }
 
 // The message of the jambo::Error that f throws, or "" when it throws none.

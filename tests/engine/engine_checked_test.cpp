@@ -9,13 +9,13 @@
 namespace jambo::testing {
 namespace {
 
-EngineOptions checked_options(const Model& model) {
+engine::EngineOptions checked_options(const model::Model& model) {
   return exact_engine_options(model, /*max_num_seqs=*/4, /*num_kv_blocks=*/32, /*kv_block_size=*/4,
                               /*max_model_len=*/32);
 }
 
-RequestSpec request(const std::string& id, std::vector<int32_t> prompt) {
-  RequestSpec spec;
+engine::RequestSpec request(const std::string& id, std::vector<int32_t> prompt) {
+  engine::RequestSpec spec;
   spec.id = id;
   spec.prompt_ids = std::move(prompt);
   spec.stop.max_tokens = 8;
@@ -25,8 +25,8 @@ RequestSpec request(const std::string& id, std::vector<int32_t> prompt) {
 
 TEST(EngineCheckedTest, StaleLeaseFailsTheStepNamingRequestAndSlot) {
   OneThread one_thread;
-  const Model model = load_fixture_model();
-  Engine engine(model, nullptr, checked_options(model));
+  const model::Model model = load_fixture_model();
+  engine::Engine engine(model, nullptr, checked_options(model));
   engine.add_request(request("first", {5, 6, 7}));
   engine.add_request(request("second", {8, 9}));
   engine.step();  // both admitted, prompts run
@@ -35,7 +35,7 @@ TEST(EngineCheckedTest, StaleLeaseFailsTheStepNamingRequestAndSlot) {
 
   engine.corrupt_lease_for_testing("second");
   try {
-    const std::vector<SampleOutput> outputs = engine.step();
+    const std::vector<engine::SampleOutput> outputs = engine.step();
     FAIL() << "a step over a stale lease returned " << outputs.size() << " outputs instead of failing";
   } catch (const Error& error) {
     const std::string message = error.what();
@@ -49,11 +49,11 @@ TEST(EngineCheckedTest, StaleLeaseFailsTheStepNamingRequestAndSlot) {
 // Law 6: the numeric sequence id that the error names is in the trace, so the failing row joins its request.
 TEST(EngineCheckedTest, TheSequenceAnErrorNamesIsTheTracesSequence) {
   OneThread one_thread;
-  const Model model = load_fixture_model();
+  const model::Model model = load_fixture_model();
   TestTraceFile trace;
-  EngineOptions options = checked_options(model);
+  engine::EngineOptions options = checked_options(model);
   options.trace_path = trace.path();
-  Engine engine(model, nullptr, options);
+  engine::Engine engine(model, nullptr, options);
   engine.add_request(request("first", {5, 6, 7}));
   engine.add_request(request("second", {8, 9}));
   engine.step();
@@ -78,34 +78,34 @@ TEST(EngineCheckedTest, TheSequenceAnErrorNamesIsTheTracesSequence) {
 }
 
 // A row that reads a freed slot: poisoned in checked mode (NaN logits), still zero otherwise.
-std::vector<float> logits_after_reading_freed_slot(const Model& model, bool checked) {
-  CacheConfig cache;
+std::vector<float> logits_after_reading_freed_slot(const model::Model& model, bool checked) {
+  backend::CacheConfig cache;
   cache.num_state_slots = 2;
   cache.num_kv_blocks = 2;
   cache.kv_block_size = 4;
-  auto backend = make_cpu_backend(model, cache);
-  SlotPool slots(cache.num_state_slots, SlotPolicy::Lowest);
-  ModelRunner runner(*backend, slots, cache.kv_block_size, checked);
+  auto backend = backend::cpu::make_cpu_backend(model, cache);
+  engine::SlotPool slots(cache.num_state_slots, engine::SlotPolicy::Lowest);
+  engine::ModelRunner runner(*backend, slots, cache.kv_block_size, checked);
   runner.on_slot_freed(1);
 
   const std::vector<int32_t> tokens = {5};
   const std::vector<int32_t> block_table = {0, 1};
-  BatchRow row;
+  backend::BatchRow row;
   row.tokens = tokens;
   row.start_position = 1;
   row.has_initial_state = true;
   row.slot = 1;
   row.block_table = block_table;
-  row.copy_logits = LogitsCopy::Last;
-  StepOutput output;
-  backend->forward(std::span<const BatchRow>(&row, 1), output);
+  row.copy_logits = backend::LogitsCopy::Last;
+  backend::StepOutput output;
+  backend->forward(std::span<const backend::BatchRow>(&row, 1), output);
   EXPECT_EQ(output.rows[0].finite, !checked);
   return output.values;
 }
 
 TEST(EngineCheckedTest, FreedSlotIsPoisonedOnlyInCheckedMode) {
   OneThread one_thread;
-  const Model model = load_fixture_model();
+  const model::Model model = load_fixture_model();
   const std::vector<float> checked = logits_after_reading_freed_slot(model, /*checked=*/true);
   EXPECT_TRUE(std::all_of(checked.begin(), checked.end(), [](float x) { return std::isnan(x); }));
   const std::vector<float> unchecked = logits_after_reading_freed_slot(model, /*checked=*/false);

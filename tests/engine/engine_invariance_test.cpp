@@ -10,7 +10,7 @@ struct Setting {
   std::string name;
   int64_t max_num_batched_tokens = 64;
   int64_t max_num_seqs = 64;
-  SlotPolicy slot_policy = SlotPolicy::Lowest;
+  engine::SlotPolicy slot_policy = engine::SlotPolicy::Lowest;
   int64_t num_kv_blocks = 0;  // 0: plenty; else the memory budget holds exactly this many
   bool allow_n = true;        // n = 4 for some requests (needs max_num_seqs >= 4)
 };
@@ -23,25 +23,26 @@ constexpr int64_t kMaxModelLen = 48;
 class EngineInvarianceTest : public ::testing::TestWithParam<Setting> {
  protected:
   OneThread one_thread_;
-  Model model_ = load_fixture_model();
+  model::Model model_ = load_fixture_model();
 };
 
 TEST_P(EngineInvarianceTest, EveryRequestMatchesItsRunAlone) {
   const Setting& setting = GetParam();
-  const std::vector<RequestSpec> specs = random_workload(model_, 64, /*seed=*/7, 40, setting.allow_n);
+  const std::vector<engine::RequestSpec> specs = random_workload(model_, 64, /*seed=*/7, 40, setting.allow_n);
   const int64_t num_kv_blocks = setting.num_kv_blocks > 0 ? setting.num_kv_blocks : 64 * 4 * 6;
-  EngineOptions options = exact_engine_options(model_, setting.max_num_seqs, num_kv_blocks, kKvBlockSize, kMaxModelLen);
+  engine::EngineOptions options =
+      exact_engine_options(model_, setting.max_num_seqs, num_kv_blocks, kKvBlockSize, kMaxModelLen);
   options.max_num_batched_tokens = setting.max_num_batched_tokens;
   options.slot_policy = setting.slot_policy;
   options.slot_seed = 3;
   const TestTraceFile trace;
   options.trace_path = trace.path();
-  Engine engine(model_, nullptr, options);
+  engine::Engine engine(model_, nullptr, options);
 
   const Outputs outputs = run_to_end(engine, specs);
   expect_bitwise_equal(run_alone(model_, specs), outputs);
 
-  const EngineCounters& counters = engine.counters();
+  const engine::EngineCounters& counters = engine.counters();
   EXPECT_EQ(counters.law_violations, 0);
   EXPECT_EQ(counters.num_running + counters.num_waiting + counters.slots_used + counters.kv_blocks_used, 0);
   if (setting.num_kv_blocks == 0) return;
@@ -67,8 +68,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Setting{.name = "seqs_8", .max_num_seqs = 8},
                       Setting{.name = "preemption", .max_num_batched_tokens = 32, .num_kv_blocks = 24},
                       Setting{.name = "n_1_only", .allow_n = false},
-                      Setting{.name = "highest_slots", .slot_policy = SlotPolicy::Highest},
-                      Setting{.name = "random_slots", .max_num_seqs = 8, .slot_policy = SlotPolicy::Random}),
+                      Setting{.name = "highest_slots", .slot_policy = engine::SlotPolicy::Highest},
+                      Setting{.name = "random_slots", .max_num_seqs = 8, .slot_policy = engine::SlotPolicy::Random}),
     [](const ::testing::TestParamInfo<Setting>& info) { return info.param.name; });
 
 }  // namespace

@@ -8,21 +8,21 @@ namespace {
 
 struct PhaseRun {
   Outputs outputs;
-  EngineCounters counters;
+  engine::EngineCounters counters;
   std::vector<nlohmann::json> steps;  // the trace's step lines
 };
 
-PhaseRun run_traced(const Model& model, const std::vector<RequestSpec>& specs, int64_t max_num_batched_tokens,
-                    int64_t max_num_seqs) {
-  EngineOptions options = exact_engine_options(model, max_num_seqs, /*num_kv_blocks=*/64, /*kv_block_size=*/4,
-                                               /*max_model_len=*/32);
+PhaseRun run_traced(const model::Model& model, const std::vector<engine::RequestSpec>& specs,
+                    int64_t max_num_batched_tokens, int64_t max_num_seqs) {
+  engine::EngineOptions options = exact_engine_options(model, max_num_seqs, /*num_kv_blocks=*/64, /*kv_block_size=*/4,
+                                                       /*max_model_len=*/32);
   options.max_num_batched_tokens = max_num_batched_tokens;
-  options.slot_policy = SlotPolicy::Lowest;  // a freed slot is handed out again at once
+  options.slot_policy = engine::SlotPolicy::Lowest;  // a freed slot is handed out again at once
   const TestTraceFile trace;
   options.trace_path = trace.path();
   PhaseRun run;
   {
-    Engine engine(model, nullptr, options);
+    engine::Engine engine(model, nullptr, options);
     run.outputs = run_to_end(engine, specs);
     run.counters = engine.counters();
   }
@@ -35,11 +35,11 @@ bool is_fresh_one_token_chunk(const nlohmann::json& row) { return row["start"] =
 class EnginePhaseTest : public ::testing::Test {
  protected:
   OneThread one_thread_;
-  Model model_ = load_fixture_model();
+  model::Model model_ = load_fixture_model();
 };
 
 TEST_F(EnginePhaseTest, OneTokenBudgetRunsFreshRequestsFromZeroState) {
-  const std::vector<RequestSpec> specs = random_workload(model_, 24, /*seed=*/11, /*max_prompt=*/12, false);
+  const std::vector<engine::RequestSpec> specs = random_workload(model_, 24, /*seed=*/11, /*max_prompt=*/12, false);
   const PhaseRun run = run_traced(model_, specs, /*max_num_batched_tokens=*/1, /*max_num_seqs=*/3);
   expect_bitwise_equal(run_alone(model_, specs), run.outputs);
   EXPECT_GT(run.counters.slot_reuses, 0);
@@ -58,7 +58,7 @@ TEST_F(EnginePhaseTest, OneTokenBudgetRunsFreshRequestsFromZeroState) {
 }
 
 TEST_F(EnginePhaseTest, LeftoverOneTokenBudgetAdmitsBesideDecodes) {
-  const std::vector<RequestSpec> specs = random_workload(model_, 32, /*seed=*/12, /*max_prompt=*/12, false);
+  const std::vector<engine::RequestSpec> specs = random_workload(model_, 32, /*seed=*/12, /*max_prompt=*/12, false);
   const PhaseRun run = run_traced(model_, specs, /*max_num_batched_tokens=*/5, /*max_num_seqs=*/6);
   expect_bitwise_equal(run_alone(model_, specs), run.outputs);
   EXPECT_GT(run.counters.slot_reuses, 0);

@@ -9,13 +9,13 @@
 namespace jambo::testing {
 namespace {
 
-EngineOptions small_options(const Model& model) {
+engine::EngineOptions small_options(const model::Model& model) {
   return exact_engine_options(model, /*max_num_seqs=*/8, /*num_kv_blocks=*/128, /*kv_block_size=*/4,
                               /*max_model_len=*/64);
 }
 
-RequestSpec request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
-  RequestSpec spec;
+engine::RequestSpec request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  engine::RequestSpec spec;
   spec.id = id;
   spec.prompt_ids = std::move(prompt);
   spec.stop.max_tokens = max_tokens;
@@ -24,8 +24,9 @@ RequestSpec request(const std::string& id, std::vector<int32_t> prompt, int64_t 
   return spec;
 }
 
-SampleOutput run_one(const Model& model, const Tokenizer* tokenizer, const RequestSpec& spec) {
-  Engine engine(model, tokenizer, small_options(model));
+engine::SampleOutput run_one(const model::Model& model, const tokenizer::Tokenizer* tokenizer,
+                             const engine::RequestSpec& spec) {
+  engine::Engine engine(model, tokenizer, small_options(model));
   Outputs outputs = run_to_end(engine, {spec});
   EXPECT_EQ(outputs.size(), 1u);
   return outputs.begin()->second;
@@ -34,16 +35,16 @@ SampleOutput run_one(const Model& model, const Tokenizer* tokenizer, const Reque
 class EngineSamplingTest : public ::testing::Test {
  protected:
   OneThread one_thread_;
-  Model model_ = load_fixture_model();
+  model::Model model_ = load_fixture_model();
 };
 
 TEST_F(EngineSamplingTest, StopTokenIdEndsTheSampleAfterIt) {
-  const SampleOutput full = run_one(model_, nullptr, request("full", {7, 8, 9}, 12));
+  const engine::SampleOutput full = run_one(model_, nullptr, request("full", {7, 8, 9}, 12));
   ASSERT_EQ(full.ids.size(), 12u);
-  RequestSpec spec = request("stopped", {7, 8, 9}, 12);
+  engine::RequestSpec spec = request("stopped", {7, 8, 9}, 12);
   const int32_t stop_token = full.ids[5];
   spec.stop.token_ids = {stop_token};
-  const SampleOutput stopped = run_one(model_, nullptr, spec);
+  const engine::SampleOutput stopped = run_one(model_, nullptr, spec);
   const size_t first = std::find(full.ids.begin(), full.ids.end(), stop_token) - full.ids.begin();
   EXPECT_EQ(stopped.ids, std::vector<int32_t>(full.ids.begin(), full.ids.begin() + first + 1));
   EXPECT_EQ(stopped.finish_reason, "stop");
@@ -52,17 +53,17 @@ TEST_F(EngineSamplingTest, StopTokenIdEndsTheSampleAfterIt) {
 
 TEST_F(EngineSamplingTest, StopStringCutsTheTextAndEndsTheSample) {
   const std::string folder = std::string(JAMBO_SOURCE_DIR) + "/models/jambo-demo";
-  const Model demo = load_model(folder);
-  const Tokenizer tokenizer = Tokenizer::load(folder);
-  const RequestSpec spec = request("story", tokenizer.encode("Once upon a time"), 24);
-  const SampleOutput full = run_one(demo, &tokenizer, spec);
+  const model::Model demo = model::load_model(folder);
+  const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::load(folder);
+  const engine::RequestSpec spec = request("story", tokenizer.encode("Once upon a time"), 24);
+  const engine::SampleOutput full = run_one(demo, &tokenizer, spec);
   EXPECT_EQ(full.text, tokenizer.decode(full.ids, /*skip_special_tokens=*/true));
   ASSERT_GT(full.text.size(), 12u);
   const std::string stop = full.text.substr(full.text.size() / 2, 3);
 
-  RequestSpec with_stop = spec;
+  engine::RequestSpec with_stop = spec;
   with_stop.stop.strings = {"never appears \x01", stop};
-  const SampleOutput stopped = run_one(demo, &tokenizer, with_stop);
+  const engine::SampleOutput stopped = run_one(demo, &tokenizer, with_stop);
   EXPECT_EQ(stopped.text, full.text.substr(0, full.text.find(stop)));
   EXPECT_EQ(stopped.finish_reason, "stop");
   ASSERT_LT(stopped.ids.size(), full.ids.size());
@@ -70,18 +71,18 @@ TEST_F(EngineSamplingTest, StopStringCutsTheTextAndEndsTheSample) {
 }
 
 TEST_F(EngineSamplingTest, MinPKeepsOnlyTokensNearTheTopOne) {
-  RequestSpec greedy = request("greedy", {3, 4, 5}, 10);
-  RequestSpec only_top = greedy;
+  engine::RequestSpec greedy = request("greedy", {3, 4, 5}, 10);
+  engine::RequestSpec only_top = greedy;
   only_top.sampling.temperature = 1.0;
   only_top.sampling.min_p = 1.0;  // nothing but the most likely token reaches p_max
   EXPECT_EQ(run_one(model_, nullptr, only_top).ids, run_one(model_, nullptr, greedy).ids);
 
-  RequestSpec filtered = greedy;
+  engine::RequestSpec filtered = greedy;
   filtered.n = 4;
   filtered.sampling.temperature = 1.0;
   filtered.num_top_logprobs = 1;
   filtered.sampling.min_p = 0.3;
-  Engine engine(model_, nullptr, small_options(model_));
+  engine::Engine engine(model_, nullptr, small_options(model_));
   for (const auto& [key, output] : run_to_end(engine, {filtered}))
     for (size_t i = 0; i < output.ids.size(); ++i)
       EXPECT_GE(output.logprobs[i], output.top_logprobs[i][0].logprob + std::log(0.3) - 1e-12)
@@ -89,15 +90,15 @@ TEST_F(EngineSamplingTest, MinPKeepsOnlyTokensNearTheTopOne) {
 }
 
 TEST_F(EngineSamplingTest, SamplesOfOneRequestHaveTheirOwnSeeds) {
-  EXPECT_EQ(sample_seed(42, 0), 42u);
+  EXPECT_EQ(engine::sample_seed(42, 0), 42u);
   std::set<uint64_t> seeds;
-  for (int64_t s = 0; s < 16; ++s) seeds.insert(sample_seed(42, s));
+  for (int64_t s = 0; s < 16; ++s) seeds.insert(engine::sample_seed(42, s));
   EXPECT_EQ(seeds.size(), 16u);
 
-  RequestSpec spec = request("many", {10, 11}, 8);
+  engine::RequestSpec spec = request("many", {10, 11}, 8);
   spec.n = 4;
   spec.sampling.temperature = 2.0;
-  Engine engine(model_, nullptr, small_options(model_));
+  engine::Engine engine(model_, nullptr, small_options(model_));
   std::set<std::vector<int32_t>> distinct;
   for (const auto& [key, output] : run_to_end(engine, {spec})) distinct.insert(output.ids);
   EXPECT_GT(distinct.size(), 1u) << "all 4 samples came out the same";
@@ -106,10 +107,11 @@ TEST_F(EngineSamplingTest, SamplesOfOneRequestHaveTheirOwnSeeds) {
 // The samples of a request share the prompt's full KV blocks (only read once the prompt has run) and take their
 // own block for its partial last one; each sample still equals a lone request of its seed, which shares nothing.
 TEST_F(EngineSamplingTest, ForkedSamplesShareThePromptsFullKvBlocks) {
-  RequestSpec spec = request("shared", {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 6);  // blocks of 4: two full, one partial
+  engine::RequestSpec spec =
+      request("shared", {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 6);  // blocks of 4: two full, one partial
   spec.n = 4;
   spec.sampling.temperature = 1.0;
-  Engine engine(model_, nullptr, small_options(model_));
+  engine::Engine engine(model_, nullptr, small_options(model_));
   engine.add_request(spec);
   engine.step();  // the whole prompt, then the fork
   EXPECT_EQ(engine.counters().kv_blocks_used, 3 + (4 - 1) * 1);
@@ -117,20 +119,20 @@ TEST_F(EngineSamplingTest, ForkedSamplesShareThePromptsFullKvBlocks) {
   ASSERT_EQ(outputs.size(), 4u);
   EXPECT_EQ(engine.counters().kv_blocks_used, 0);
   for (int64_t s = 0; s < 4; ++s) {
-    RequestSpec alone = spec;
+    engine::RequestSpec alone = spec;
     alone.n = 1;
-    alone.sampling.seed = sample_seed(*spec.sampling.seed, s);
-    const SampleOutput expected = run_one(model_, nullptr, alone);
-    const SampleOutput& actual = outputs.at({"shared", s});
+    alone.sampling.seed = engine::sample_seed(*spec.sampling.seed, s);
+    const engine::SampleOutput expected = run_one(model_, nullptr, alone);
+    const engine::SampleOutput& actual = outputs.at({"shared", s});
     EXPECT_EQ(actual.ids, expected.ids) << "sample " << s;
     EXPECT_EQ(actual.logprobs, expected.logprobs) << "sample " << s;
   }
 }
 
 TEST_F(EngineSamplingTest, PromptLogprobsStartWithNull) {
-  RequestSpec spec = request("prompt", {1, 2, 3, 4, 5}, 2);
+  engine::RequestSpec spec = request("prompt", {1, 2, 3, 4, 5}, 2);
   spec.num_prompt_logprobs = 3;
-  const SampleOutput output = run_one(model_, nullptr, spec);
+  const engine::SampleOutput output = run_one(model_, nullptr, spec);
   ASSERT_EQ(output.prompt_logprobs.size(), 5u);
   EXPECT_FALSE(output.prompt_logprobs[0].has_value());
   for (size_t p = 1; p < 5; ++p) {
@@ -140,8 +142,8 @@ TEST_F(EngineSamplingTest, PromptLogprobsStartWithNull) {
 }
 
 TEST_F(EngineSamplingTest, BadRequestsAreRejectedNamingTheFieldAndHarmNoOne) {
-  Engine engine(model_, nullptr, small_options(model_));
-  const auto expect_rejected = [&](const RequestSpec& spec, const std::string& field) {
+  engine::Engine engine(model_, nullptr, small_options(model_));
+  const auto expect_rejected = [&](const engine::RequestSpec& spec, const std::string& field) {
     try {
       engine.add_request(spec);
       ADD_FAILURE() << "accepted a request with a bad " << field;
@@ -149,8 +151,8 @@ TEST_F(EngineSamplingTest, BadRequestsAreRejectedNamingTheFieldAndHarmNoOne) {
       EXPECT_NE(std::string(error.what()).find(field), std::string::npos) << error.what();
     }
   };
-  const RequestSpec good = request("good", {1, 2, 3}, 4);
-  RequestSpec bad = good;
+  const engine::RequestSpec good = request("good", {1, 2, 3}, 4);
+  engine::RequestSpec bad = good;
   bad.prompt_ids.clear();
   expect_rejected(bad, "prompt");
   bad = good;
@@ -188,8 +190,8 @@ TEST_F(EngineSamplingTest, BadRequestsAreRejectedNamingTheFieldAndHarmNoOne) {
 }
 
 TEST_F(EngineSamplingTest, AbortReturnsTheSampleAndFreesItsMemory) {
-  Engine engine(model_, nullptr, small_options(model_));
-  RequestSpec spec = request("long", {1, 2, 3}, 40);
+  engine::Engine engine(model_, nullptr, small_options(model_));
+  engine::RequestSpec spec = request("long", {1, 2, 3}, 40);
   spec.n = 2;
   engine.add_request(spec);
   engine.step();
@@ -197,9 +199,9 @@ TEST_F(EngineSamplingTest, AbortReturnsTheSampleAndFreesItsMemory) {
   EXPECT_EQ(engine.counters().slots_used, 2);
   engine.abort_request("long");
   EXPECT_THROW(engine.abort_request("long"), Error);
-  const std::vector<SampleOutput> outputs = engine.step();
+  const std::vector<engine::SampleOutput> outputs = engine.step();
   ASSERT_EQ(outputs.size(), 2u);
-  for (const SampleOutput& output : outputs) {
+  for (const engine::SampleOutput& output : outputs) {
     EXPECT_EQ(output.finish_reason, "abort");
     EXPECT_EQ(output.ids.size(), 2u);
   }
@@ -210,32 +212,32 @@ TEST_F(EngineSamplingTest, AbortReturnsTheSampleAndFreesItsMemory) {
 // Logits that are not finite (a NaN in the final norm's weight makes every logit NaN) are counted in every mode:
 // unchecked, the samples go on, but the counter says how many rows were NaN; checked, the first is refused.
 TEST_F(EngineSamplingTest, NonFiniteLogitsAreCountedInEveryMode) {
-  Model model = make_random_model(model_.config, DType::F32, /*seed=*/3);
+  model::Model model = make_random_model(model_.config, DType::F32, /*seed=*/3);
   const_cast<float*>(static_cast<const float*>(model.weights.final_norm.data))[0] = NAN;
-  EngineOptions options = small_options(model);
+  engine::EngineOptions options = small_options(model);
   options.checked = false;
   {
-    Engine engine(model, nullptr, options);
+    engine::Engine engine(model, nullptr, options);
     run_to_end(engine, {request("nan", {1, 2, 3}, 4)});
     EXPECT_EQ(engine.counters().nonfinite_rows, 4);  // the prompt's row and three decode rows
     EXPECT_EQ(engine.counters().law_violations, 0);
   }
   options.checked = true;
-  Engine engine(model, nullptr, options);
+  engine::Engine engine(model, nullptr, options);
   EXPECT_THROW(run_to_end(engine, {request("nan", {1, 2, 3}, 4)}), Error);
   EXPECT_EQ(engine.counters().nonfinite_rows, 1);
 }
 
 TEST_F(EngineSamplingTest, CountersAndTraceFollowEveryToken) {
-  EngineOptions options = small_options(model_);
+  engine::EngineOptions options = small_options(model_);
   options.max_num_batched_tokens = 3;
   const TestTraceFile trace;
   options.trace_path = trace.path();
-  std::vector<RequestSpec> specs = {request("a", {1, 2, 3, 4, 5, 6, 7}, 5), request("b", {9}, 3)};
+  std::vector<engine::RequestSpec> specs = {request("a", {1, 2, 3, 4, 5, 6, 7}, 5), request("b", {9}, 3)};
   specs[1].n = 3;
-  EngineCounters counters;
+  engine::EngineCounters counters;
   {
-    Engine engine(model_, nullptr, options);
+    engine::Engine engine(model_, nullptr, options);
     run_to_end(engine, specs);
     counters = engine.counters();
   }

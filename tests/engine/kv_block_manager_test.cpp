@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 
-namespace jambo {
+namespace jambo::engine {
 namespace {
 
 using Table = std::vector<int32_t>;
@@ -155,4 +155,4 @@ TEST(KvBlockManager, SharedBlocksAreFreeOnlyAfterTheirLastHolder) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -14,7 +14,7 @@
 #include "engine/slot_pool.h"
 #include "model/weights.h"
 
-namespace jambo {
+namespace jambo::engine {
 namespace {
 
 constexpr int64_t kTwoTo32 = int64_t(1) << 32;
@@ -41,26 +41,26 @@ struct Request {
     for (int64_t i = 0; i < kPromptLength + kNumDecodeSteps; ++i) tokens.push_back(int32_t(random() % vocab_size));
   }
 
-  BatchRow next_row() const {
+  backend::BatchRow next_row() const {
     const int64_t num_tokens = num_computed == 0 ? kPromptLength : 1;
-    BatchRow row;
+    backend::BatchRow row;
     row.sequence_id = id;
     row.tokens = std::span<const int32_t>(tokens).subspan(num_computed, num_tokens);
     row.start_position = num_computed;
     row.has_initial_state = num_computed > 0;
     row.slot = slot;
     row.block_table = block_table;
-    row.copy_logits = LogitsCopy::Last;
+    row.copy_logits = backend::LogitsCopy::Last;
     return row;
   }
 };
 
 // Steps the requests together (one row each) from prefill to their last decode token.
-void run_together(Backend& backend, std::vector<Request*> requests) {
+void run_together(backend::Backend& backend, std::vector<Request*> requests) {
   for (int64_t step = 0; step <= kNumDecodeSteps; ++step) {
-    std::vector<BatchRow> rows;
+    std::vector<backend::BatchRow> rows;
     for (const Request* request : requests) rows.push_back(request->next_row());
-    StepOutput logits;
+    backend::StepOutput logits;
     backend.forward(rows, logits);
     for (size_t i = 0; i < requests.size(); ++i) {
       requests[i]->num_computed += int64_t(rows[i].tokens.size());
@@ -80,14 +80,15 @@ void expect_bitwise_equal(const StepLogitsList& actual, const StepLogitsList& ex
 }
 
 TEST(Law3Offsets, StateBeyondTwoToThe32ElementsGivesTheLogitsOfSlotZero) {
-  const Model model = load_model(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/moe-top2-gqa2-fp32");
-  const JambaConfig& config = model.config;
+  const model::Model model =
+      model::load_model(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/moe-top2-gqa2-fp32");
+  const model::JambaConfig& config = model.config;
   // A slot holds the conv tail [Di, K-1] and SSM state [Di, N] of every Mamba layer.
   const int64_t slot_elements =
       config.num_mamba_layers() * config.mamba_d_inner * (config.mamba_d_conv - 1 + config.mamba_d_state);
   const int64_t top_slot = (kTwoTo32 + slot_elements - 1) / slot_elements;  // first slot starting at >= 2^32
-  const CacheConfig cache{top_slot + 1, 2 * kBlocksPerSequence, kBlockSize};
-  const std::unique_ptr<Backend> backend = make_cpu_backend(model, cache);
+  const backend::CacheConfig cache{top_slot + 1, 2 * kBlocksPerSequence, kBlockSize};
+  const std::unique_ptr<backend::Backend> backend = backend::cpu::make_cpu_backend(model, cache);
 
   SlotPool pool(cache.num_state_slots, SlotPolicy::Highest);
   const SlotLease lease = pool.allocate(1);
@@ -111,4 +112,4 @@ TEST(Law3Offsets, StateBeyondTwoToThe32ElementsGivesTheLogitsOfSlotZero) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::engine

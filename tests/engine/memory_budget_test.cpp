@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "engine/kv_block_manager.h"
 
-namespace jambo {
+namespace jambo::engine {
 namespace {
 
 int64_t mem_available_bytes() {
@@ -80,8 +80,8 @@ class PlanCache : public ::testing::Test {
  protected:
   static constexpr int64_t kWeights = 100000;
   static constexpr int64_t kOneRequest = 57856;
-  JambaConfig config_ =
-      load_config(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/moe-top2-gqa2-fp32/config.json");
+  model::JambaConfig config_ =
+      model::load_config(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/moe-top2-gqa2-fp32/config.json");
 
   CachePlan plan(int64_t budget, int64_t max_num_seqs = 4) {
     return plan_cache(config_, kWeights, budget, max_num_seqs, 16, 100, DType::F32);
@@ -172,4 +172,4 @@ TEST_F(PlanCache, ModelWithoutAttentionGetsNoBlocks) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <functional>
 
-namespace jambo {
+namespace jambo::engine {
 namespace {
 
 RequestLimits limits() { return {/*vocab_size=*/100, /*max_model_len=*/64, /*max_n=*/8, /*has_tokenizer=*/true}; }
@@ -82,4 +82,4 @@ TEST(RequestSpec, TheEdgesOfEachRangePass) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::engine

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <map>
 
-namespace jambo {
+namespace jambo::engine {
 namespace {
 
 // n draws of a seeded sampler, each chosen from the same logits.
@@ -63,4 +63,4 @@ TEST(Sampler, TopKTopPAndMinPRestrictTheCandidates) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::engine

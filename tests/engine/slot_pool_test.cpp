@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 
-namespace jambo {
+namespace jambo::engine {
 namespace {
 
 // Runs `body` and returns the jambo::Error message it throws ("" and a test failure if none).
@@ -203,4 +203,4 @@ TEST(SlotPool, MisusesAreErrorsNamingSequenceAndSlot) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::engine

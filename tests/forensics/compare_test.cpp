@@ -13,7 +13,7 @@
 #include <cmath>
 #include <sstream>
 
-namespace jambo {
+namespace jambo::forensics {
 namespace {
 
 using nlohmann::json;
@@ -24,12 +24,12 @@ const std::string kDemoModel = std::string(JAMBO_SOURCE_DIR) + "/models/jambo-de
 class CompareTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = new Model(load_model(kDemoModel));
-    tokenizer_ = new Tokenizer(Tokenizer::load(kDemoModel));
-    std::vector<RequestSpec> specs;
+    model_ = new model::Model(model::load_model(kDemoModel));
+    tokenizer_ = new tokenizer::Tokenizer(tokenizer::Tokenizer::load(kDemoModel));
+    std::vector<engine::RequestSpec> specs;
     const std::vector<std::string> prompts = {"Once upon a time", "The cat", "A", "In the morning the sun"};
     for (size_t i = 0; i < prompts.size(); ++i) {
-      RequestSpec& spec = specs.emplace_back();
+      engine::RequestSpec& spec = specs.emplace_back();
       spec.id = fmt::format("req-{}", i);
       spec.prompt_ids = tokenizer_->encode(prompts[i]);
       spec.stop.max_tokens = 12;
@@ -37,9 +37,9 @@ class CompareTest : public ::testing::Test {
       spec.sampling.seed = 0;
     }
     // Chunked prefills (3 tokens a step) beside each other, then decode steps.
-    EngineOptions options = testing::exact_engine_options(*model_, 4, 8, 16, 64);
+    engine::EngineOptions options = testing::exact_engine_options(*model_, 4, 8, 16, 64);
     options.max_num_batched_tokens = 3;
-    Engine engine(*model_, nullptr, options);
+    engine::Engine engine(*model_, nullptr, options);
     lines_ = new std::vector<json>();
     for (const auto& [key, sample] : testing::run_to_end(engine, specs))
       lines_->push_back({{"id", sample.id},
@@ -69,13 +69,13 @@ class CompareTest : public ::testing::Test {
     return compare_samples(*model_, read_sample_file(input, model_->config.vocab_size), threshold);
   }
 
-  static Model* model_;
-  static Tokenizer* tokenizer_;
+  static model::Model* model_;
+  static tokenizer::Tokenizer* tokenizer_;
   static std::vector<json>* lines_;
 };
 
-Model* CompareTest::model_ = nullptr;
-Tokenizer* CompareTest::tokenizer_ = nullptr;
+model::Model* CompareTest::model_ = nullptr;
+tokenizer::Tokenizer* CompareTest::tokenizer_ = nullptr;
 std::vector<json>* CompareTest::lines_ = nullptr;
 
 TEST_F(CompareTest, GreedySamplesMatchTheOneShotReferenceBitwise) {
@@ -223,15 +223,15 @@ TEST_F(CompareTest, TransformersStyleLinesParseAndMatch) {
   // transformers' scores: one [batch = 1, vocab] tensor of logits per generated token; here the
   // reference's own log-probabilities, which log-softmax leaves unchanged up to float rounding.
   const int64_t vocab_size = model_->config.vocab_size;
-  CacheConfig cache;
+  backend::CacheConfig cache;
   cache.num_kv_blocks = 2;
-  const std::unique_ptr<Backend> backend = make_cpu_backend(*model_, cache);
+  const std::unique_ptr<backend::Backend> backend = backend::cpu::make_cpu_backend(*model_, cache);
   SequenceRunner runner(*backend, cache);
   const ScoredSequence scored = runner.score(sequences.get<std::vector<int32_t>>(), vocab_size);
   json scores = json::array();
   for (size_t position = jambo["prompt_ids"].size(); position < sequences.size(); ++position) {
     std::vector<double> row(vocab_size);
-    for (const TokenLogprob& entry : scored.top_logprobs[position]) row[entry.token] = entry.logprob;
+    for (const backend::TokenLogprob& entry : scored.top_logprobs[position]) row[entry.token] = entry.logprob;
     scores.push_back(json::array({row}));
   }
   const json hf_rows = {
@@ -345,4 +345,4 @@ TEST(HtmlEscape, EscapesMarkupAndQuotes) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::forensics

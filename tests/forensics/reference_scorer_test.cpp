@@ -7,17 +7,17 @@
 
 #include <gtest/gtest.h>
 
-namespace jambo {
+namespace jambo::forensics {
 namespace {
 
 using Sequences = std::vector<std::vector<int32_t>>;
 
 // Each sequence alone: its own fresh backend run, one-shot prefill in slot 0.
-std::vector<std::vector<double>> score_alone(const Model& model, const Sequences& sequences) {
+std::vector<std::vector<double>> score_alone(const model::Model& model, const Sequences& sequences) {
   std::vector<std::vector<double>> out;
   for (const std::vector<int32_t>& sequence : sequences) {
-    const CacheConfig cache = single_sequence_cache(int64_t(sequence.size()));
-    const std::unique_ptr<Backend> backend = make_cpu_backend(model, cache);
+    const backend::CacheConfig cache = single_sequence_cache(int64_t(sequence.size()));
+    const std::unique_ptr<backend::Backend> backend = backend::cpu::make_cpu_backend(model, cache);
     SequenceRunner runner(*backend, cache);
     const ScoredSequence scored = runner.score(sequence, /*num_top_logprobs=*/0);
     std::vector<double> logprobs;
@@ -30,7 +30,7 @@ std::vector<std::vector<double>> score_alone(const Model& model, const Sequences
 class ReferenceScorerTest : public ::testing::Test {
  protected:
   testing::OneThread one_thread_;
-  Model model_ = testing::load_fixture_model();  // MoE top-2, attention with GQA: every op kind a row crosses
+  model::Model model_ = testing::load_fixture_model();  // MoE top-2, attention with GQA: every op kind a row crosses
   Sequences sequences_ = testing::mixed_reference_sequences(model_.config.vocab_size);
 };
 
@@ -78,7 +78,7 @@ TEST_F(ReferenceScorerTest, StepsKeepInputOrderUnderBothLimitsAndALongSequenceRu
 TEST_F(ReferenceScorerTest, NothingToScoreNeedsNoBackend) {
   const Sequences nothing = {{}, {7}};
   // The CPU backend refuses a model whose weights are not on the host: it must never be created.
-  const Model described = describe_random_model(model_.config, DType::BF16, 1);
+  const model::Model described = describe_random_model(model_.config, DType::BF16, 1);
   const std::vector<std::vector<double>> scored = score_sequences(described, nothing, ReferenceOptions{});
   ASSERT_EQ(scored.size(), 2u);
   EXPECT_TRUE(scored[0].empty());
@@ -86,4 +86,4 @@ TEST_F(ReferenceScorerTest, NothingToScoreNeedsNoBackend) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::forensics

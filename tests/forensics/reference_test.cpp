@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace jambo {
+namespace jambo::forensics {
 namespace {
 
 namespace fs = std::filesystem;
@@ -71,13 +71,13 @@ bool stands_apart(const nlohmann::json& top, size_t rank) {
 class ReferenceTest : public ::testing::TestWithParam<Fixture> {
  protected:
   void SetUp() override {
-    model_ = load_model(GetParam().model_dir);
-    cache_.num_kv_blocks = kv_blocks_for(longest_sequence(GetParam().reference), cache_.kv_block_size);
-    backend_ = make_cpu_backend(model_, cache_);
+    model_ = model::load_model(GetParam().model_dir);
+    cache_.num_kv_blocks = backend::kv_blocks_for(longest_sequence(GetParam().reference), cache_.kv_block_size);
+    backend_ = backend::cpu::make_cpu_backend(model_, cache_);
   }
-  Model model_;
-  CacheConfig cache_;
-  std::unique_ptr<Backend> backend_;
+  model::Model model_;
+  backend::CacheConfig cache_;
+  std::unique_ptr<backend::Backend> backend_;
 };
 
 TEST_P(ReferenceTest, TeacherForcedLogprobsMatchTransformers) {
@@ -115,7 +115,7 @@ TEST_P(ReferenceTest, TeacherForcedLogprobsMatchTransformers) {
 // Greedy generation as every front end runs it (the engine, one request alone), against HF's.
 TEST_P(ReferenceTest, GreedyContinuationsMatchTransformers) {
   for (const auto& greedy : GetParam().reference["greedy"]) {
-    RequestSpec spec;
+    engine::RequestSpec spec;
     spec.id = "greedy";
     spec.prompt_ids = greedy["prompt"].get<std::vector<int32_t>>();
     const auto expected = greedy["ids"].get<std::vector<int32_t>>();
@@ -144,4 +144,4 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest, ::testing::ValuesIn(load_fixtu
 TEST(ReferenceFixtures, AtLeastSixCheckpointsArePresent) { EXPECT_GE(load_fixtures().size(), 6u); }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::forensics

@@ -6,14 +6,14 @@
 
 #include <set>
 
-namespace jambo {
+namespace jambo::forensics {
 namespace {
 
 class StressTest : public ::testing::Test {
  protected:
-  StressResult run(const EngineFaults& faults) { return testing::run_small_stress(model_, faults); }
+  StressResult run(const engine::EngineFaults& faults) { return testing::run_small_stress(model_, faults); }
 
-  Model model_ = testing::load_fixture_model("moe-top2-gqa2-fp32");
+  model::Model model_ = testing::load_fixture_model("moe-top2-gqa2-fp32");
 };
 
 TEST_F(StressTest, ACorrectEngineIsFlaggedNowhere) {
@@ -24,34 +24,35 @@ TEST_F(StressTest, ACorrectEngineIsFlaggedNowhere) {
   EXPECT_EQ(result.counters.law_violations, 0);
   // Slot policy highest: the first request took the top slot; the summary places it by these two figures.
   EXPECT_EQ(result.counters.highest_slot_used, result.counters.slots_total - 1);
-  EXPECT_EQ(result.state_elements_per_slot, make_cpu_backend(model_, CacheConfig{})->state_elements_per_slot());
+  EXPECT_EQ(result.state_elements_per_slot,
+            backend::cpu::make_cpu_backend(model_, backend::CacheConfig{})->state_elements_per_slot());
 }
 
 TEST(StressWorkloadTest, SamplesPerPromptStayWithinMinAndMax) {
   StressWorkload workload;
   workload.num_requests = 60;
   workload.min_samples = workload.max_samples = 16;
-  for (const RequestSpec& spec : make_stress_requests(workload, 100)) EXPECT_EQ(spec.n, 16);
+  for (const engine::RequestSpec& spec : make_stress_requests(workload, 100)) EXPECT_EQ(spec.n, 16);
   workload.min_samples = 2;
   workload.max_samples = 3;
   std::set<int64_t> seen;
-  for (const RequestSpec& spec : make_stress_requests(workload, 100)) seen.insert(spec.n);
+  for (const engine::RequestSpec& spec : make_stress_requests(workload, 100)) seen.insert(spec.n);
   EXPECT_EQ(seen, (std::set<int64_t>{2, 3}));
   workload.min_samples = 4;
   EXPECT_THROW(make_stress_requests(workload, 100), Error);
 }
 
 TEST_F(StressTest, DecodeBeforePrefillIsFlagged) {
-  EngineFaults faults;
+  engine::EngineFaults faults;
   faults.decode_before_prefill = true;
   EXPECT_GT(run(faults).comparison.num_flagged(), 0);
 }
 
 TEST_F(StressTest, WrappedStateOffsetsAreFlagged) {
-  EngineFaults faults;
+  engine::EngineFaults faults;
   faults.wrap_state_offsets = true;
   EXPECT_GT(run(faults).comparison.num_flagged(), 0);
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::forensics

@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-namespace jambo {
+namespace jambo::forensics {
 namespace {
 
 TEST(TraceReader, TellsTheLifeOfOneRequestInOrder) {
@@ -65,4 +65,4 @@ TEST(TraceReader, MatchesNumericIdsAsText) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::forensics

@@ -170,11 +170,11 @@ class TinyCheckpoint {
 };
 
 // Every tensor field of a model in a fixed order (empty views included), to compare models whole.
-inline std::vector<const TensorView*> all_tensors(const ModelWeights& w) {
+inline std::vector<const TensorView*> all_tensors(const model::ModelWeights& w) {
   std::vector<const TensorView*> out = {&w.embed_tokens, &w.final_norm, &w.lm_head};
-  for (const LayerWeights& layer : w.layers) {
-    const AttentionWeights& a = layer.attention;
-    const MambaWeights& m = layer.mamba;
+  for (const model::LayerWeights& layer : w.layers) {
+    const model::AttentionWeights& a = layer.attention;
+    const model::MambaWeights& m = layer.mamba;
     for (const TensorView* v :
          {&layer.input_norm, &layer.pre_ff_norm, &a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj,
           &m.in_proj, &m.in_proj_bias, &m.conv_weight, &m.conv_bias, &m.x_proj, &m.dt_norm,
@@ -182,7 +182,7 @@ inline std::vector<const TensorView*> all_tensors(const ModelWeights& w) {
           &m.out_proj_bias, &layer.mlp.gate_proj, &layer.mlp.up_proj, &layer.mlp.down_proj,
           &layer.moe.router})
       out.push_back(v);
-    for (const MlpWeights& expert : layer.moe.experts)
+    for (const model::MlpWeights& expert : layer.moe.experts)
       for (const TensorView* v : {&expert.gate_proj, &expert.up_proj, &expert.down_proj}) out.push_back(v);
   }
   return out;

@@ -6,7 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace jambo {
+namespace jambo::model {
 namespace {
 
 using ::testing::AllOf;
@@ -180,4 +180,4 @@ TEST(Config, MissingFileIsNamed) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::model

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace jambo {
+namespace jambo::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -63,4 +63,4 @@ TEST(FixtureModels, EveryFixtureCheckpointLoads) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::model

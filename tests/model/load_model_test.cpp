@@ -9,7 +9,7 @@
 
 #include <map>
 
-namespace jambo {
+namespace jambo::model {
 namespace {
 
 using ::testing::AllOf;
@@ -199,4 +199,4 @@ TEST(LoadModel, FolderProblemsNameThePath) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::model

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <set>
 
-namespace jambo {
+namespace jambo::model {
 namespace {
 
 using model_test::all_tensors;
@@ -221,4 +221,4 @@ TEST(DescribedModel, HostReadersAreRefusedByName) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::model

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-namespace jambo {
+namespace jambo::model {
 namespace {
 
 using ::testing::AllOf;
@@ -202,4 +202,4 @@ TEST(Safetensors, ShardErrorsNameIndexShardAndTensor) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::model

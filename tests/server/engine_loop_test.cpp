@@ -15,17 +15,17 @@ using testing::Outputs;
 constexpr auto kWait = std::chrono::milliseconds(50);
 
 // Collects a stream's events into outputs per choice, as the HTTP side does.
-Outputs drain(RequestStream& stream, const std::vector<RequestSpec>& specs) {
+Outputs drain(RequestStream& stream, const std::vector<engine::RequestSpec>& specs) {
   Outputs outputs;
   std::vector<std::pair<std::string, int64_t>> keys;
-  for (const RequestSpec& spec : specs)
+  for (const engine::RequestSpec& spec : specs)
     for (int64_t s = 0; s < spec.n; ++s) keys.emplace_back(spec.id, s);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (!stream.is_finished()) {
     if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("the stream does not finish");
     if (stream.error()) throw std::runtime_error(*stream.error());
     for (const StreamEvent& event : stream.take(kWait)) {
-      SampleOutput& output = outputs[keys.at(size_t(event.choice))];
+      engine::SampleOutput& output = outputs[keys.at(size_t(event.choice))];
       output.id = keys[size_t(event.choice)].first;
       output.sample = keys[size_t(event.choice)].second;
       if (event.prompt) {
@@ -43,9 +43,9 @@ Outputs drain(RequestStream& stream, const std::vector<RequestSpec>& specs) {
   return outputs;
 }
 
-EngineOptions small_engine(const Model& model) {
-  EngineOptions options = testing::exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/1024,
-                                                        /*kv_block_size=*/16, /*max_model_len=*/4096);
+engine::EngineOptions small_engine(const model::Model& model) {
+  engine::EngineOptions options = testing::exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/1024,
+                                                                /*kv_block_size=*/16, /*max_model_len=*/4096);
   options.max_num_batched_tokens = 32;
   return options;
 }
@@ -58,8 +58,8 @@ void wait_until(const std::function<bool()>& condition, const char* what) {
   }
 }
 
-RequestSpec long_request(const std::string& id) {
-  RequestSpec spec;
+engine::RequestSpec long_request(const std::string& id) {
+  engine::RequestSpec spec;
   spec.id = id;
   spec.prompt_ids = {1, 2, 3};
   spec.stop.max_tokens = 4000;  // seconds of work: it is still running when the test aborts it
@@ -69,10 +69,10 @@ RequestSpec long_request(const std::string& id) {
 
 TEST(EngineLoop, RequestsFromManyThreadsEqualEachRunAlone) {
   testing::OneThread one_thread;
-  const Model model = testing::load_fixture_model();
-  Engine engine(model, nullptr, small_engine(model));
+  const model::Model model = testing::load_fixture_model();
+  engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 64);
-  const std::vector<RequestSpec> specs = testing::random_workload(model, 24, 7);
+  const std::vector<engine::RequestSpec> specs = testing::random_workload(model, 24, 7);
 
   constexpr int kNumThreads = 6;
   std::vector<Outputs> per_thread(kNumThreads);
@@ -95,8 +95,8 @@ TEST(EngineLoop, RequestsFromManyThreadsEqualEachRunAlone) {
 
 TEST(EngineLoop, AbortFreesSlotsAndBlocksAtOnce) {
   testing::OneThread one_thread;
-  const Model model = testing::load_fixture_model();
-  Engine engine(model, nullptr, small_engine(model));
+  const model::Model model = testing::load_fixture_model();
+  engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 64);
   auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
   ASSERT_EQ(loop.submit({long_request("long")}, stream).verdict, EngineLoop::Verdict::Accepted);
@@ -112,8 +112,8 @@ TEST(EngineLoop, AbortFreesSlotsAndBlocksAtOnce) {
 
 TEST(EngineLoop, RefusesWhenFullAndAcceptsAgainLater) {
   testing::OneThread one_thread;
-  const Model model = testing::load_fixture_model();
-  Engine engine(model, nullptr, small_engine(model));
+  const model::Model model = testing::load_fixture_model();
+  engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 2);
   auto stream = std::make_shared<RequestStream>(2, 0, nullptr);
   ASSERT_EQ(loop.submit({long_request("a"), long_request("b")}, stream).verdict, EngineLoop::Verdict::Accepted);
@@ -129,10 +129,10 @@ TEST(EngineLoop, RefusesWhenFullAndAcceptsAgainLater) {
 
 TEST(EngineLoop, ARejectedRequestTakesBackItsSiblings) {
   testing::OneThread one_thread;
-  const Model model = testing::load_fixture_model();
-  Engine engine(model, nullptr, small_engine(model));
+  const model::Model model = testing::load_fixture_model();
+  engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 8);
-  RequestSpec bad = long_request("bad");
+  engine::RequestSpec bad = long_request("bad");
   bad.prompt_ids = {int32_t(model.config.vocab_size)};
   const EngineLoop::Admission rejected =
       loop.submit({long_request("good"), bad}, std::make_shared<RequestStream>(2, 0, nullptr));
@@ -142,7 +142,7 @@ TEST(EngineLoop, ARejectedRequestTakesBackItsSiblings) {
              "the accepted sibling is taken back");
   // "good" was taken back, so its id is free again.
   auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
-  RequestSpec good = long_request("good");
+  engine::RequestSpec good = long_request("good");
   good.stop.max_tokens = 3;
   ASSERT_EQ(loop.submit({good}, stream).verdict, EngineLoop::Verdict::Accepted);
   EXPECT_EQ(drain(*stream, {good}).at({"good", 0}).ids.size(), 3u);
@@ -150,8 +150,8 @@ TEST(EngineLoop, ARejectedRequestTakesBackItsSiblings) {
 
 TEST(EngineLoop, AStepThatThrowsKillsTheLoopLoudly) {
   testing::OneThread one_thread;
-  const Model model = testing::load_fixture_model();
-  Engine engine(model, nullptr, small_engine(model));
+  const model::Model model = testing::load_fixture_model();
+  engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 8);
   auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
   ASSERT_EQ(loop.submit({long_request("victim")}, stream).verdict, EngineLoop::Verdict::Accepted);

@@ -9,8 +9,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-EngineCounters idle_engine() {
-  EngineCounters engine;
+engine::EngineCounters idle_engine() {
+  engine::EngineCounters engine;
   engine.kv_blocks_total = 1000;
   engine.slots_total = 16;
   return engine;
@@ -25,7 +25,7 @@ TEST(ThroughputLog, SaysNothingWhileNothingHappens) {
 
 TEST(ThroughputLog, GivesRatesOverTheIntervalAndOccupancyNow) {
   const ThroughputLog::Clock::time_point start;
-  EngineCounters engine = idle_engine();
+  engine::EngineCounters engine = idle_engine();
   engine.prefill_tokens = 100;
   engine.decode_tokens = 40;
   engine.steps = 7;
@@ -51,7 +51,7 @@ TEST(ThroughputLog, GivesRatesOverTheIntervalAndOccupancyNow) {
 // An abort frees slots and blocks without a step: the next line says so.
 TEST(ThroughputLog, TellsOccupancyThatMovedWithoutAStep) {
   const ThroughputLog::Clock::time_point start;
-  EngineCounters engine = idle_engine();
+  engine::EngineCounters engine = idle_engine();
   engine.num_running = 1;
   engine.kv_blocks_used = 10;
   engine.slots_used = 1;

@@ -8,7 +8,7 @@ namespace jambo::server {
 namespace {
 
 struct Sample {
-  SampleOutput output;
+  engine::SampleOutput output;
   std::string text;
   void add(int32_t id, const std::string& piece) {
     output.ids.push_back(id);

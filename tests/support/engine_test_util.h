@@ -36,35 +36,36 @@ class OneThread {
   int saved_num_threads_;
 };
 
-inline Model load_fixture_model(const std::string& name = "moe-top2-gqa2-fp32") {
-  return load_model(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/" + name);
+inline model::Model load_fixture_model(const std::string& name = "moe-top2-gqa2-fp32") {
+  return model::load_model(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/" + name);
 }
 
 // Checked-mode options whose memory budget holds the weights as `backend` holds them, exactly max_num_seqs
 // state slots and num_kv_blocks KV blocks.
-inline EngineOptions exact_engine_options(const Model& model, int64_t max_num_seqs, int64_t num_kv_blocks,
-                                          int64_t kv_block_size, int64_t max_model_len,
-                                          BackendKind backend = BackendKind::Cpu) {
-  EngineOptions options;
+inline engine::EngineOptions exact_engine_options(const model::Model& model, int64_t max_num_seqs,
+                                                  int64_t num_kv_blocks, int64_t kv_block_size, int64_t max_model_len,
+                                                  engine::BackendKind backend = engine::BackendKind::Cpu) {
+  engine::EngineOptions options;
   options.backend.kind = backend;
   options.max_num_seqs = max_num_seqs;
   options.kv_block_size = kv_block_size;
   options.max_model_len = max_model_len;
   options.checked = true;
-  options.memory_budget = {.bytes = exact_memory_budget(model.config, backend_weight_bytes(backend, model),
-                                                        max_num_seqs, num_kv_blocks, kv_block_size, DType::F32)};
+  options.memory_budget = {.bytes =
+                               engine::exact_memory_budget(model.config, backend_weight_bytes(backend, model),
+                                                           max_num_seqs, num_kv_blocks, kv_block_size, DType::F32)};
   return options;
 }
 
 // num_requests requests with prompts of 1..max_prompt random tokens, greedy and seeded sampled ones,
 // some with n = 4 (when allow_n is set), top logprobs and prompt logprobs.
-inline std::vector<RequestSpec> random_workload(const Model& model, int64_t num_requests, uint64_t seed,
-                                                int64_t max_prompt = 40, bool allow_n = true) {
+inline std::vector<engine::RequestSpec> random_workload(const model::Model& model, int64_t num_requests, uint64_t seed,
+                                                        int64_t max_prompt = 40, bool allow_n = true) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](int64_t low, int64_t high) { return std::uniform_int_distribution<int64_t>(low, high)(rng); };
-  std::vector<RequestSpec> specs;
+  std::vector<engine::RequestSpec> specs;
   for (int64_t i = 0; i < num_requests; ++i) {
-    RequestSpec spec;
+    engine::RequestSpec spec;
     spec.id = fmt::format("r{}", i);
     const int64_t num_prompt = i % 5 == 0 ? 1 : uniform(1, max_prompt);  // plenty of one-token prompts
     for (int64_t t = 0; t < num_prompt; ++t)
@@ -115,14 +116,14 @@ inline std::vector<nlohmann::json> read_trace(const std::string& path, const std
 }
 
 // Runs the engine until every request is done; outputs keyed by (id, sample).
-using Outputs = std::map<std::pair<std::string, int64_t>, SampleOutput>;
+using Outputs = std::map<std::pair<std::string, int64_t>, engine::SampleOutput>;
 
-inline Outputs run_to_end(Engine& engine, const std::vector<RequestSpec>& specs) {
-  for (const RequestSpec& spec : specs) engine.add_request(spec);
+inline Outputs run_to_end(engine::Engine& engine, const std::vector<engine::RequestSpec>& specs) {
+  for (const engine::RequestSpec& spec : specs) engine.add_request(spec);
   Outputs outputs;
   int64_t num_steps = 0;
   while (engine.has_unfinished()) {
-    for (SampleOutput& output : engine.step()) {
+    for (engine::SampleOutput& output : engine.step()) {
       const auto key = std::pair(output.id, output.sample);
       EXPECT_FALSE(outputs.count(key)) << output.id << " sample " << output.sample << " finished twice";
       outputs[key] = std::move(output);
@@ -135,23 +136,23 @@ inline Outputs run_to_end(Engine& engine, const std::vector<RequestSpec>& specs)
 // Every logprob of every sample, prompt and generated, against the independent reference: prompt plus generated
 // tokens scored by SequenceRunner in one one-shot prefill. Bitwise: a decode step computes what a prefill of the
 // same tokens computes (law 5, phase invariance).
-inline void expect_scores_match_reference(const Model& model, const Outputs& outputs) {
-  CacheConfig cache;
+inline void expect_scores_match_reference(const model::Model& model, const Outputs& outputs) {
+  backend::CacheConfig cache;
   cache.num_kv_blocks = 64;
-  auto backend = make_cpu_backend(model, cache);
-  SequenceRunner runner(*backend, cache);
+  auto backend = backend::cpu::make_cpu_backend(model, cache);
+  forensics::SequenceRunner runner(*backend, cache);
   for (const auto& [key, sample] : outputs) {
     const std::string what = key.first + " sample " + std::to_string(key.second);
     std::vector<int32_t> tokens = sample.prompt_ids;
     tokens.insert(tokens.end(), sample.ids.begin(), sample.ids.end());
     const int64_t num_top = sample.top_logprobs.empty() ? 0 : int64_t(sample.top_logprobs[0].size());
-    const ScoredSequence scored = runner.score(tokens, num_top);
+    const forensics::ScoredSequence scored = runner.score(tokens, num_top);
     const size_t num_prompt = sample.prompt_ids.size();
     for (size_t i = 0; i < sample.ids.size(); ++i) {
       ASSERT_TRUE(scored.logprobs[num_prompt + i]) << what << " token " << i;
       EXPECT_EQ(*scored.logprobs[num_prompt + i], sample.logprobs[i]) << what << " token " << i;
       if (num_top > 0) {
-        const std::vector<TokenLogprob>& want = scored.top_logprobs[num_prompt + i];
+        const std::vector<backend::TokenLogprob>& want = scored.top_logprobs[num_prompt + i];
         ASSERT_EQ(want.size(), sample.top_logprobs[i].size()) << what << " token " << i;
         for (size_t k = 0; k < want.size(); ++k) {
           EXPECT_EQ(want[k].token, sample.top_logprobs[i][k].token) << what << " token " << i << " rank " << k;
@@ -168,21 +169,22 @@ inline void expect_scores_match_reference(const Model& model, const Outputs& out
 
 // Each request run alone, in an engine of its own: its whole prompt in one step (a one-shot prefill), slot 0, every
 // logprob checked against the reference scoring. The engine's batched runs must equal these bitwise (law 5).
-inline Outputs run_alone(const Model& model, const std::vector<RequestSpec>& specs) {
+inline Outputs run_alone(const model::Model& model, const std::vector<engine::RequestSpec>& specs) {
   Outputs outputs;
-  for (const RequestSpec& spec : specs) {
+  for (const engine::RequestSpec& spec : specs) {
     const int64_t num_tokens = int64_t(spec.prompt_ids.size()) + spec.stop.max_tokens;
-    EngineOptions options = exact_engine_options(model, spec.n, spec.n * kv_blocks_for(num_tokens, 16), 16, num_tokens);
+    engine::EngineOptions options =
+        exact_engine_options(model, spec.n, spec.n * backend::kv_blocks_for(num_tokens, 16), 16, num_tokens);
     options.max_num_batched_tokens = std::max<int64_t>(int64_t(spec.prompt_ids.size()), spec.n);
-    Engine engine(model, nullptr, options);
+    engine::Engine engine(model, nullptr, options);
     outputs.merge(run_to_end(engine, {spec}));
   }
   expect_scores_match_reference(model, outputs);
   return outputs;
 }
 
-inline void expect_same_top(const std::vector<std::vector<TokenLogprob>>& expected,
-                            const std::vector<std::vector<TokenLogprob>>& actual, const std::string& what) {
+inline void expect_same_top(const std::vector<std::vector<backend::TokenLogprob>>& expected,
+                            const std::vector<std::vector<backend::TokenLogprob>>& actual, const std::string& what) {
   ASSERT_EQ(expected.size(), actual.size()) << what;
   for (size_t p = 0; p < expected.size(); ++p) {
     ASSERT_EQ(expected[p].size(), actual[p].size()) << what << " position " << p;
@@ -199,7 +201,7 @@ inline void expect_bitwise_equal(const Outputs& expected, const Outputs& actual)
   for (const auto& [key, want] : expected) {
     const std::string what = key.first + " sample " + std::to_string(key.second);
     ASSERT_TRUE(actual.count(key)) << what << " is missing";
-    const SampleOutput& got = actual.at(key);
+    const engine::SampleOutput& got = actual.at(key);
     EXPECT_EQ(want.ids, got.ids) << what;
     EXPECT_EQ(want.logprobs, got.logprobs) << what;  // doubles compared with ==: bitwise
     EXPECT_EQ(want.finish_reason, got.finish_reason) << what;

@@ -20,9 +20,9 @@ inline std::vector<std::vector<int32_t>> mixed_reference_sequences(int64_t vocab
 // 40 requests (prompts 1..40 tokens, 1..6 new tokens, n 1..3) over state slots for n + 2 sequences and KV blocks
 // for one largest request, an 8-token step budget (one-token admissions, preemption) and slot policy highest;
 // engine and reference on one backend.
-inline StressResult run_small_stress(const Model& model, const EngineFaults& faults,
-                                     BackendKind backend = BackendKind::Cpu) {
-  StressWorkload workload;
+inline forensics::StressResult run_small_stress(const model::Model& model, const engine::EngineFaults& faults,
+                                                engine::BackendKind backend = engine::BackendKind::Cpu) {
+  forensics::StressWorkload workload;
   workload.num_requests = 40;
   workload.max_prompt_tokens = 40;
   workload.max_new_tokens = 6;
@@ -30,17 +30,17 @@ inline StressResult run_small_stress(const Model& model, const EngineFaults& fau
   workload.seed = 11;
   const int64_t max_model_len = workload.max_prompt_tokens + workload.max_new_tokens;
   const int64_t kv_block_size = 16;
-  EngineOptions options = exact_engine_options(
+  engine::EngineOptions options = exact_engine_options(
       model, /*max_num_seqs=*/workload.max_samples + 2,
-      /*num_kv_blocks=*/workload.max_samples * kv_blocks_for(max_model_len, kv_block_size), kv_block_size,
+      /*num_kv_blocks=*/workload.max_samples * backend::kv_blocks_for(max_model_len, kv_block_size), kv_block_size,
       max_model_len, backend);
   options.checked = false;  // an injected bug must reach the logprobs, not stop at a poisoned slot
   options.max_num_batched_tokens = 8;
-  options.slot_policy = SlotPolicy::Highest;
+  options.slot_policy = engine::SlotPolicy::Highest;
   options.faults = faults;
-  ReferenceOptions reference;
+  forensics::ReferenceOptions reference;
   reference.backend = backend;
-  return run_stress(model, nullptr, options, workload, kDefaultCompareThreshold, reference);
+  return run_stress(model, nullptr, options, workload, forensics::kDefaultCompareThreshold, reference);
 }
 
 }  // namespace jambo::testing

@@ -30,8 +30,8 @@ class TensorStore {
     return view;
   }
 
-  cpu::Matrix matrix(int64_t num_rows, int64_t num_cols, float spread) {
-    cpu::Matrix out(num_rows, num_cols);
+  backend::cpu::Matrix matrix(int64_t num_rows, int64_t num_cols, float spread) {
+    backend::cpu::Matrix out(num_rows, num_cols);
     std::uniform_real_distribution<float> uniform(-spread, spread);
     for (int64_t i = 0; i < num_rows * num_cols; ++i) out.data()[i] = uniform(random_);
     return out;

@@ -18,8 +18,8 @@ namespace jambo::testing {
 constexpr int64_t kMaxBlocksPerSequence = 16;
 constexpr int64_t kBlockSize = 4;  // small, so that sequences span several blocks
 
-inline CacheConfig test_cache(int64_t num_sequences) {
-  return CacheConfig{num_sequences, num_sequences * kMaxBlocksPerSequence, kBlockSize};
+inline backend::CacheConfig test_cache(int64_t num_sequences) {
+  return backend::CacheConfig{num_sequences, num_sequences * kMaxBlocksPerSequence, kBlockSize};
 }
 
 using Logits = std::vector<std::vector<float>>;  // [num_positions][V]
@@ -38,8 +38,8 @@ struct Sequence {
     std::iota(block_table.begin(), block_table.end(), int32_t(index * kMaxBlocksPerSequence));
   }
 
-  BatchRow row(int64_t num_tokens, LogitsCopy copy) const {
-    BatchRow out;
+  backend::BatchRow row(int64_t num_tokens, backend::LogitsCopy copy) const {
+    backend::BatchRow out;
     out.sequence_id = request_id;
     out.tokens = std::span<const int32_t>(tokens).subspan(size_t(num_computed), size_t(num_tokens));
     out.start_position = num_computed;
@@ -60,11 +60,12 @@ inline std::vector<int32_t> random_tokens(int64_t count, int64_t vocab_size, uin
 
 // Runs one step where sequences[i] feeds num_tokens[i] tokens with logits for all of them;
 // appends each sequence's logits to outputs[i] (when given and not null).
-inline void step(Backend& backend, std::vector<Sequence*> sequences, std::vector<int64_t> num_tokens,
+inline void step(backend::Backend& backend, std::vector<Sequence*> sequences, std::vector<int64_t> num_tokens,
                  std::vector<Logits*> outputs = {}) {
-  std::vector<BatchRow> rows;
-  for (size_t i = 0; i < sequences.size(); ++i) rows.push_back(sequences[i]->row(num_tokens[i], LogitsCopy::All));
-  StepOutput output;
+  std::vector<backend::BatchRow> rows;
+  for (size_t i = 0; i < sequences.size(); ++i)
+    rows.push_back(sequences[i]->row(num_tokens[i], backend::LogitsCopy::All));
+  backend::StepOutput output;
   backend.forward(rows, output);
   for (size_t i = 0; i < sequences.size(); ++i) {
     sequences[i]->num_computed += num_tokens[i];
@@ -77,7 +78,7 @@ inline void step(Backend& backend, std::vector<Sequence*> sequences, std::vector
 }
 
 // Feeds the whole sequence alone in chunks of the given sizes; returns every position's logits.
-inline Logits run_in_chunks(Backend& backend, Sequence sequence, const std::vector<int64_t>& chunk_sizes) {
+inline Logits run_in_chunks(backend::Backend& backend, Sequence sequence, const std::vector<int64_t>& chunk_sizes) {
   Logits logits;
   for (int64_t size : chunk_sizes) step(backend, {&sequence}, {size}, {&logits});
   EXPECT_EQ(sequence.num_computed, int64_t(sequence.tokens.size()));

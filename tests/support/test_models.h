@@ -12,12 +12,12 @@ namespace jambo::testing {
 
 struct TestModelSpec {
   std::string name;
-  JambaConfig config;
+  model::JambaConfig config;
   DType dtype;
 };
 
-inline JambaConfig small_config() {
-  JambaConfig config;
+inline model::JambaConfig small_config() {
+  model::JambaConfig config;
   config.vocab_size = 64;
   config.hidden_size = 32;
   config.intermediate_size = 48;
@@ -40,13 +40,13 @@ inline JambaConfig small_config() {
 inline std::vector<TestModelSpec> test_model_specs() {
   std::vector<TestModelSpec> specs;
 
-  JambaConfig moe_gqa4 = small_config();  // MoE top-2, 4 query heads per KV head, d_conv 4
+  model::JambaConfig moe_gqa4 = small_config();  // MoE top-2, 4 query heads per KV head, d_conv 4
   moe_gqa4.num_attention_heads = 8;
   specs.push_back({"moe_gqa4_conv4_f32", moe_gqa4, DType::F32});
 
   // dense, MQA, d_conv 2, projection biases, no conv bias, an intermediate size that is no multiple of 4 (no vector
   // loads along it on the GPU)
-  JambaConfig dense_mqa = small_config();
+  model::JambaConfig dense_mqa = small_config();
   dense_mqa.num_key_value_heads = 1;
   dense_mqa.intermediate_size = 50;
   dense_mqa.num_experts = 1;
@@ -58,7 +58,7 @@ inline std::vector<TestModelSpec> test_model_specs() {
   dense_mqa.attn_layer_offset = 2;
   specs.push_back({"dense_mqa_conv2_bf16", dense_mqa, DType::BF16});
 
-  JambaConfig moe_top1 = small_config();  // MoE top-1 on every layer, plain multi-head, d_conv 3
+  model::JambaConfig moe_top1 = small_config();  // MoE top-1 on every layer, plain multi-head, d_conv 3
   moe_top1.num_hidden_layers = 3;
   moe_top1.num_key_value_heads = 4;
   moe_top1.num_experts = 3;
@@ -71,13 +71,13 @@ inline std::vector<TestModelSpec> test_model_specs() {
   moe_top1.attn_layer_offset = 0;
   specs.push_back({"moe_top1_mha_conv3_f16", moe_top1, DType::F16});
 
-  JambaConfig tied = small_config();  // 2 query heads per KV head, tied embeddings, both biases
+  model::JambaConfig tied = small_config();  // 2 query heads per KV head, tied embeddings, both biases
   tied.tie_word_embeddings = true;
   tied.mamba_proj_bias = true;
   tied.num_experts = 1;
   specs.push_back({"dense_gqa2_tied_bf16", tied, DType::BF16});
 
-  JambaConfig wide = small_config();  // wide enough that the GEMMs run on several threads
+  model::JambaConfig wide = small_config();  // wide enough that the GEMMs run on several threads
   wide.hidden_size = 128;
   wide.intermediate_size = 192;
   wide.vocab_size = 512;

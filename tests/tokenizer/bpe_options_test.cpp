@@ -4,7 +4,7 @@
 
 #include "tokenizer_test_util.h"
 
-namespace jambo {
+namespace jambo::tokenizer {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -62,4 +62,4 @@ TEST(BpeOptions, RepeatedCharacterRunsAreFast) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::tokenizer

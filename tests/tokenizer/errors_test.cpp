@@ -4,7 +4,7 @@
 #include "core/error.h"
 #include "tokenizer_test_util.h"
 
-namespace jambo {
+namespace jambo::tokenizer {
 namespace {
 
 // Loads a tokenizer.json and returns the error message (empty if it loaded).
@@ -97,4 +97,4 @@ TEST(TokenizerErrors, ValidMinimalFileLoads) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::tokenizer

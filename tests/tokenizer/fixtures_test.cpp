@@ -10,7 +10,7 @@
 
 #include "tokenizer_test_util.h"
 
-namespace jambo {
+namespace jambo::tokenizer {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -75,4 +75,4 @@ INSTANTIATE_TEST_SUITE_P(All, TokenizerFixture, ::testing::ValuesIn(fixture_fold
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TokenizerFixture);
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::tokenizer

@@ -6,7 +6,7 @@
 
 #include "tokenizer_test_util.h"
 
-namespace jambo {
+namespace jambo::tokenizer {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -187,4 +187,4 @@ TEST(IncrementalDecoder, FinishFlushesAnIncompleteTail) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::tokenizer

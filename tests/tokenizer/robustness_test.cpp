@@ -7,7 +7,7 @@
 #include "tokenizer/unicode.h"
 #include "tokenizer_test_util.h"
 
-namespace jambo {
+namespace jambo::tokenizer {
 namespace {
 
 std::vector<std::filesystem::path> tokenizer_folders() {
@@ -49,4 +49,4 @@ TEST(TokenizerRobustness, RandomBytesAndIds) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::tokenizer

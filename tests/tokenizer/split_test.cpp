@@ -4,7 +4,7 @@
 
 #include "tokenizer/split.h"
 
-namespace jambo::tokenizer_detail {
+namespace jambo::tokenizer {
 namespace {
 
 std::vector<std::string> gpt2_words(const std::string& text) {
@@ -54,4 +54,4 @@ TEST(SplitBehaviors, MatchHuggingFace) {
 }
 
 }  // namespace
-}  // namespace jambo::tokenizer_detail
+}  // namespace jambo::tokenizer

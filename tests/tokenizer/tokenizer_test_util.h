@@ -12,8 +12,8 @@ namespace jambo::test {
 inline std::filesystem::path source_dir() { return JAMBO_SOURCE_DIR; }
 
 // A hand-written tokenizer under tests/tokenizer/data/<name>.
-inline Tokenizer load_test_tokenizer(const std::string& name) {
-  return Tokenizer::load(source_dir() / "tests/tokenizer/data" / name);
+inline tokenizer::Tokenizer load_test_tokenizer(const std::string& name) {
+  return tokenizer::Tokenizer::load(source_dir() / "tests/tokenizer/data" / name);
 }
 
 // A fresh folder holding the given tokenizer.json text (for error cases).

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace jambo::unicode {
+namespace jambo::tokenizer::unicode {
 namespace {
 
 const std::string kFffd = "\xEF\xBF\xBD";
@@ -70,4 +70,4 @@ TEST(UnicodeTables, LowercaseUsesFullMappings) {
 }
 
 }  // namespace
-}  // namespace jambo::unicode
+}  // namespace jambo::tokenizer::unicode

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 namespace {
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -65,7 +65,7 @@ struct StepToken {
 
 // Every query attends to its own position and the ones before it in its row, all queries of the
 // step in one parallel loop. Query head h reads KV head h / (nh / nkv).
-void attend(const JambaConfig& config, KvCache& kv_cache, int64_t attention_layer,
+void attend(const model::JambaConfig& config, KvCache& kv_cache, int64_t attention_layer,
             const std::vector<StepToken>& tokens,  // [num_tokens]
             const Matrix& queries,                 // [num_tokens, nh*hd]
             Matrix& context) {                     // [num_tokens, nh*hd]
@@ -104,7 +104,7 @@ void store_keys_and_values(KvCache& kv_cache, int64_t attention_layer, const Att
   }
 }
 
-void attention_mixer(const AttentionWeights& weights, const JambaConfig& config, KvCache& kv_cache,
+void attention_mixer(const model::AttentionWeights& weights, const model::JambaConfig& config, KvCache& kv_cache,
                      int64_t attention_layer, const Matrix& x, std::span<const AttentionRow> rows, Matrix& out) {
   // Kept from call to call (per thread) to reuse their storage; only this thread names them.
   thread_local Matrix queries, keys, values, context;
@@ -121,4 +121,4 @@ void attention_mixer(const AttentionWeights& weights, const JambaConfig& config,
   matmul(context, weights.o_proj, out);
 }
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

@@ -9,7 +9,7 @@
 
 #include <span>
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 
 // One row's share of an attention layer.
 struct AttentionRow {
@@ -27,10 +27,10 @@ void store_keys_and_values(KvCache& kv_cache, int64_t attention_layer, const Att
 
 // Writes this step's keys and values into each row's blocks, then out = attention(x) where the
 // token at position p attends to positions 0..p of its own row, in order.
-void attention_mixer(const AttentionWeights& weights, const JambaConfig& config, KvCache& kv_cache,
+void attention_mixer(const model::AttentionWeights& weights, const model::JambaConfig& config, KvCache& kv_cache,
                      int64_t attention_layer,  // index among the attention layers
                      const Matrix& x,          // [num_tokens, H] (already normalized)
                      std::span<const AttentionRow> rows,
                      Matrix& out);  // [num_tokens, H]
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

@@ -13,16 +13,16 @@
 
 #include <algorithm>
 
-namespace jambo {
+namespace jambo::backend::cpu {
 namespace {
 
 using cpu::Matrix;
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const Model& model, const CacheConfig& cache);
+  CpuBackend(const model::Model& model, const CacheConfig& cache);
 
-  const JambaConfig& config() const override { return model_.config; }
+  const model::JambaConfig& config() const override { return model_.config; }
   void forward(std::span<const BatchRow> rows, StepOutput& output) override;
   void copy_state(int64_t from_slot, int64_t to_slot) override { states_.copy(from_slot, to_slot); }
   void copy_kv_block(int64_t from_block, int64_t to_block) override;
@@ -42,7 +42,7 @@ class CpuBackend final : public Backend {
   void compute_outputs(std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
                        StepOutput& output);
 
-  Model model_;
+  model::Model model_;
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
   cpu::StatePool states_;
   cpu::KvCache kv_cache_;
@@ -55,7 +55,7 @@ class CpuBackend final : public Backend {
   std::vector<float> logits_;  // [num_vectors, V]
 };
 
-CpuBackend::CpuBackend(const Model& model, const CacheConfig& cache)
+CpuBackend::CpuBackend(const model::Model& model, const CacheConfig& cache)
     : model_(model),
       index_in_kind_(indices_within_kind(model.config)),
       states_(model.config, cache.num_state_slots, cache.state_dtype),
@@ -90,9 +90,9 @@ void CpuBackend::embed(std::span<const BatchRow> rows) {
 
 void CpuBackend::run_mixer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
                            const Matrix& normed, Matrix& mixed) {
-  const LayerWeights& weights = model_.weights.layers[layer];
+  const model::LayerWeights& weights = model_.weights.layers[layer];
   const int64_t kind_index = index_in_kind_[layer];
-  if (model_.config.mixer_kinds[layer] == MixerKind::Attention) {
+  if (model_.config.mixer_kinds[layer] == model::MixerKind::Attention) {
     std::vector<cpu::AttentionRow> attention_rows;
     for (size_t r = 0; r < rows.size(); ++r)
       attention_rows.push_back({first_tokens[r], int64_t(rows[r].tokens.size()), rows[r].start_position,
@@ -112,14 +112,14 @@ void CpuBackend::run_mixer(int64_t layer, std::span<const BatchRow> rows, const 
 
 // Pre-norm decoder layer (spec §3.2): h += mixer(norm(h)); h += ffn(norm(h)).
 void CpuBackend::run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens) {
-  const LayerWeights& weights = model_.weights.layers[layer];
+  const model::LayerWeights& weights = model_.weights.layers[layer];
   const float eps = float(model_.config.rms_norm_eps);
   cpu::rms_norm_rows(hidden_, weights.input_norm, eps, normed_);
   run_mixer(layer, rows, first_tokens, normed_, update_);
   cpu::add_in_place(hidden_, update_);
 
   cpu::rms_norm_rows(hidden_, weights.pre_ff_norm, eps, normed_);
-  if (model_.config.ffn_kinds[layer] == FfnKind::Moe)
+  if (model_.config.ffn_kinds[layer] == model::FfnKind::Moe)
     cpu::sparse_moe(weights.moe, model_.config.num_experts_per_tok, normed_, update_);
   else
     cpu::dense_mlp(weights.mlp, normed_, update_);
@@ -163,8 +163,8 @@ void CpuBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const Model& model, const CacheConfig& cache) {
+std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const CacheConfig& cache) {
   return std::make_unique<CpuBackend>(model, cache);
 }
 
-}  // namespace jambo
+}  // namespace jambo::backend::cpu

@@ -7,10 +7,10 @@
 
 #include <memory>
 
-namespace jambo {
+namespace jambo::backend::cpu {
 
 // Allocates the state slots and KV blocks of `cache`. The backend keeps its own copy of the model's
 // views and a share of their storage.
-std::unique_ptr<Backend> make_cpu_backend(const Model& model, const CacheConfig& cache);
+std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const CacheConfig& cache);
 
-}  // namespace jambo
+}  // namespace jambo::backend::cpu

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 namespace {
 
 struct Route {
@@ -49,7 +49,7 @@ std::vector<std::vector<Route>> route_tokens(const Matrix& router_logits,  // [n
 
 }  // namespace
 
-void dense_mlp(const MlpWeights& weights, const Matrix& x, Matrix& out) {
+void dense_mlp(const model::MlpWeights& weights, const Matrix& x, Matrix& out) {
   // Kept from call to call (per thread) to reuse their storage; used through references, because a
   // thread_local named inside a lambda run by a worker would be the worker's own.
   thread_local Matrix kept_gate, kept_up;
@@ -66,7 +66,7 @@ void dense_mlp(const MlpWeights& weights, const Matrix& x, Matrix& out) {
   matmul(gate, weights.down_proj, out);
 }
 
-void sparse_moe(const MoeWeights& weights, int64_t num_experts_per_tok, const Matrix& x, Matrix& out) {
+void sparse_moe(const model::MoeWeights& weights, int64_t num_experts_per_tok, const Matrix& x, Matrix& out) {
   // Kept from call to call (per thread) to reuse their storage; used through references, as in dense_mlp.
   thread_local Matrix router_logits;  // [num_tokens, E]
   thread_local Matrix kept_input, kept_output;
@@ -96,4 +96,4 @@ void sparse_moe(const MoeWeights& weights, int64_t num_experts_per_tok, const Ma
   }
 }
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

@@ -9,7 +9,7 @@
 #include <immintrin.h>
 #endif
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 namespace {
 
 constexpr int64_t kNumLanes = 16;
@@ -154,4 +154,4 @@ void matmul(const Matrix& x, const TensorView& weight, Matrix& y) {
   matmul(x.data(), x.num_rows(), weight, y.data());
 }
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

@@ -9,7 +9,7 @@
 #include "backend/cpu/matrix.h"
 #include "core/tensor.h"
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 
 // y[m, n] = sum_k x[m, k] * weight[n, k]; y is resized to [M, N].
 void matmul(const Matrix& x,             // [M, K]
@@ -19,4 +19,4 @@ void matmul(const Matrix& x,             // [M, K]
 // Same, on raw rows: x [num_rows, K] contiguous, y [num_rows, N] contiguous.
 void matmul(const float* x, int64_t num_rows, const TensorView& weight, float* y);
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 namespace {
 
 // Runs body(row, channel) for every row and channel in one parallel loop, so a step of many
@@ -22,7 +22,7 @@ void for_each_row_and_channel(std::span<const MambaRow> rows, int64_t num_channe
 // activated[t] = silu(sum_j conv[j] * window[t + j] + conv_bias) where window is the row's conv
 // tail (zeros without initial state) followed by this step's inputs u. The last K-1 entries of the
 // window become the new tail.
-void causal_conv_channel(const MambaWeights& weights, int64_t kernel_size,
+void causal_conv_channel(const model::MambaWeights& weights, int64_t kernel_size,
                          const Matrix& projected,  // [num_tokens, 2*Di]; columns 0..Di-1 are u
                          const MambaRow& row, int64_t channel,
                          Matrix& activated) {  // [num_tokens, Di]
@@ -45,7 +45,7 @@ void causal_conv_channel(const MambaWeights& weights, int64_t kernel_size,
 
 // One channel of the sequential selective scan in fp32, with the D skip and the gate:
 // h = exp(delta * A) * h + delta * B * u;  y = (h · C + D * u) * silu(z).
-void selective_scan_channel(const MambaWeights& weights, const JambaConfig& config,
+void selective_scan_channel(const model::MambaWeights& weights, const model::JambaConfig& config,
                             const Matrix& activated,  // [num_tokens, Di] u after conv and SiLU
                             const Matrix& delta,      // [num_tokens, Di] softplus(dt_proj(dt) + bias)
                             const Matrix& b_normed,   // [num_tokens, N]
@@ -95,7 +95,7 @@ struct Intermediates {
 
 }  // namespace
 
-void mamba_mixer(const MambaWeights& weights, const JambaConfig& config, const Matrix& x,
+void mamba_mixer(const model::MambaWeights& weights, const model::JambaConfig& config, const Matrix& x,
                  std::span<const MambaRow> rows, Matrix& out) {
   const int64_t num_tokens = x.num_rows();
   const int64_t num_channels = config.mamba_d_inner;
@@ -139,4 +139,4 @@ void mamba_mixer(const MambaWeights& weights, const JambaConfig& config, const M
   add_bias(out, weights.out_proj_bias);
 }
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

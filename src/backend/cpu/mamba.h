@@ -8,7 +8,7 @@
 
 #include <span>
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 
 // One row's share of a Mamba layer: its tokens in the step and its state in the slot pool.
 struct MambaRow {
@@ -20,9 +20,9 @@ struct MambaRow {
 };
 
 // out = Mamba(x) for every token; each row's conv tail and SSM state are carried forward.
-void mamba_mixer(const MambaWeights& weights, const JambaConfig& config,
+void mamba_mixer(const model::MambaWeights& weights, const model::JambaConfig& config,
                  const Matrix& x,  // [num_tokens, H] (already normalized)
                  std::span<const MambaRow> rows,
                  Matrix& out);  // [num_tokens, H]
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 
 // Leaves elements added by resize uninitialized: outputs that are fully overwritten need no memset.
 template <typename T>
@@ -55,4 +55,4 @@ class Matrix {
   std::vector<float, UninitializedAllocator<float>> values_;  // [num_rows, num_cols]
 };
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

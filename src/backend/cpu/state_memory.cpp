@@ -11,7 +11,7 @@
 #include <cstring>
 #include <limits>
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 
 MappedMemory::MappedMemory(int64_t num_bytes, const char* purpose) : num_bytes_(num_bytes) {
   JAMBO_REQUIRE(num_bytes >= 0, "{}: negative size {}", purpose, num_bytes);
@@ -24,7 +24,7 @@ MappedMemory::~MappedMemory() {
   if (data_ != nullptr) munmap(data_, size_t(num_bytes_));
 }
 
-StatePool::StatePool(const JambaConfig& config, int64_t num_slots, DType state_dtype)
+StatePool::StatePool(const model::JambaConfig& config, int64_t num_slots, DType state_dtype)
     : num_slots_(num_slots),
       layout_(config),
       dtype_(state_dtype),
@@ -66,7 +66,7 @@ void StatePool::poison(int64_t slot) {
   for (int64_t i = 0; i < layout_.slot_stride; ++i) values.set(i, std::numeric_limits<float>::quiet_NaN());
 }
 
-KvCache::KvCache(const JambaConfig& config, const CacheConfig& cache)
+KvCache::KvCache(const model::JambaConfig& config, const CacheConfig& cache)
     : num_blocks_(cache.num_kv_blocks),
       block_size_(cache.kv_block_size),
       token_stride_(config.num_key_value_heads * config.head_dim),
@@ -92,4 +92,4 @@ float* KvCache::value(int64_t block, int64_t attention_layer, int64_t position_i
   return entry(block, attention_layer, 1, position_in_block);
 }
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

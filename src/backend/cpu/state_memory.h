@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 
 // An anonymous, lazily committed, zero-filled buffer.
 class MappedMemory {
@@ -31,7 +31,7 @@ class MappedMemory {
 // Per slot and per Mamba layer: the conv tail (the last K-1 inputs u) and the SSM state, stored as state_dtype.
 class StatePool {
  public:
-  StatePool(const JambaConfig& config, int64_t num_slots, DType state_dtype);
+  StatePool(const model::JambaConfig& config, int64_t num_slots, DType state_dtype);
 
   int64_t num_slots() const { return num_slots_; }
   StateValues conv_tail(int64_t slot, int64_t mamba_layer);  // [Di, K-1], oldest input first
@@ -56,7 +56,7 @@ class StatePool {
 // [num_kv_blocks, num_attention_layers, 2 (key, value), kv_block_size, nkv, hd], fp32.
 class KvCache {
  public:
-  KvCache(const JambaConfig& config, const CacheConfig& cache);
+  KvCache(const model::JambaConfig& config, const CacheConfig& cache);
 
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
@@ -75,4 +75,4 @@ class KvCache {
   MappedMemory memory_;   // fp32
 };
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 
 void rms_norm(const float* x, const TensorView& weight, float eps, float* out) {
   const int64_t n = weight.numel();
@@ -39,4 +39,4 @@ void add_in_place(Matrix& y, const Matrix& x) {
   });
 }
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

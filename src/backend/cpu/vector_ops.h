@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-namespace jambo::cpu {
+namespace jambo::backend::cpu {
 
 inline float silu(float a) { return a / (1.0f + std::exp(-a)); }
 
@@ -42,4 +42,4 @@ void add_bias(Matrix& y,                  // [T, n]
 void add_in_place(Matrix& y,              // [T, n]
                   const Matrix& x);       // [T, n]
 
-}  // namespace jambo::cpu
+}  // namespace jambo::backend::cpu

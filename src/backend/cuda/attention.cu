@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -597,4 +597,4 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
                0, stream, p);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

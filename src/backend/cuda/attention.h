@@ -5,7 +5,7 @@
 
 #include "backend/cuda/device_rows.h"
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // Where one attention layer's keys and values lie in the paged pool
 // [num_blocks, num_attention_layers, 2 (key, value), block_size, nkv, hd].
@@ -49,4 +49,4 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
                      DeviceBuffer<float>& partial,  // grown on demand: [T, nh, splits, hd + 2]
                      bool sixteen_bit, cudaStream_t stream);
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

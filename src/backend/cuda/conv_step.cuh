@@ -6,7 +6,7 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/mamba.h"
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // Row r's conv tail of channel c in its slot: [K-1], oldest input first.
 __device__ inline StateValues slot_tail(const DeviceRows& rows, const MambaStateLayout& layout, StateValues state_pool,
@@ -68,4 +68,4 @@ struct ConvOperandLanes {
   }
 };
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

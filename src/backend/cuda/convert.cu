@@ -6,7 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -85,4 +85,4 @@ void negative_exp_f32(const float* in, int64_t count, float* out, cudaStream_t s
   JAMBO_CUDA_CHECK_LAUNCH(negative_exp_kernel);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

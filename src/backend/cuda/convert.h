@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // out[i] = float(in[i]) where in holds bf16 (is_bf16) or IEEE half bit patterns.
 void widen_to_f32(const uint16_t* in,  // [count]
@@ -30,4 +30,4 @@ void negative_exp_f32(const float* in,  // [count]
                       float* out,  // [count]
                       cudaStream_t stream);
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

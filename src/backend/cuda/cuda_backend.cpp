@@ -16,10 +16,8 @@
 #include <initializer_list>
 #include <vector>
 
-namespace jambo {
+namespace jambo::backend::cuda {
 namespace {
-
-using namespace cuda;
 
 // The step's activations, grown on demand and kept across steps.
 struct Activations {
@@ -35,10 +33,10 @@ struct Activations {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs);
+  CudaBackend(const model::Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs);
   ~CudaBackend() override;
 
-  const JambaConfig& config() const override { return config_; }
+  const model::JambaConfig& config() const override { return config_; }
   void forward(std::span<const BatchRow> rows, StepOutput& output) override;
   void copy_state(int64_t from_slot, int64_t to_slot) override;
   void copy_kv_block(int64_t from_block, int64_t to_block) override;
@@ -68,7 +66,7 @@ class CudaBackend final : public Backend {
   void run_attention(int64_t layer, const DeviceRows& rows);
   KvLayout kv_layout(int64_t attention_layer) const;
 
-  JambaConfig config_;
+  model::JambaConfig config_;
   CacheConfig cache_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
@@ -91,7 +89,7 @@ class CudaBackend final : public Backend {
   double layers_gpu_seconds_ = 0.0;
 };
 
-CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs)
+CudaBackend::CudaBackend(const model::Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs)
     : config_(model.config),
       cache_(cache),
       index_in_kind_(indices_within_kind(model.config)),
@@ -109,8 +107,8 @@ CudaBackend::CudaBackend(const Model& model, const CacheConfig& cache, WeightMod
   // Norms round their outputs to this type for the GEMMs they feed; linear() uses such a copy only for a weight
   // of the same type (a checkpoint stores its matrices in one type). Layer 0 has a mixer.
   const DeviceLayer& first = weights_->layers.front();
-  narrow_dtype_ =
-      config_.mixer_kinds.front() == MixerKind::Attention ? first.attention.q_proj.dtype : first.mamba.in_proj.dtype;
+  narrow_dtype_ = config_.mixer_kinds.front() == model::MixerKind::Attention ? first.attention.q_proj.dtype
+                                                                             : first.mamba.in_proj.dtype;
 
   require_state_dtype(cache.state_dtype);
   const int64_t state_bytes = slot_layout_.pool_bytes(cache.num_state_slots, cache.state_dtype);
@@ -202,13 +200,13 @@ float* CudaBackend::normed_unless_copy_suffices(std::initializer_list<const Devi
 
 float* CudaBackend::normed_for_mixer(int64_t layer) {
   const DeviceLayer& w = weights_->layers[layer];
-  if (config_.mixer_kinds[layer] == MixerKind::Attention)
+  if (config_.mixer_kinds[layer] == model::MixerKind::Attention)
     return normed_unless_copy_suffices({&w.attention.q_proj, &w.attention.k_proj, &w.attention.v_proj});
   return normed_unless_copy_suffices({&w.mamba.in_proj});
 }
 
 float* CudaBackend::normed_for_ffn(int64_t layer) {
-  if (config_.ffn_kinds[layer] == FfnKind::Moe) return activations_.normed.data();
+  if (config_.ffn_kinds[layer] == model::FfnKind::Moe) return activations_.normed.data();
   return normed_unless_copy_suffices({&weights_->layers[layer].mlp.gate_up});
 }
 
@@ -252,7 +250,8 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
 bool CudaBackend::runs_as_graph(const DeviceRows& rows) const {
   if (graphs_ == nullptr || rows.num_tokens != rows.num_rows) return false;
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer)
-    if (config_.ffn_kinds[layer] == FfnKind::Moe && !experts_run_grouped(weights_->layers[layer].moe, rows.num_tokens))
+    if (config_.ffn_kinds[layer] == model::FfnKind::Moe &&
+        !experts_run_grouped(weights_->layers[layer].moe, rows.num_tokens))
       return false;
   return true;
 }
@@ -268,13 +267,13 @@ void CudaBackend::enqueue_layers(const DeviceRows& device_rows) {
            hidden, stream_, normed16);
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     const DeviceLayer& w = weights_->layers[layer];
-    if (config_.mixer_kinds[layer] == MixerKind::Attention)
+    if (config_.mixer_kinds[layer] == model::MixerKind::Attention)
       run_attention(layer, device_rows);
     else
       run_mamba(layer, device_rows);
     add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden, w.pre_ff_norm, eps, normed_for_ffn(layer),
                  stream_, normed16);
-    if (config_.ffn_kinds[layer] == FfnKind::Moe)
+    if (config_.ffn_kinds[layer] == model::FfnKind::Moe)
       sparse_moe(*gemm_, w.moe, config_.num_experts_per_tok, a.normed.data(), num_tokens, a.update.data(),
                  ffn_workspace_, stream_, normed16);
     else
@@ -306,8 +305,8 @@ int64_t cuda_available_memory_bytes() {
   return int64_t(free_bytes);
 }
 
-std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache, const std::string& weights,
-                                           bool decode_graphs) {
+std::unique_ptr<Backend> make_cuda_backend(const model::Model& model, const CacheConfig& cache,
+                                           const std::string& weights, bool decode_graphs) {
   const WeightMode mode = parse_weight_mode(weights);
   return std::make_unique<CudaBackend>(model, cache, mode, decode_graphs);
 }
@@ -322,7 +321,7 @@ double cuda_layers_gpu_seconds(const Backend& backend) {
   return cuda_backend == nullptr ? 0.0 : cuda_backend->layers_gpu_seconds();
 }
 
-int64_t cuda_weight_bytes(const Model& model, const std::string& weights) {
+int64_t cuda_weight_bytes(const model::Model& model, const std::string& weights) {
   return DeviceWeights::bytes_needed(model, parse_weight_mode(weights));
 }
 
@@ -348,4 +347,4 @@ double cuda_copy_gb_per_s(int64_t bytes) {
   return 2.0 * double(bytes) / (double(best_ms) * 1e-3) / 1e9;
 }
 
-}  // namespace jambo
+}  // namespace jambo::backend::cuda

@@ -12,13 +12,13 @@
 #include <memory>
 #include <string>
 
-namespace jambo {
+namespace jambo::backend::cuda {
 
 // Uploads the model's weights and allocates the state slots and KV blocks of `cache` on GPU 0 (zeroed).
 // Throws jambo::Error when no GPU can be used or memory runs out.
 // weights: "f32", "bf16" or "f16" (jambo::Error otherwise). decode_graphs: decode steps run as CUDA graphs
 // (step_graphs.h); off, every step runs launch by launch (the graphs' test oracle).
-std::unique_ptr<Backend> make_cuda_backend(const Model& model, const CacheConfig& cache,
+std::unique_ptr<Backend> make_cuda_backend(const model::Model& model, const CacheConfig& cache,
                                            const std::string& weights = "f32", bool decode_graphs = true);
 
 // How many steps of a CUDA backend ran as a CUDA graph's launch (0 for any other backend): for tests.
@@ -31,7 +31,7 @@ double cuda_layers_gpu_seconds(const Backend& backend);
 
 // The bytes the CUDA backend's weights take on the GPU in that mode (the f32 mode holds 16-bit checkpoints
 // at twice their size), for memory plans; needs no GPU.
-int64_t cuda_weight_bytes(const Model& model, const std::string& weights);
+int64_t cuda_weight_bytes(const model::Model& model, const std::string& weights);
 
 // A device-to-device cudaMemcpy of `bytes` (best of a few), in GB/s counting bytes read plus bytes written:
 // the copy ceiling that benchmarks print beside their figures.
@@ -47,4 +47,4 @@ void cuda_profiler_capture(bool on);
 // Whether a CUDA device can be used here (for tests that skip without one).
 bool cuda_device_available();
 
-}  // namespace jambo
+}  // namespace jambo::backend::cuda

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 void fail_cuda(cudaError_t status, const char* call, const char* file, int line) {
   const char* hint = status == cudaErrorMemoryAllocation ? "lower --memory-budget or the batch size"
@@ -22,4 +22,4 @@ void require(bool condition, const std::string& message) {
   if (!condition) throw Error(message);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -8,7 +8,7 @@
 
 #include <string>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 [[noreturn]] void fail_cuda(cudaError_t status, const char* call, const char* file, int line);
 [[noreturn]] void fail_cublas(cublasStatus_t status, const char* call, const char* file, int line);
@@ -16,24 +16,25 @@ namespace jambo::cuda {
 // Throws jambo::Error with `message` unless `condition` holds (JAMBO_REQUIRE for .cu files).
 void require(bool condition, const std::string& message);
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda
 
-#define JAMBO_CUDA_CHECK(call)                                                                            \
-  do {                                                                                                    \
-    const cudaError_t jambo_status_ = (call);                                                             \
-    if (jambo_status_ != cudaSuccess) ::jambo::cuda::fail_cuda(jambo_status_, #call, __FILE__, __LINE__); \
+#define JAMBO_CUDA_CHECK(call)                                                                                     \
+  do {                                                                                                             \
+    const cudaError_t jambo_status_ = (call);                                                                      \
+    if (jambo_status_ != cudaSuccess) ::jambo::backend::cuda::fail_cuda(jambo_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define JAMBO_CUBLAS_CHECK(call)                                                                                      \
-  do {                                                                                                                \
-    const cublasStatus_t jambo_status_ = (call);                                                                      \
-    if (jambo_status_ != CUBLAS_STATUS_SUCCESS) ::jambo::cuda::fail_cublas(jambo_status_, #call, __FILE__, __LINE__); \
+#define JAMBO_CUBLAS_CHECK(call)                                                     \
+  do {                                                                               \
+    const cublasStatus_t jambo_status_ = (call);                                     \
+    if (jambo_status_ != CUBLAS_STATUS_SUCCESS)                                      \
+      ::jambo::backend::cuda::fail_cublas(jambo_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: a bad launch configuration shows here, naming the kernel.
-#define JAMBO_CUDA_CHECK_LAUNCH(kernel_name)                                                  \
-  do {                                                                                        \
-    const cudaError_t jambo_status_ = cudaGetLastError();                                     \
-    if (jambo_status_ != cudaSuccess)                                                         \
-      ::jambo::cuda::fail_cuda(jambo_status_, "launch of " #kernel_name, __FILE__, __LINE__); \
+#define JAMBO_CUDA_CHECK_LAUNCH(kernel_name)                                                           \
+  do {                                                                                                 \
+    const cudaError_t jambo_status_ = cudaGetLastError();                                              \
+    if (jambo_status_ != cudaSuccess)                                                                  \
+      ::jambo::backend::cuda::fail_cuda(jambo_status_, "launch of " #kernel_name, __FILE__, __LINE__); \
   } while (0)

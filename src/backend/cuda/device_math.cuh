@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <utility>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 constexpr int kWarpSize = 32;
 
@@ -103,4 +103,4 @@ void launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t share
 
 inline unsigned num_blocks_for(int64_t count, int threads) { return unsigned((count + threads - 1) / threads); }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

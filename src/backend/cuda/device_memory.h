@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <utility>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // Law 3 on the device: the twin of element_offset (core/tensor.h). Both factors are int64_t.
 JAMBO_HOST_DEVICE inline int64_t device_offset(int64_t index, int64_t stride) { return index * stride; }
@@ -100,4 +100,4 @@ class PinnedBuffer {
   int64_t size_ = 0;
 };
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // Rows of several tokens are scanned in chunks of this many tokens, in parallel (mamba.h).
 constexpr int64_t kScanChunkTokens = 64;
@@ -34,4 +34,4 @@ struct DeviceRows {
   const int64_t* row_first_chunk = nullptr;    // [num_rows] the row's first chunk (rows of one token have none)
 };
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 WeightMode parse_weight_mode(const std::string& name) {
   if (name == "f32") return WeightMode::F32;
@@ -16,34 +16,34 @@ WeightMode parse_weight_mode(const std::string& name) {
   fail("unknown CUDA weight mode '{}' (expected f32, bf16 or f16)", name);
 }
 
-DeviceWeights::DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream)
+DeviceWeights::DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream)
     : DeviceWeights(model, mode, stream, /*count_only=*/false) {}
 
-DeviceWeights::DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream, bool count_only)
+DeviceWeights::DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream, bool count_only)
     : mode_(mode), stream_(stream), random_recipe_(model.random_recipe.get()), count_only_(count_only) {
   load(model);
 }
 
-int64_t DeviceWeights::bytes_needed(const Model& model, WeightMode mode) {
+int64_t DeviceWeights::bytes_needed(const model::Model& model, WeightMode mode) {
   return DeviceWeights(model, mode, nullptr, /*count_only=*/true).bytes_on_device;
 }
 
-void DeviceWeights::load(const Model& model) {
-  const JambaConfig& config = model.config;
-  const ModelWeights& host = model.weights;
+void DeviceWeights::load(const model::Model& model) {
+  const model::JambaConfig& config = model.config;
+  const model::ModelWeights& host = model.weights;
   embed_tokens = upload_as_f32(host.embed_tokens);
   final_norm = upload_vector(host.final_norm);
   lm_head = upload_matrix(host.lm_head);
   for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
-    const LayerWeights& in = host.layers[layer];
+    const model::LayerWeights& in = host.layers[layer];
     DeviceLayer out;
     out.input_norm = upload_vector(in.input_norm);
     out.pre_ff_norm = upload_vector(in.pre_ff_norm);
-    if (config.mixer_kinds[layer] == MixerKind::Attention) {
+    if (config.mixer_kinds[layer] == model::MixerKind::Attention) {
       out.attention = {upload_matrix(in.attention.q_proj), upload_matrix(in.attention.k_proj),
                        upload_matrix(in.attention.v_proj), upload_matrix(in.attention.o_proj)};
     } else {
-      const MambaWeights& m = in.mamba;
+      const model::MambaWeights& m = in.mamba;
       DeviceMamba& d = out.mamba;
       d.in_proj = upload_matrix(m.in_proj);
       d.in_proj_bias = upload_vector(m.in_proj_bias);
@@ -60,12 +60,12 @@ void DeviceWeights::load(const Model& model) {
       d.out_proj = upload_matrix(m.out_proj);
       d.out_proj_bias = upload_vector(m.out_proj_bias);
     }
-    auto upload_mlp = [&](const MlpWeights& mlp) {
+    auto upload_mlp = [&](const model::MlpWeights& mlp) {
       return DeviceMlp{upload_stacked(mlp.gate_proj, mlp.up_proj), upload_matrix(mlp.down_proj)};
     };
-    if (config.ffn_kinds[layer] == FfnKind::Moe) {
+    if (config.ffn_kinds[layer] == model::FfnKind::Moe) {
       out.moe.router = upload_matrix(in.moe.router);
-      for (const MlpWeights& expert : in.moe.experts) out.moe.experts.push_back(upload_mlp(expert));
+      for (const model::MlpWeights& expert : in.moe.experts) out.moe.experts.push_back(upload_mlp(expert));
       out.moe.expert_matrices = upload_expert_table(out.moe.experts, in.moe.experts);
     } else {
       out.mlp = upload_mlp(in.mlp);
@@ -162,9 +162,9 @@ DeviceMatrix DeviceWeights::upload_stacked(const TensorView& top, const TensorVi
 // A few pointers per layer, not counted among the weights' bytes. The grouped expert GEMMs read every expert's
 // matrix of a kind with expert 0's type and shape: a checkpoint whose experts differ is refused, naming one.
 const void* const* DeviceWeights::upload_expert_table(const std::vector<DeviceMlp>& experts,
-                                                      const std::vector<MlpWeights>& host_experts) {
-  const std::pair<DeviceMatrix DeviceMlp::*, TensorView MlpWeights::*> kinds[] = {
-      {&DeviceMlp::gate_up, &MlpWeights::gate_proj}, {&DeviceMlp::down_proj, &MlpWeights::down_proj}};
+                                                      const std::vector<model::MlpWeights>& host_experts) {
+  const std::pair<DeviceMatrix DeviceMlp::*, TensorView model::MlpWeights::*> kinds[] = {
+      {&DeviceMlp::gate_up, &model::MlpWeights::gate_proj}, {&DeviceMlp::down_proj, &model::MlpWeights::down_proj}};
   std::vector<const void*> table;  // [2, E]
   for (const auto& [device_matrix, host_view] : kinds)
     for (size_t e = 0; e < experts.size(); ++e) {
@@ -222,13 +222,13 @@ void DeviceWeights::put_stored(const TensorView& view, void* out) {
     JAMBO_CUDA_CHECK(cudaMemcpyAsync(out, view.data, size_t(num_bytes), cudaMemcpyHostToDevice, stream_));
     return;
   }
-  const RandomTensor& tensor = random_recipe_->tensor(view);
+  const model::RandomTensor& tensor = random_recipe_->tensor(view);
   if (tensor.init.is_arithmetic()) {
     fill_random(tensor, out, stream_);
     return;
   }
   std::vector<std::byte> host(static_cast<size_t>(num_bytes));
-  RandomWeights::fill_host(tensor, host.data(), 0, tensor.numel);
+  model::RandomWeights::fill_host(tensor, host.data(), 0, tensor.numel);
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(out, host.data(), size_t(num_bytes), cudaMemcpyHostToDevice, stream_));
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before `host` goes
 }
@@ -241,4 +241,4 @@ std::vector<DeviceWeights::Allocation> DeviceWeights::allocations() const {
   return out;
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // How GEMM weights are held on the GPU.
 enum class WeightMode {
@@ -81,10 +81,10 @@ struct DeviceLayer {
 
 class DeviceWeights {
  public:
-  DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream);
+  DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream);
 
   // The bytes DeviceWeights(model, mode, ...) takes on the GPU, counted without a GPU (for memory plans).
-  static int64_t bytes_needed(const Model& model, WeightMode mode);
+  static int64_t bytes_needed(const model::Model& model, WeightMode mode);
 
   const float* embed_tokens = nullptr;  // [V, H] fp32 (the embedding lookup reads it)
   std::vector<DeviceLayer> layers;
@@ -102,14 +102,14 @@ class DeviceWeights {
   std::vector<Allocation> allocations() const;
 
  private:
-  DeviceWeights(const Model& model, WeightMode mode, cudaStream_t stream, bool count_only);
-  void load(const Model& model);
+  DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream, bool count_only);
+  void load(const model::Model& model);
   const float* upload_vector(const TensorView& view);  // fp32 copy; null for an empty view
   DType matrix_dtype(DType stored) const;              // a GEMM matrix's type on the GPU in this mode
   DeviceMatrix upload_matrix(const TensorView& view);  // in the mode's dtype
   DeviceMatrix upload_stacked(const TensorView& top, const TensorView& bottom);  // top's rows, then bottom's
   const void* const* upload_expert_table(const std::vector<DeviceMlp>& experts,
-                                         const std::vector<MlpWeights>& host_experts);
+                                         const std::vector<model::MlpWeights>& host_experts);
   const float* upload_as_f32(const TensorView& view);      // one upload per host pointer and shape
   const void* upload_as_16(const TensorView& view);        // likewise, 16-bit: as stored, or f16 in the f16 mode
   void put_as_f32(const TensorView& view, float* out);     // out[numel] = the view's elements as fp32
@@ -120,7 +120,7 @@ class DeviceWeights {
 
   WeightMode mode_;
   cudaStream_t stream_;
-  const RandomWeights* random_recipe_ = nullptr;  // set when the views hold no host data
+  const model::RandomWeights* random_recipe_ = nullptr;  // set when the views hold no host data
   bool count_only_ = false;  // bytes_on_device only: nothing allocated or copied, pointers stay null
   std::vector<DeviceBuffer<float>> owned_;
   std::vector<DeviceBuffer<uint16_t>> owned_16_;                        // 16-bit matrices of the 16-bit modes
@@ -131,4 +131,4 @@ class DeviceWeights {
   std::map<std::pair<const void*, int64_t>, const void*> uploaded_16_;  // (host data, numel) -> 16-bit copy
 };
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

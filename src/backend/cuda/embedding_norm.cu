@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -201,4 +201,4 @@ void add_bias(float* y, int64_t num_rows, int64_t n, const float* bias, cudaStre
   JAMBO_CUDA_CHECK_LAUNCH(add_bias_kernel);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -7,7 +7,7 @@
 
 #include <span>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // out[r] = table[indices[r]]: the embedding lookup (indices = tokens) and the MoE gather of routed tokens.
 void gather_rows(const float* table,      // [any, W]
@@ -65,4 +65,4 @@ void add_bias(float* y,  // [num_rows, n]
               const float* bias,  // [n]
               cudaStream_t stream);
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <type_traits>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -289,4 +289,4 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
   JAMBO_CUDA_CHECK_LAUNCH(combine_kernel);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -9,7 +9,7 @@
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // Scratch of the FFN kernels, grown on demand and kept across layers and steps.
 struct FfnWorkspace {
@@ -54,4 +54,4 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok,
                 FfnWorkspace& workspace, cudaStream_t stream, const Narrow16& x16 = {},
                 ExpertGemms gemms = ExpertGemms::ByTokenCount);
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 namespace {
 constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;  // what cuBLAS's documentation asks for on Hopper
@@ -238,4 +238,4 @@ void linear_conv(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatri
   skinny_gemm(conv_params(x, num_rows, w, x16, y, conv), gemm.stream());
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

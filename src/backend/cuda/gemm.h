@@ -30,7 +30,7 @@
 #include <span>
 #include <tuple>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // A candidate of cuBLASLt's heuristic, as choose_gemm_candidate sees it.
 struct GemmCandidate {
@@ -125,4 +125,4 @@ void linear_conv(Gemm& gemm,
                  float* y,               // [num_rows, 2*Di]; columns Di.. written
                  const DecodeConv& conv);
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

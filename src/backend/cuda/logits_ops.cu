@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
@@ -347,4 +347,4 @@ void sample_tokens(const float* logits, const SampleRequest* requests, int64_t n
   JAMBO_CUDA_CHECK_LAUNCH(sample_tokens_kernel);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // The most candidates one top request may ask for (top_k sampling beyond it is chosen on the host).
 constexpr int64_t kMaxCandidates = 1024;
@@ -69,4 +69,4 @@ void sample_tokens(const float* logits,            // [num_vectors, V]
                    SampleResult* results,           // [num_requests]
                    cudaStream_t stream);
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 namespace {
 
 // Byte offsets of consecutive arrays in one buffer, each aligned for any element type.
@@ -206,4 +206,4 @@ void LogitsOutputs::compute(std::span<const BatchRow> rows, const float* logits,
   assemble(rows, logits, vocab_size, stream, output);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 class LogitsOutputs {
  public:
@@ -56,4 +56,4 @@ class LogitsOutputs {
   DeviceBuffer<std::byte> device_;
 };
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -3,7 +3,7 @@
 
 #include <type_traits>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -508,4 +508,4 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
   JAMBO_CUDA_CHECK_LAUNCH(chunk_scan_kernel);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -9,7 +9,7 @@
 #include "backend/state_values.h"
 #include "core/host_device.h"
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // Sizes of one Mamba layer and where its state lies inside a slot.
 struct MambaStateLayout {
@@ -79,4 +79,4 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
                     const Narrow16& gated16,  // [T, Di] gated rounded for a 16-bit out_proj, or absent
                     ScanScratch& scratch, cudaStream_t stream);
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -4,9 +4,9 @@
 #include "backend/cuda/gemm.h"
 #include "core/tensor.h"
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
-void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const JambaConfig& config, const MambaStateLayout& layout,
+void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const model::JambaConfig& config, const MambaStateLayout& layout,
                  const DeviceRows& rows, const float* x, StateValues state_pool, float* out, MambaScratch& scratch,
                  cudaStream_t stream, const Narrow16& x16) {
   const int64_t num_tokens = rows.num_tokens, inner = config.mamba_d_inner;
@@ -50,7 +50,7 @@ void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const JambaConfig& config, co
   add_bias(out, num_tokens, config.hidden_size, w.out_proj_bias, stream);
 }
 
-void attention_mixer(Gemm& gemm, const DeviceAttention& w, const JambaConfig& config, const KvLayout& layout,
+void attention_mixer(Gemm& gemm, const DeviceAttention& w, const model::JambaConfig& config, const KvLayout& layout,
                      const DeviceRows& rows, const float* x, float* kv_pool, float* out, AttentionScratch& scratch,
                      cudaStream_t stream, const Narrow16& x16) {
   const int64_t num_tokens = rows.num_tokens;
@@ -71,4 +71,4 @@ void attention_mixer(Gemm& gemm, const DeviceAttention& w, const JambaConfig& co
   linear(gemm, context, num_tokens, w.o_proj, out);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

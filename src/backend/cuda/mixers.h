@@ -9,7 +9,7 @@
 #include "backend/cuda/mamba.h"
 #include "model/config.h"
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // Intermediates of the Mamba mixer, grown on demand.
 struct MambaScratch {
@@ -26,8 +26,8 @@ struct MambaScratch {
 
 // out = Mamba(x); each row's conv tail and SSM state in its slot of state_pool are carried forward. x16: x
 // rounded by its producer (gemm.h), or absent; likewise for the attention mixer.
-void mamba_mixer(Gemm& gemm, const DeviceMamba& weights, const JambaConfig& config, const MambaStateLayout& layout,
-                 const DeviceRows& rows,
+void mamba_mixer(Gemm& gemm, const DeviceMamba& weights, const model::JambaConfig& config,
+                 const MambaStateLayout& layout, const DeviceRows& rows,
                  const float* x,          // [T, H] (already normalized)
                  StateValues state_pool,  // [num_slots, elements_per_slot]
                  float* out,              // [T, H]
@@ -43,11 +43,11 @@ struct AttentionScratch {
 };
 
 // Writes this step's keys and values into each row's blocks, then out = attention(x).
-void attention_mixer(Gemm& gemm, const DeviceAttention& weights, const JambaConfig& config, const KvLayout& layout,
-                     const DeviceRows& rows,
+void attention_mixer(Gemm& gemm, const DeviceAttention& weights, const model::JambaConfig& config,
+                     const KvLayout& layout, const DeviceRows& rows,
                      const float* x,  // [T, H] (already normalized)
                      float* kv_pool,  // [num_blocks, block_stride]
                      float* out,      // [T, H]
                      AttentionScratch& scratch, cudaStream_t stream, const Narrow16& x16 = {});
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

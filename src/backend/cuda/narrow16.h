@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 struct Narrow16 {
   uint16_t* data = nullptr;  // [rows, cols] contiguous, in dtype's bits; null: no copy
@@ -17,4 +17,4 @@ struct Narrow16 {
   JAMBO_HOST_DEVICE bool present() const { return data != nullptr; }
 };
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

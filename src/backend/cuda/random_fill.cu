@@ -6,7 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -30,7 +30,7 @@ __device__ auto stored<DType::F16>(float value) {
 }
 
 template <DType kType, typename Bits>
-__global__ void fill_random_kernel(RandomInitializer init, uint64_t stream, int64_t count,
+__global__ void fill_random_kernel(model::RandomInitializer init, uint64_t stream, int64_t count,
                                    Bits* out) {  // [count]
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
@@ -39,7 +39,7 @@ __global__ void fill_random_kernel(RandomInitializer init, uint64_t stream, int6
 
 }  // namespace
 
-void fill_random(const RandomTensor& tensor, void* out, cudaStream_t stream) {
+void fill_random(const model::RandomTensor& tensor, void* out, cudaStream_t stream) {
   require(tensor.init.is_arithmetic(), "fill_random: log and exp initializers are filled on the host");
   if (tensor.numel == 0) return;
   const unsigned blocks = unsigned(std::min<int64_t>(num_blocks_for(tensor.numel, kThreads), kMaxBlocks));
@@ -60,4 +60,4 @@ void fill_random(const RandomTensor& tensor, void* out, cudaStream_t stream) {
   JAMBO_CUDA_CHECK_LAUNCH(fill_random_kernel);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

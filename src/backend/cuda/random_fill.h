@@ -6,12 +6,12 @@
 
 #include <cuda_runtime_api.h>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 // out[i] = tensor's element i in tensor.dtype (fp32, or bf16 / IEEE half bits rounded to nearest even), for
 // i < tensor.numel. Only for arithmetic initializers (tensor.init.is_arithmetic()).
-void fill_random(const RandomTensor& tensor,
+void fill_random(const model::RandomTensor& tensor,
                  void* out,  // [tensor.numel] of tensor.dtype
                  cudaStream_t stream);
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -4,7 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 namespace {
 
 // A block holds kOutputsPerBlock outputs of kWarpsPerOutput warps each. A dense GEMM of one or two rows takes two
@@ -274,4 +274,4 @@ void skinny_gemm(const SkinnyGemm& p, cudaStream_t stream) {
     launch<__half>(p, stream);
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

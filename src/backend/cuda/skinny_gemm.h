@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 constexpr int64_t kSkinnyRows = 8;
 
@@ -61,4 +61,4 @@ bool skinny_gemm_applies(const SkinnyGemm& params);
 // y[i] = x[i] · w_gᵀ for every row i of every group g.
 void skinny_gemm(const SkinnyGemm& params, cudaStream_t stream);
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

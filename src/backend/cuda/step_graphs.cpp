@@ -1,6 +1,6 @@
 #include "backend/cuda/step_graphs.h"
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 void StepGraphs::clear() {
   for (auto& [key, shape] : shapes_)
@@ -46,4 +46,4 @@ cudaGraphExec_t StepGraphs::capture(const std::function<void()>& launches) {
   return exec;
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

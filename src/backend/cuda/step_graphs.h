@@ -14,7 +14,7 @@
 #include <functional>
 #include <map>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 class StepGraphs {
  public:
@@ -50,4 +50,4 @@ class StepGraphs {
   Counts counts_;
 };
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

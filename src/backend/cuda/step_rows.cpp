@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<const int64_t> state_offsets,
                                     std::span<const int32_t> reads_state, cudaStream_t stream) {
@@ -93,4 +93,4 @@ DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<co
   return out;
 }
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

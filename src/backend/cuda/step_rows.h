@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-namespace jambo::cuda {
+namespace jambo::backend::cuda {
 
 class StepRowsUploader {
  public:
@@ -24,4 +24,4 @@ class StepRowsUploader {
   DeviceBuffer<int64_t> device_;  // [words]
 };
 
-}  // namespace jambo::cuda
+}  // namespace jambo::backend::cuda

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <span>
 
-namespace jambo::unicode {
+namespace jambo::tokenizer::unicode {
 
 // The general-category groups the tokenizer's patterns distinguish; everything else is kOther.
 enum class CharClass : uint8_t {
@@ -35,4 +35,4 @@ extern const std::span<const ClassRange> kClassRanges;
 extern const std::span<const char32_t> kWhiteSpace;
 extern const std::span<const LowercaseMapping> kLowercaseMappings;
 
-}  // namespace jambo::unicode
+}  // namespace jambo::tokenizer::unicode

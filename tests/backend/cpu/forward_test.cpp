@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-namespace jambo {
+namespace jambo::backend::cpu {
 namespace {
 
 using testing::Sequence;
@@ -16,7 +16,7 @@ using testing::Sequence;
 class ForwardTest : public ::testing::TestWithParam<testing::TestModelSpec> {};
 
 TEST_P(ForwardTest, EveryPositionMatchesNaiveReference) {
-  const Model model = make_random_model(GetParam().config, GetParam().dtype, 42);
+  const model::Model model = make_random_model(GetParam().config, GetParam().dtype, 42);
   const std::vector<int32_t> tokens = testing::random_tokens(23, model.config.vocab_size, 5);
   auto backend = make_cpu_backend(model, testing::test_cache(1));
   const testing::Logits logits = testing::run_in_chunks(*backend, Sequence(0, tokens), {23});
@@ -39,4 +39,4 @@ INSTANTIATE_TEST_SUITE_P(TestModels, ForwardTest, ::testing::ValuesIn(testing::t
                          testing::spec_name);
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::backend::cpu

@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-namespace jambo {
+namespace jambo::backend::cpu {
 namespace {
 
 using cpu::Matrix;
@@ -79,4 +79,4 @@ INSTANTIATE_TEST_SUITE_P(AllWeightDtypes, MatmulTest, ::testing::Values(DType::F
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::backend::cpu

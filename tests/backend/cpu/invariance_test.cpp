@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-namespace jambo {
+namespace jambo::backend::cpu {
 namespace {
 
 using testing::Logits;
@@ -38,7 +38,7 @@ class InvarianceTest : public ::testing::TestWithParam<testing::TestModelSpec> {
     return testing::run_in_chunks(*backend, Sequence(0, tokens_), {kSequenceLength});
   }
 
-  Model model_;
+  model::Model model_;
   std::vector<int32_t> tokens_;
 };
 
@@ -137,4 +137,4 @@ INSTANTIATE_TEST_SUITE_P(TestModels, InvarianceTest, ::testing::ValuesIn(testing
                          testing::spec_name);
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::backend::cpu

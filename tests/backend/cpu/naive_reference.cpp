@@ -48,7 +48,7 @@ Rows rms_norm(const Rows& x, const TensorView& weight, double eps) {
   return y;
 }
 
-Rows mamba(const MambaWeights& w, const JambaConfig& config, const Rows& x) {
+Rows mamba(const model::MambaWeights& w, const model::JambaConfig& config, const Rows& x) {
   const int64_t Di = config.mamba_d_inner, K = config.mamba_d_conv, N = config.mamba_d_state;
   const int64_t R = config.mamba_dt_rank;
   const size_t T = x.size();
@@ -91,7 +91,7 @@ Rows mamba(const MambaWeights& w, const JambaConfig& config, const Rows& x) {
   return linear(gated, w.out_proj, w.out_proj_bias);
 }
 
-Rows attention(const AttentionWeights& w, const JambaConfig& config, const Rows& x) {
+Rows attention(const model::AttentionWeights& w, const model::JambaConfig& config, const Rows& x) {
   const int64_t nh = config.num_attention_heads, hd = config.head_dim;
   const int64_t group = nh / config.num_key_value_heads;
   const Rows q = linear(x, w.q_proj), k = linear(x, w.k_proj), v = linear(x, w.v_proj);
@@ -115,7 +115,7 @@ Rows attention(const AttentionWeights& w, const JambaConfig& config, const Rows&
   return linear(context, w.o_proj);
 }
 
-Rows mlp(const MlpWeights& w, const Rows& x) {
+Rows mlp(const model::MlpWeights& w, const Rows& x) {
   Rows gate = linear(x, w.gate_proj);
   const Rows up = linear(x, w.up_proj);
   for (size_t t = 0; t < gate.size(); ++t)
@@ -123,7 +123,7 @@ Rows mlp(const MlpWeights& w, const Rows& x) {
   return linear(gate, w.down_proj);
 }
 
-Rows moe(const MoeWeights& w, int64_t num_experts_per_tok, const Rows& x) {
+Rows moe(const model::MoeWeights& w, int64_t num_experts_per_tok, const Rows& x) {
   const Rows logits = linear(x, w.router);
   Rows out = zeros(x.size(), int64_t(x[0].size()));
   for (size_t t = 0; t < x.size(); ++t) {
@@ -144,22 +144,24 @@ Rows moe(const MoeWeights& w, int64_t num_experts_per_tok, const Rows& x) {
   return out;
 }
 
-Rows forward(const Model& model, const std::vector<int32_t>& tokens) {
-  const JambaConfig& config = model.config;
-  const ModelWeights& weights = model.weights;
+Rows forward(const model::Model& model, const std::vector<int32_t>& tokens) {
+  const model::JambaConfig& config = model.config;
+  const model::ModelWeights& weights = model.weights;
   const int64_t H = config.hidden_size;
   Rows hidden = zeros(tokens.size(), H);
   for (size_t t = 0; t < tokens.size(); ++t)
     for (int64_t i = 0; i < H; ++i) hidden[t][i] = weights.embed_tokens.at(tokens[t] * H + i);
 
   for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
-    const LayerWeights& lw = weights.layers[size_t(layer)];
+    const model::LayerWeights& lw = weights.layers[size_t(layer)];
     const Rows normed = rms_norm(hidden, lw.input_norm, config.rms_norm_eps);
-    add(hidden, config.mixer_kinds[size_t(layer)] == MixerKind::Attention ? attention(lw.attention, config, normed)
-                                                                          : mamba(lw.mamba, config, normed));
+    add(hidden, config.mixer_kinds[size_t(layer)] == model::MixerKind::Attention
+                    ? attention(lw.attention, config, normed)
+                    : mamba(lw.mamba, config, normed));
     const Rows ff_input = rms_norm(hidden, lw.pre_ff_norm, config.rms_norm_eps);
-    add(hidden, config.ffn_kinds[size_t(layer)] == FfnKind::Moe ? moe(lw.moe, config.num_experts_per_tok, ff_input)
-                                                                : mlp(lw.mlp, ff_input));
+    add(hidden, config.ffn_kinds[size_t(layer)] == model::FfnKind::Moe
+                    ? moe(lw.moe, config.num_experts_per_tok, ff_input)
+                    : mlp(lw.mlp, ff_input));
   }
   return linear(rms_norm(hidden, weights.final_norm, config.rms_norm_eps), weights.lm_head);
 }

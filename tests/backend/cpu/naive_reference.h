@@ -12,12 +12,12 @@ using Rows = std::vector<std::vector<double>>;  // [num_tokens][width]
 
 Rows linear(const Rows& x, const TensorView& weight, const TensorView& bias = {});
 Rows rms_norm(const Rows& x, const TensorView& weight, double eps);
-Rows mamba(const MambaWeights& weights, const JambaConfig& config, const Rows& x);
-Rows attention(const AttentionWeights& weights, const JambaConfig& config, const Rows& x);
-Rows mlp(const MlpWeights& weights, const Rows& x);
-Rows moe(const MoeWeights& weights, int64_t num_experts_per_tok, const Rows& x);
+Rows mamba(const model::MambaWeights& weights, const model::JambaConfig& config, const Rows& x);
+Rows attention(const model::AttentionWeights& weights, const model::JambaConfig& config, const Rows& x);
+Rows mlp(const model::MlpWeights& weights, const Rows& x);
+Rows moe(const model::MoeWeights& weights, int64_t num_experts_per_tok, const Rows& x);
 
 // Logits of every position of the sequence: [num_tokens][V].
-Rows forward(const Model& model, const std::vector<int32_t>& tokens);
+Rows forward(const model::Model& model, const std::vector<int32_t>& tokens);
 
 }  // namespace jambo::naive

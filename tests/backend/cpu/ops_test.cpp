@@ -12,7 +12,7 @@
 
 #include <cmath>
 
-namespace jambo {
+namespace jambo::backend::cpu {
 namespace {
 
 using cpu::Matrix;
@@ -39,8 +39,8 @@ void expect_close(const Matrix& actual, const naive::Rows& expected, double rela
 class OpsTest : public ::testing::TestWithParam<DType> {
  protected:
   // Layers 0 and 2 are Mamba with MoE, layers 1 and 3 attention with a dense MLP.
-  Model model_ = make_random_model(testing::small_config(), GetParam(), 21);
-  const JambaConfig& config_ = model_.config;
+  model::Model model_ = make_random_model(testing::small_config(), GetParam(), 21);
+  const model::JambaConfig& config_ = model_.config;
   testing::TensorStore store_{5};
   Matrix x_ = store_.matrix(kNumTokens, config_.hidden_size, 1.0f);  // [T, H]
 };
@@ -87,4 +87,4 @@ INSTANTIATE_TEST_SUITE_P(AllWeightDtypes, OpsTest, ::testing::Values(DType::F32,
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::backend::cpu

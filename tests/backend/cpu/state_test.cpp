@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-namespace jambo {
+namespace jambo::backend::cpu {
 namespace {
 
 using testing::Logits;
@@ -18,7 +18,7 @@ using testing::Sequence;
 
 class StateTest : public ::testing::Test {
  protected:
-  Model model_ = make_random_model(testing::small_config(), DType::BF16, 9);
+  model::Model model_ = make_random_model(testing::small_config(), DType::BF16, 9);
   std::vector<int32_t> tokens_ = testing::random_tokens(12, model_.config.vocab_size, 4);
 };
 
@@ -87,7 +87,7 @@ TEST_P(StatePoolTest, ContinuingFromPoisonedSlotGivesNaN) {
 // Law 3: a slot whose state starts past element 2^32 works, and does not alias the slot that a
 // 32-bit offset would wrap to.
 TEST_P(StatePoolTest, SlotBeyondTwoToThe32ElementsKeepsItsOwnState) {
-  const JambaConfig& config = model_.config;
+  const model::JambaConfig& config = model_.config;
   const int64_t slot_elements =
       config.num_mamba_layers() * config.mamba_d_inner * (config.mamba_d_conv - 1 + config.mamba_d_state);
   const int64_t high_slot = (int64_t(1) << 32) / slot_elements + 1;
@@ -225,4 +225,4 @@ TEST_F(StateTest, TwoRowsWritingOneKvBlockAreRejected) {
 }
 
 }  // namespace
-}  // namespace jambo
+}  // namespace jambo::backend::cpu

@@ -34,8 +34,8 @@ class Bf16DecodeTest : public GpuTest {
 
   // One request in slot 0 and again in slot 1, their steps interleaved: a prefill, decodes, a continuing chunk.
   static void expect_slots_agree(bool decode_graphs, const std::string& what) {
-    const Model model = reasoning_3b_model();
-    auto backend = make_cuda_backend(model, test_cache(2), "bf16", decode_graphs);
+    const model::Model model = reasoning_3b_model();
+    auto backend = backend::cuda::make_cuda_backend(model, test_cache(2), "bf16", decode_graphs);
     const std::vector<int32_t> tokens = random_tokens(12, model.config.vocab_size, 10);
     Sequence first(0, tokens), second(1, tokens);
     Logits first_logits, second_logits;
@@ -56,9 +56,9 @@ TEST_F(Bf16DecodeTest, SlotOneEqualsSlotZeroAsGraphs) {
 }
 
 TEST_F(Bf16DecodeTest, GraphsEqualLaunchByLaunch) {
-  const Model model = reasoning_3b_model();
-  auto eager = make_cuda_backend(model, test_cache(1), "bf16", /*decode_graphs=*/false);
-  auto graphed = make_cuda_backend(model, test_cache(1), "bf16", /*decode_graphs=*/true);
+  const model::Model model = reasoning_3b_model();
+  auto eager = backend::cuda::make_cuda_backend(model, test_cache(1), "bf16", /*decode_graphs=*/false);
+  auto graphed = backend::cuda::make_cuda_backend(model, test_cache(1), "bf16", /*decode_graphs=*/true);
   const std::vector<int32_t> tokens = random_tokens(12, model.config.vocab_size, 10);
   const std::vector<int64_t> chunks = {5, 1, 1, 1, 1, 3};
   expect_equal(run_in_chunks(*eager, Sequence(0, tokens), chunks), run_in_chunks(*graphed, Sequence(0, tokens), chunks),

@@ -29,7 +29,7 @@ inline bool gpu_required() {
 // Skips the test without a usable GPU, or fails it when the environment demands one.
 #define JAMBO_SKIP_WITHOUT_GPU()                                                                           \
   do {                                                                                                     \
-    if (!::jambo::cuda_device_available()) {                                                               \
+    if (!::jambo::backend::cuda::cuda_device_available()) {                                                               \
       if (::jambo::testing::gpu_required()) FAIL() << "JAMBO_REQUIRE_GPU=1 but no CUDA device is visible"; \
       GTEST_SKIP() << "no CUDA device is visible (set JAMBO_REQUIRE_GPU=1 to make this a failure)";        \
     }                                                                                                      \
@@ -62,8 +62,8 @@ class StreamTest : public GpuTest {
 
 // count values from the host in a new device buffer.
 template <typename T>
-cuda::DeviceBuffer<T> upload(const T* values, int64_t count) {
-  cuda::DeviceBuffer<T> buffer(count);
+backend::cuda::DeviceBuffer<T> upload(const T* values, int64_t count) {
+  backend::cuda::DeviceBuffer<T> buffer(count);
   EXPECT_EQ(cudaMemcpy(buffer.data(), values, size_t(count) * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
   return buffer;
 }
@@ -78,12 +78,12 @@ std::vector<T> download(const T* values, int64_t count) {
 
 // The Jamba-Reasoning-3B shape (bench/shapes/jamba-reasoning-3b: hidden 2560, 28 layers, attention at 7 and 21,
 // MQA, dense MLP), for tests at production size.
-inline JambaConfig reasoning_3b_config() {
-  return load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
+inline model::JambaConfig reasoning_3b_config() {
+  return model::load_config(std::string(JAMBO_SOURCE_DIR) + "/bench/shapes/jamba-reasoning-3b/config.json");
 }
 
 // That shape with random bf16 weights (seed 3), as the law-3 and bf16 decode tests run it.
-inline Model reasoning_3b_model() { return make_random_model(reasoning_3b_config(), DType::BF16, 3); }
+inline model::Model reasoning_3b_model() { return make_random_model(reasoning_3b_config(), DType::BF16, 3); }
 
 // The committed fixture checkpoints (tests/fixtures/models/*/config.json).
 inline std::vector<std::string> fixture_model_names() {
@@ -95,8 +95,8 @@ inline std::vector<std::string> fixture_model_names() {
   return names;
 }
 
-inline Model load_fixture(const std::string& name) {
-  return load_model(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/" + name);
+inline model::Model load_fixture(const std::string& name) {
+  return model::load_model(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/" + name);
 }
 
 }  // namespace jambo::testing

@@ -11,28 +11,29 @@ namespace {
 
 class CudaEngineTest : public GpuTest {};
 
-Outputs run_engine(const Model& model, const std::vector<RequestSpec>& specs, BackendKind backend) {
-  EngineOptions options = exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/16 * 8,
-                                               /*kv_block_size=*/8, /*max_model_len=*/64, backend);
+Outputs run_engine(const model::Model& model, const std::vector<engine::RequestSpec>& specs,
+                   engine::BackendKind backend) {
+  engine::EngineOptions options = exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/16 * 8,
+                                                       /*kv_block_size=*/8, /*max_model_len=*/64, backend);
   options.max_num_batched_tokens = 24;
-  Engine engine(model, nullptr, options);
+  engine::Engine engine(model, nullptr, options);
   return run_to_end(engine, specs);
 }
 
 TEST_F(CudaEngineTest, GreedyRequestsMatchTheCpuEngine) {
-  const Model model = load_fixture_model();
-  std::vector<RequestSpec> specs = random_workload(model, 40, /*seed=*/5, 30, /*allow_n=*/false);
+  const model::Model model = load_fixture_model();
+  std::vector<engine::RequestSpec> specs = random_workload(model, 40, /*seed=*/5, 30, /*allow_n=*/false);
   for (size_t i = 0; i < specs.size(); ++i) {
     specs[i].sampling.temperature = 0.0;  // greedy: the ids must agree
     specs[i].n = i % 5 == 2 ? 2 : 1;
   }
-  const Outputs expected = run_engine(model, specs, BackendKind::Cpu);
-  const Outputs actual = run_engine(model, specs, BackendKind::Cuda);
+  const Outputs expected = run_engine(model, specs, engine::BackendKind::Cpu);
+  const Outputs actual = run_engine(model, specs, engine::BackendKind::Cuda);
   ASSERT_EQ(expected.size(), actual.size());
   double worst = 0.0;
   for (const auto& [key, want] : expected) {
     ASSERT_TRUE(actual.count(key)) << key.first << " sample " << key.second;
-    const SampleOutput& got = actual.at(key);
+    const engine::SampleOutput& got = actual.at(key);
     EXPECT_EQ(want.ids, got.ids) << key.first;
     ASSERT_EQ(want.logprobs.size(), got.logprobs.size()) << key.first;
     for (size_t i = 0; i < want.logprobs.size(); ++i)
@@ -49,10 +50,10 @@ TEST_F(CudaEngineTest, GreedyRequestsMatchTheCpuEngine) {
 }
 
 TEST_F(CudaEngineTest, SeededSamplingChoosesTheCpuEnginesTokens) {
-  const Model model = load_fixture_model();
-  std::vector<RequestSpec> specs = random_workload(model, 40, /*seed=*/9, 30, /*allow_n=*/false);
+  const model::Model model = load_fixture_model();
+  std::vector<engine::RequestSpec> specs = random_workload(model, 40, /*seed=*/9, 30, /*allow_n=*/false);
   for (size_t i = 0; i < specs.size(); ++i) {
-    SamplingParams& sampling = specs[i].sampling;
+    engine::SamplingParams& sampling = specs[i].sampling;
     sampling.temperature = 0.6 + 0.1 * double(i % 7);
     sampling.seed = 1000 + i;
     sampling.top_k = i % 3 == 0 ? 20 : 0;
@@ -60,14 +61,14 @@ TEST_F(CudaEngineTest, SeededSamplingChoosesTheCpuEnginesTokens) {
     specs[i].sampling.min_p = i % 5 == 3 ? 0.05 : 0.0;
     specs[i].n = i % 5 == 2 ? 2 : 1;
   }
-  const Outputs expected = run_engine(model, specs, BackendKind::Cpu);
-  const Outputs actual = run_engine(model, specs, BackendKind::Cuda);
+  const Outputs expected = run_engine(model, specs, engine::BackendKind::Cpu);
+  const Outputs actual = run_engine(model, specs, engine::BackendKind::Cuda);
   ASSERT_EQ(expected.size(), actual.size());
   size_t num_identical = 0;
   double worst = 0.0;
   for (const auto& [key, want] : expected) {
     ASSERT_TRUE(actual.count(key)) << key.first << " sample " << key.second;
-    const SampleOutput& got = actual.at(key);
+    const engine::SampleOutput& got = actual.at(key);
     num_identical += want.ids == got.ids;
     // Up to and including the first differing token the two ran the same sequence: logprobs agree there.
     const size_t common = std::min(want.ids.size(), got.ids.size());

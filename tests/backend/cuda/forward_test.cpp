@@ -48,7 +48,7 @@ constexpr int64_t kSequenceLength = 20;
 
 // Four sequences over four steps; sequences 0 and 2 share their tokens (0 chunked 7 + 1 + 12, 2 in one shot).
 // Returns every position's logits of every sequence.
-std::vector<Logits> run_scenario(Backend& backend, int64_t vocab_size) {
+std::vector<Logits> run_scenario(backend::Backend& backend, int64_t vocab_size) {
   std::vector<int32_t> shared = random_tokens(kSequenceLength, vocab_size, 11);
   std::vector<Sequence> sequences = {Sequence(0, shared), Sequence(1, random_tokens(kSequenceLength, vocab_size, 12)),
                                      Sequence(2, shared), Sequence(3, random_tokens(kSequenceLength, vocab_size, 13))};
@@ -105,9 +105,9 @@ double mean(const std::vector<double>& values) {
 }
 
 // Whether some FFN picks top-k < E experts per token (a discrete choice that rounding can flip).
-bool routes(const JambaConfig& config) {
+bool routes(const model::JambaConfig& config) {
   return config.num_experts_per_tok < config.num_experts &&
-         std::count(config.ffn_kinds.begin(), config.ffn_kinds.end(), FfnKind::Moe) > 0;
+         std::count(config.ffn_kinds.begin(), config.ffn_kinds.end(), model::FfnKind::Moe) > 0;
 }
 
 // Where the CPU's top two logits lie more than twice the tolerance apart, the GPU's argmax is the CPU's (a logit
@@ -127,17 +127,17 @@ int64_t expect_same_greedy_ids(const std::vector<Logits>& expected, const std::v
   return checked;
 }
 
-void check_against_cpu(const Model& model, const std::string& name, const std::string& weights = "f32",
+void check_against_cpu(const model::Model& model, const std::string& name, const std::string& weights = "f32",
                        DType state_dtype = DType::F32) {
   const bool bf16 = weights != "f32";
-  CacheConfig cache = test_cache(4);
+  backend::CacheConfig cache = test_cache(4);
   cache.state_dtype = state_dtype;
-  auto cpu = make_cpu_backend(model, cache);
-  auto gpu = make_cuda_backend(model, cache, weights);
+  auto cpu = backend::cpu::make_cpu_backend(model, cache);
+  auto gpu = backend::cuda::make_cuda_backend(model, cache, weights);
   const std::vector<Logits> expected = run_scenario(*cpu, model.config.vocab_size);
   double tolerance = bf16 ? kBf16Tolerance : kLogprobTolerance;
   if (state_dtype == DType::BF16) {  // the bf16 state's whole effect, on the CPU (see the top of the file)
-    auto fp32_state = make_cpu_backend(model, test_cache(4));
+    auto fp32_state = backend::cpu::make_cpu_backend(model, test_cache(4));
     const double whole_effect = max_difference(expected, run_scenario(*fp32_state, model.config.vocab_size));
     std::printf("[cpu bf16 state vs cpu fp32 state] %-28s max |dlogprob| = %.3g (twice it bounds the flips)\n",
                 name.c_str(), whole_effect);
@@ -208,18 +208,18 @@ class F16WeightModeTest : public GpuTest {};
 
 // A weight that IEEE half cannot hold is refused at load, naming its tensor, rather than becoming infinite.
 TEST_F(F16WeightModeTest, RefusesWeightsBeyondHalfsRange) {
-  Model model = make_random_model(small_config(), DType::F32, 42);
+  model::Model model = make_random_model(small_config(), DType::F32, 42);
   float* lm_head = const_cast<float*>(static_cast<const float*>(model.weights.lm_head.data));
   lm_head[5] = 70000.0f;
   try {
-    make_cuda_backend(model, test_cache(1), "f16");
+    backend::cuda::make_cuda_backend(model, test_cache(1), "f16");
     FAIL() << "the f16 mode loaded a weight of 70000";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find(model.weights.lm_head.name), std::string::npos) << error.what();
     EXPECT_NE(std::string(error.what()).find("--cuda-weights bf16"), std::string::npos) << error.what();
   }
   lm_head[5] = 65000.0f;  // within range: loads
-  EXPECT_NO_THROW(make_cuda_backend(model, test_cache(1), "f16"));
+  EXPECT_NO_THROW(backend::cuda::make_cuda_backend(model, test_cache(1), "f16"));
 }
 
 INSTANTIATE_TEST_SUITE_P(TestModels, RandomModelForwardTest, ::testing::ValuesIn(test_model_specs()), spec_name);

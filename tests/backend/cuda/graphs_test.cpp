@@ -13,12 +13,12 @@
 namespace jambo::testing {
 namespace {
 
-using cuda::DeviceBuffer;
-using cuda::StepGraphs;
+using backend::cuda::DeviceBuffer;
+using backend::cuda::StepGraphs;
 
 class StepGraphsTest : public GpuTest {};
 
-void fill(DeviceBuffer<float>& buffer, float value) {
+void fill(backend::cuda::DeviceBuffer<float>& buffer, float value) {
   const std::vector<float> host(size_t(buffer.size()), value);
   ASSERT_EQ(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
 }
@@ -27,8 +27,8 @@ TEST_F(StepGraphsTest, WarmsUpCapturesReplaysAndStartsAfreshAfterAnAllocation) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   {
-    DeviceBuffer<float> input(64), output(64);
-    StepGraphs graphs(stream);
+    backend::cuda::DeviceBuffer<float> input(64), output(64);
+    backend::cuda::StepGraphs graphs(stream);
     const auto copy = [&] {
       JAMBO_CUDA_CHECK(
           cudaMemcpyAsync(output.data(), input.data(), 64 * sizeof(float), cudaMemcpyDeviceToDevice, stream));
@@ -43,7 +43,7 @@ TEST_F(StepGraphsTest, WarmsUpCapturesReplaysAndStartsAfreshAfterAnAllocation) {
     EXPECT_EQ(graphs.counts().num_captures, 1);  // the second step
     EXPECT_EQ(graphs.counts().num_replays, 3);
 
-    DeviceBuffer<float> elsewhere(64);  // any allocation may have moved a captured buffer
+    backend::cuda::DeviceBuffer<float> elsewhere(64);  // any allocation may have moved a captured buffer
     fill(input, 9.0f);
     graphs.run(7, copy);
     graphs.run(7, copy);
@@ -59,7 +59,7 @@ class GraphedDecodeTest : public GpuParamTest<TestModelSpec> {};
 
 // Prefills six sequences, then decodes with batches of six and of three in changing orders, and starts a
 // seventh sequence with a one-token zero-state row amid decodes. Returns every decode row's logits in order.
-std::vector<std::vector<float>> decode_run(Backend& backend, int64_t vocab_size) {
+std::vector<std::vector<float>> decode_run(backend::Backend& backend, int64_t vocab_size) {
   std::vector<Sequence> sequences;
   for (int64_t i = 0; i < 7; ++i) sequences.emplace_back(i, random_tokens(40, vocab_size, 300 + uint64_t(i)));
   step(backend, {&sequences[0], &sequences[1], &sequences[2]}, {5, 3, 8});
@@ -85,17 +85,17 @@ std::vector<std::vector<float>> decode_run(Backend& backend, int64_t vocab_size)
 }
 
 TEST_P(GraphedDecodeTest, EqualsLaunchingEveryKernel) {
-  const Model model = make_random_model(GetParam().config, GetParam().dtype, 42);
+  const model::Model model = make_random_model(GetParam().config, GetParam().dtype, 42);
   for (const char* weights : {"f32", "bf16"}) {
-    auto eager = make_cuda_backend(model, test_cache(7), weights, /*decode_graphs=*/false);
-    auto graphed = make_cuda_backend(model, test_cache(7), weights, /*decode_graphs=*/true);
+    auto eager = backend::cuda::make_cuda_backend(model, test_cache(7), weights, /*decode_graphs=*/false);
+    auto graphed = backend::cuda::make_cuda_backend(model, test_cache(7), weights, /*decode_graphs=*/true);
     const auto expected = decode_run(*eager, model.config.vocab_size);
     const auto actual = decode_run(*graphed, model.config.vocab_size);
     ASSERT_EQ(expected.size(), actual.size());
     for (size_t i = 0; i < expected.size(); ++i)
       ASSERT_EQ(expected[i], actual[i]) << weights << " weights: decode row " << i << " differs";
-    EXPECT_EQ(cuda_graph_replays(*eager), 0);
-    const int64_t replays = cuda_graph_replays(*graphed);
+    EXPECT_EQ(backend::cuda::cuda_graph_replays(*eager), 0);
+    const int64_t replays = backend::cuda::cuda_graph_replays(*graphed);
     EXPECT_GE(replays, 12) << weights << " weights: most decode steps should have replayed a graph";
     std::printf("[cuda graphs] %s, %s weights: %zu decode rows bitwise equal, %lld of 20 decode steps replayed\n",
                 GetParam().name.c_str(), weights, expected.size(), static_cast<long long>(replays));

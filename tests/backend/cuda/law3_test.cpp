@@ -19,9 +19,9 @@ class CudaLaw3Test : public GpuTest {};
 
 // A request in the top slot of a pool past 2^32 elements against the same request in slot 0: prefill, a
 // decode that reads the slot, a continuing chunk.
-void expect_top_slot_equals_slot_zero(const Model& model, const char* name, DType state_dtype = DType::F32,
+void expect_top_slot_equals_slot_zero(const model::Model& model, const char* name, DType state_dtype = DType::F32,
                                       const std::string& weights = "f32") {
-  const int64_t slot_size = make_cuda_backend(model, test_cache(1), weights)->state_elements_per_slot();
+  const int64_t slot_size = backend::cuda::make_cuda_backend(model, test_cache(1), weights)->state_elements_per_slot();
   const int64_t num_slots = (int64_t(1) << 32) / slot_size + 2;
   const int64_t pool_bytes = num_slots * slot_size * dtype_size(state_dtype);
   size_t free_bytes = 0, total_bytes = 0;
@@ -31,8 +31,8 @@ void expect_top_slot_equals_slot_zero(const Model& model, const char* name, DTyp
       FAIL() << "the GPU has " << free_bytes << " bytes free; the test needs " << pool_bytes;
     GTEST_SKIP() << "a state pool past 2^32 elements needs " << pool_bytes << " bytes of GPU memory";
   }
-  CacheConfig cache{num_slots, 2 * kMaxBlocksPerSequence, kBlockSize, state_dtype};
-  auto backend = make_cuda_backend(model, cache, weights);
+  backend::CacheConfig cache{num_slots, 2 * kMaxBlocksPerSequence, kBlockSize, state_dtype};
+  auto backend = backend::cuda::make_cuda_backend(model, cache, weights);
   const int64_t top_slot = num_slots - 1;
   ASSERT_GT(top_slot * slot_size, int64_t(1) << 32) << "the top slot must start past element 2^32";
   std::printf("[cuda law3] %s, %s weights, %s state: pool of %lld elements, top slot %lld at element %lld\n", name,

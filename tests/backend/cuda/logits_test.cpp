@@ -15,9 +15,9 @@ namespace {
 constexpr double kLogprobTolerance = 1e-9;  // double sums in another order
 
 struct Case {
-  std::vector<BatchRow> rows;
+  std::vector<backend::BatchRow> rows;
   std::vector<std::vector<int32_t>> tokens, targets;
-  std::vector<std::vector<TokenChoice>> choices;
+  std::vector<std::vector<backend::TokenChoice>> choices;
 };
 
 // Peaked logits (a few tokens hold most of the mass) or flat ones (the nucleus spans thousands of tokens).
@@ -28,11 +28,11 @@ std::vector<float> random_logits(int64_t count, double spread, std::mt19937_64& 
   return values;
 }
 
-std::vector<TokenChoice> choice_mix(std::mt19937_64& random) {
+std::vector<backend::TokenChoice> choice_mix(std::mt19937_64& random) {
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  std::vector<TokenChoice> choices;
+  std::vector<backend::TokenChoice> choices;
   const auto add = [&](double temperature, int64_t top_k, double top_p, double min_p, int64_t num_top) {
-    TokenChoice choice;
+    backend::TokenChoice choice;
     choice.temperature = temperature;
     choice.top_k = top_k;
     choice.top_p = top_p;
@@ -63,24 +63,26 @@ Case make_case(int64_t vocab_size, std::mt19937_64& random, int64_t num_rows = 6
     c.targets.emplace_back();
     if (r % 2 == 0)
       for (int64_t i = 0; i < num_tokens - 1; ++i) c.targets.back().push_back(int32_t(random() % uint64_t(vocab_size)));
-    c.choices.push_back(r == 3 ? std::vector<TokenChoice>{} : choice_mix(random));
+    c.choices.push_back(r == 3 ? std::vector<backend::TokenChoice>{} : choice_mix(random));
   }
   for (size_t r = 0; r < c.tokens.size(); ++r) {
-    BatchRow row;
+    backend::BatchRow row;
     row.sequence_id = int64_t(r);
     row.tokens = c.tokens[r];
     row.targets = c.targets[r];
     row.num_top_logprobs = r == 2 ? 7 : 0;
     row.choices = c.choices[r];
-    row.copy_logits = r == 4 ? LogitsCopy::All : r == 5 ? LogitsCopy::Last : LogitsCopy::None;
+    row.copy_logits = r == 4   ? backend::LogitsCopy::All
+                      : r == 5 ? backend::LogitsCopy::Last
+                               : backend::LogitsCopy::None;
     c.rows.push_back(row);
   }
   return c;
 }
 
-int64_t num_vectors(const std::vector<BatchRow>& rows) {
+int64_t num_vectors(const std::vector<backend::BatchRow>& rows) {
   int64_t count = 0;
-  for (const BatchRow& row : rows) count += computes_all_vectors(row) ? int64_t(row.tokens.size()) : 1;
+  for (const backend::BatchRow& row : rows) count += computes_all_vectors(row) ? int64_t(row.tokens.size()) : 1;
   return count;
 }
 
@@ -92,7 +94,8 @@ void expect_same_logprob(double gpu, double cpu, const std::string& what) {
     EXPECT_NEAR(gpu, cpu, kLogprobTolerance) << what;
 }
 
-void expect_same_top(const std::vector<TokenLogprob>& gpu, const std::vector<TokenLogprob>& cpu, const char* what) {
+void expect_same_top(const std::vector<backend::TokenLogprob>& gpu, const std::vector<backend::TokenLogprob>& cpu,
+                     const char* what) {
   ASSERT_EQ(gpu.size(), cpu.size()) << what;
   for (size_t i = 0; i < gpu.size(); ++i) {
     EXPECT_EQ(gpu[i].token, cpu[i].token) << what << " entry " << i;
@@ -100,12 +103,12 @@ void expect_same_top(const std::vector<TokenLogprob>& gpu, const std::vector<Tok
   }
 }
 
-void expect_same_output(const StepOutput& gpu, const StepOutput& cpu) {
+void expect_same_output(const backend::StepOutput& gpu, const backend::StepOutput& cpu) {
   ASSERT_EQ(gpu.rows.size(), cpu.rows.size());
   for (size_t r = 0; r < gpu.rows.size(); ++r) {
     SCOPED_TRACE("row " + std::to_string(r));
-    const RowOutput& g = gpu.rows[r];
-    const RowOutput& c = cpu.rows[r];
+    const backend::RowOutput& g = gpu.rows[r];
+    const backend::RowOutput& c = cpu.rows[r];
     EXPECT_EQ(g.finite, c.finite);
     ASSERT_EQ(g.target_logprobs.size(), c.target_logprobs.size());
     for (size_t i = 0; i < g.target_logprobs.size(); ++i)
@@ -127,10 +130,10 @@ void expect_same_output(const StepOutput& gpu, const StepOutput& cpu) {
 void expect_gpu_equals_cpu(const Case& c, const std::vector<float>& logits, int64_t vocab_size) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  cuda::DeviceBuffer<float> device(int64_t(logits.size()));
+  backend::cuda::DeviceBuffer<float> device(int64_t(logits.size()));
   ASSERT_EQ(cudaMemcpy(device.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  cuda::LogitsOutputs outputs;
-  StepOutput gpu, cpu;
+  backend::cuda::LogitsOutputs outputs;
+  backend::StepOutput gpu, cpu;
   for (int repeat = 0; repeat < 2; ++repeat) {  // the second reuses the buffers of the first
     outputs.compute(c.rows, device.data(), vocab_size, stream, gpu);
     fill_step_output(c.rows, logits, vocab_size, cpu);
@@ -172,14 +175,14 @@ TEST_F(GpuTest, NanLogitsAreReportedNotFinite) {
   logits[logits.size() - 17] = NAN;  // in the last row's vector
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  cuda::DeviceBuffer<float> device(int64_t(logits.size()));
+  backend::cuda::DeviceBuffer<float> device(int64_t(logits.size()));
   ASSERT_EQ(cudaMemcpy(device.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  cuda::LogitsOutputs outputs;
-  StepOutput gpu;
+  backend::cuda::LogitsOutputs outputs;
+  backend::StepOutput gpu;
   outputs.compute(c.rows, device.data(), vocab_size, stream, gpu);
   for (size_t r = 0; r + 1 < gpu.rows.size(); ++r) EXPECT_TRUE(gpu.rows[r].finite) << "row " << r;
   EXPECT_FALSE(gpu.rows.back().finite);
-  for (const ChosenToken& chosen : gpu.rows.back().chosen) {  // ids stay in the vocabulary
+  for (const backend::ChosenToken& chosen : gpu.rows.back().chosen) {  // ids stay in the vocabulary
     EXPECT_GE(chosen.token, 0);
     EXPECT_LT(chosen.token, vocab_size);
   }

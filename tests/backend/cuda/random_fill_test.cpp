@@ -15,14 +15,16 @@
 namespace jambo::testing {
 namespace {
 
-using cuda::DeviceWeights;
-using cuda::WeightMode;
+using backend::cuda::DeviceWeights;
+using backend::cuda::WeightMode;
 
 constexpr uint64_t kSeed = 42;
 
 // Each allocation of `actual` holds exactly the bytes of the same allocation of `expected`.
-void expect_same_device_bytes(const DeviceWeights& expected, const DeviceWeights& actual, const std::string& name) {
-  const std::vector<DeviceWeights::Allocation> left = expected.allocations(), right = actual.allocations();
+void expect_same_device_bytes(const backend::cuda::DeviceWeights& expected, const backend::cuda::DeviceWeights& actual,
+                              const std::string& name) {
+  const std::vector<backend::cuda::DeviceWeights::Allocation> left = expected.allocations(),
+                                                              right = actual.allocations();
   ASSERT_EQ(left.size(), right.size()) << name;
   EXPECT_EQ(expected.bytes_on_device, actual.bytes_on_device) << name;
   std::vector<std::byte> host_left, host_right;
@@ -37,12 +39,12 @@ void expect_same_device_bytes(const DeviceWeights& expected, const DeviceWeights
   }
 }
 
-void expect_gpu_fill_equals_host_fill(const JambaConfig& config, DType dtype, WeightMode mode,
+void expect_gpu_fill_equals_host_fill(const model::JambaConfig& config, DType dtype, backend::cuda::WeightMode mode,
                                       const std::string& name) {
-  const Model host = make_random_model(config, dtype, kSeed);
-  const Model described = describe_random_model(config, dtype, kSeed);
-  const DeviceWeights uploaded(host, mode, nullptr);
-  const DeviceWeights generated(described, mode, nullptr);
+  const model::Model host = make_random_model(config, dtype, kSeed);
+  const model::Model described = describe_random_model(config, dtype, kSeed);
+  const backend::cuda::DeviceWeights uploaded(host, mode, nullptr);
+  const backend::cuda::DeviceWeights generated(described, mode, nullptr);
   expect_same_device_bytes(uploaded, generated, name);
 }
 
@@ -50,18 +52,19 @@ class RandomFillTest : public GpuParamTest<TestModelSpec> {};
 
 TEST_P(RandomFillTest, GpuFillEqualsHostFillBitwise) {
   const TestModelSpec& spec = GetParam();
-  expect_gpu_fill_equals_host_fill(spec.config, spec.dtype, WeightMode::F32, spec.name + " (f32 mode)");
-  expect_gpu_fill_equals_host_fill(spec.config, spec.dtype, WeightMode::Bf16, spec.name + " (bf16 mode)");
+  expect_gpu_fill_equals_host_fill(spec.config, spec.dtype, backend::cuda::WeightMode::F32, spec.name + " (f32 mode)");
+  expect_gpu_fill_equals_host_fill(spec.config, spec.dtype, backend::cuda::WeightMode::Bf16,
+                                   spec.name + " (bf16 mode)");
 }
 
 // Prefill of two sequences (one in two chunks), then decodes: every position's logits bitwise equal.
 TEST_P(RandomFillTest, ForwardOnGpuFilledWeightsEqualsHostFilled) {
   const TestModelSpec& spec = GetParam();
-  const Model host = make_random_model(spec.config, spec.dtype, kSeed);
-  const Model described = describe_random_model(spec.config, spec.dtype, kSeed);
+  const model::Model host = make_random_model(spec.config, spec.dtype, kSeed);
+  const model::Model described = describe_random_model(spec.config, spec.dtype, kSeed);
   for (const std::string weights : {"f32", "bf16"}) {
-    auto run = [&](const Model& model) {
-      auto backend = make_cuda_backend(model, test_cache(2), weights);
+    auto run = [&](const model::Model& model) {
+      auto backend = backend::cuda::make_cuda_backend(model, test_cache(2), weights);
       Sequence first(0, random_tokens(14, spec.config.vocab_size, 3));
       Sequence second(1, random_tokens(14, spec.config.vocab_size, 4));
       std::vector<Logits> logits(2);
@@ -87,16 +90,18 @@ class RandomFillShapeTest : public GpuTest {};
 // The Jamba-Reasoning-3B shape in bf16, as bench/gpu.sh runs it: tensors of up to 168M elements, so the
 // fill's grid-stride loop takes several turns.
 TEST_F(RandomFillShapeTest, ReasoningThreeBShapeEqualsHostFillBitwise) {
-  expect_gpu_fill_equals_host_fill(reasoning_3b_config(), DType::BF16, WeightMode::Bf16, "Reasoning-3B shape");
+  expect_gpu_fill_equals_host_fill(reasoning_3b_config(), DType::BF16, backend::cuda::WeightMode::Bf16,
+                                   "Reasoning-3B shape");
 }
 
 // Memory plans count the bytes the CUDA backend will hold without a GPU: the same for a model without host data.
 TEST(RandomFillWeightBytes, DescribedModelCountsAsTheHostModel) {
   for (const TestModelSpec& spec : test_model_specs()) {
-    const Model host = make_random_model(spec.config, spec.dtype, kSeed);
-    const Model described = describe_random_model(spec.config, spec.dtype, kSeed);
+    const model::Model host = make_random_model(spec.config, spec.dtype, kSeed);
+    const model::Model described = describe_random_model(spec.config, spec.dtype, kSeed);
     for (const char* weights : {"f32", "bf16"})
-      EXPECT_EQ(cuda_weight_bytes(described, weights), cuda_weight_bytes(host, weights)) << spec.name << " " << weights;
+      EXPECT_EQ(backend::cuda::cuda_weight_bytes(described, weights), backend::cuda::cuda_weight_bytes(host, weights))
+          << spec.name << " " << weights;
   }
 }
 

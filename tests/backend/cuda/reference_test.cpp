@@ -12,13 +12,13 @@ namespace {
 class CudaReferenceTest : public GpuTest {};
 
 TEST_F(CudaReferenceTest, BatchedReferenceMatchesTheCpuBackend) {
-  const Model model = load_fixture_model();
+  const model::Model model = load_fixture_model();
   const std::vector<std::vector<int32_t>> sequences = mixed_reference_sequences(model.config.vocab_size);
-  ReferenceOptions options;
+  forensics::ReferenceOptions options;
   options.max_step_tokens = 48;
   options.max_step_rows = 3;
   const std::vector<std::vector<double>> cpu = score_sequences(model, sequences, options);
-  options.backend = BackendKind::Cuda;
+  options.backend = engine::BackendKind::Cuda;
   const std::vector<std::vector<double>> gpu = score_sequences(model, sequences, options);
   ASSERT_EQ(cpu.size(), gpu.size());
   double worst = 0.0;
@@ -31,15 +31,15 @@ TEST_F(CudaReferenceTest, BatchedReferenceMatchesTheCpuBackend) {
 }
 
 TEST_F(CudaReferenceTest, StressOnTheGpuFlagsOnlyTheInjectedBug) {
-  const Model model = load_fixture_model();
-  const StressResult clean = run_small_stress(model, {}, BackendKind::Cuda);
+  const model::Model model = load_fixture_model();
+  const forensics::StressResult clean = run_small_stress(model, {}, engine::BackendKind::Cuda);
   EXPECT_EQ(clean.comparison.num_flagged(), 0);
   EXPECT_GT(clean.counters.slot_reuses, 10);
   std::printf("[cuda stress] %zu samples, worst max |dlogprob| = %.3g\n", clean.comparison.samples.size(),
               clean.comparison.worst()->max_abs_diff);
-  EngineFaults faults;
+  engine::EngineFaults faults;
   faults.decode_before_prefill = true;
-  EXPECT_GT(run_small_stress(model, faults, BackendKind::Cuda).comparison.num_flagged(), 0);
+  EXPECT_GT(run_small_stress(model, faults, engine::BackendKind::Cuda).comparison.num_flagged(), 0);
 }
 
 }  // namespace

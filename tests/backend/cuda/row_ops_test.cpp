@@ -16,8 +16,8 @@
 namespace jambo::testing {
 namespace {
 
-using cpu::Matrix;
-using cuda::DeviceBuffer;
+using backend::cpu::Matrix;
+using backend::cuda::DeviceBuffer;
 
 // One row of a step: its token count, its first position and whether it scores its tokens (every position's
 // logits) or samples (the last position's).
@@ -37,30 +37,30 @@ class StepRows {
     tokens_.assign(size_t(total), 0);
     int64_t first = 0;
     for (size_t r = 0; r < specs.size(); ++r) {
-      BatchRow row;
+      backend::BatchRow row;
       row.tokens = std::span<const int32_t>(tokens_).subspan(size_t(first), size_t(specs[r].num_tokens));
       row.start_position = specs[r].start_position;
       row.block_table = tables_[r];
-      if (specs[r].scores_every_position) row.copy_logits = LogitsCopy::All;
+      if (specs[r].scores_every_position) row.copy_logits = backend::LogitsCopy::All;
       rows.push_back(row);
       cpu_rows.push_back({first, specs[r].num_tokens, specs[r].start_position, tables_[r]});
       first += specs[r].num_tokens;
     }
   }
   int64_t num_tokens() const { return int64_t(tokens_.size()); }
-  cuda::DeviceRows upload(cudaStream_t stream) {
+  backend::cuda::DeviceRows upload(cudaStream_t stream) {
     const std::vector<int64_t> offsets(rows.size(), 0);
     const std::vector<int32_t> reads(rows.size(), 1);
     return uploader_.upload(rows, offsets, reads, stream);
   }
 
-  std::vector<BatchRow> rows;
-  std::vector<cpu::AttentionRow> cpu_rows;
+  std::vector<backend::BatchRow> rows;
+  std::vector<backend::cpu::AttentionRow> cpu_rows;
 
  private:
   std::vector<std::vector<int32_t>> tables_;
   std::vector<int32_t> tokens_;
-  cuda::StepRowsUploader uploader_;
+  backend::cuda::StepRowsUploader uploader_;
 };
 
 class RowOpsTest : public StreamTest {};
@@ -72,12 +72,12 @@ TEST_F(RowOpsTest, GatherRowsCopiesTheIndexedRows) {
   constexpr int64_t kTableRows = 50;
   const std::vector<int32_t> indices = {49, 0, 7, 7, 23, 49, 1};
   const int64_t num_rows = int64_t(indices.size());
-  const DeviceBuffer<int32_t> device_indices = upload(indices.data(), num_rows);
+  const backend::cuda::DeviceBuffer<int32_t> device_indices = upload(indices.data(), num_rows);
   for (const int64_t width : {int64_t(1), int64_t(33), int64_t(2560)}) {
-    const Matrix table = store.matrix(kTableRows, width, 1.0f);
-    const DeviceBuffer<float> device_table = upload(table.data(), kTableRows * width);
-    DeviceBuffer<float> out(num_rows * width);
-    cuda::gather_rows(device_table.data(), device_indices.data(), num_rows, width, out.data(), stream_);
+    const backend::cpu::Matrix table = store.matrix(kTableRows, width, 1.0f);
+    const backend::cuda::DeviceBuffer<float> device_table = upload(table.data(), kTableRows * width);
+    backend::cuda::DeviceBuffer<float> out(num_rows * width);
+    backend::cuda::gather_rows(device_table.data(), device_indices.data(), num_rows, width, out.data(), stream_);
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     std::vector<float> expected;
     for (const int32_t index : indices) expected.insert(expected.end(), table.row(index), table.row(index) + width);
@@ -93,25 +93,26 @@ TEST_F(RowOpsTest, GatherRmsNormNormalizesTheTokensWithLogits) {
   const std::vector<RowSpec> specs = {{4, 0, true}, {3, 9}, {1, 30}, {5, 2, true}, {1, 0, true}};
   const std::vector<int64_t> selected = {0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13};  // step token of each vector
   StepRows step(specs, std::vector<std::vector<int32_t>>(specs.size(), std::vector<int32_t>(4, 0)));
-  const cuda::DeviceRows rows = step.upload(stream_);
+  const backend::cuda::DeviceRows rows = step.upload(stream_);
   ASSERT_EQ(rows.num_vectors, int64_t(selected.size()));
   for (const int64_t width : {int64_t(33), int64_t(2560)}) {
     SCOPED_TRACE("width " + std::to_string(width));
     const TensorView weight = store.make({width}, DType::F32, 1.0f);
-    const DeviceBuffer<float> device_weight = upload(static_cast<const float*>(weight.data), width);
-    const Matrix hidden = store.matrix(step.num_tokens(), width, 2.0f);
-    const DeviceBuffer<float> device_hidden = upload(hidden.data(), step.num_tokens() * width);
+    const backend::cuda::DeviceBuffer<float> device_weight = upload(static_cast<const float*>(weight.data), width);
+    const backend::cpu::Matrix hidden = store.matrix(step.num_tokens(), width, 2.0f);
+    const backend::cuda::DeviceBuffer<float> device_hidden = upload(hidden.data(), step.num_tokens() * width);
     const int64_t count = rows.num_vectors * width;
-    Matrix expected(rows.num_vectors, width);
+    backend::cpu::Matrix expected(rows.num_vectors, width);
     for (int64_t v = 0; v < rows.num_vectors; ++v)
-      cpu::rms_norm(hidden.row(selected[v]), weight, kEps, expected.row(v));
+      backend::cpu::rms_norm(hidden.row(selected[v]), weight, kEps, expected.row(v));
 
     for (const DType narrow : {DType::BF16, DType::F16}) {
-      DeviceBuffer<float> out(count);
-      DeviceBuffer<uint16_t> copy(count), rounded(count);
-      cuda::gather_rms_norm(rows, device_hidden.data(), width, device_weight.data(), kEps, out.data(), stream_,
-                            {copy.data(), narrow});
-      cuda::narrow_to_16(out.data(), width, rows.num_vectors, width, narrow == DType::BF16, rounded.data(), stream_);
+      backend::cuda::DeviceBuffer<float> out(count);
+      backend::cuda::DeviceBuffer<uint16_t> copy(count), rounded(count);
+      backend::cuda::gather_rms_norm(rows, device_hidden.data(), width, device_weight.data(), kEps, out.data(), stream_,
+                                     {copy.data(), narrow});
+      backend::cuda::narrow_to_16(out.data(), width, rows.num_vectors, width, narrow == DType::BF16, rounded.data(),
+                                  stream_);
       ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
       const std::vector<float> actual = download(out.data(), count);
       for (int64_t i = 0; i < count; ++i)
@@ -131,8 +132,8 @@ class KvStoreTest : public StreamTest {
   // The rows' blocks on the GPU and the pool holding them.
   struct GpuPool {
     std::unique_ptr<StepRows> step;
-    cuda::DeviceRows rows;
-    DeviceBuffer<float> pool;  // [first_block + num_blocks, block_stride]
+    backend::cuda::DeviceRows rows;
+    backend::cuda::DeviceBuffer<float> pool;  // [first_block + num_blocks, block_stride]
   };
 
   void SetUp() override {
@@ -150,8 +151,8 @@ class KvStoreTest : public StreamTest {
     }
     StepRows step(kSpecs, block_tables(0));
     for (int64_t layer = 0; layer < config_.num_attention_layers(); ++layer)
-      for (const cpu::AttentionRow& row : step.cpu_rows)
-        cpu::store_keys_and_values(cpu_cache_, layer, row, keys_[size_t(layer)], values_[size_t(layer)]);
+      for (const backend::cpu::AttentionRow& row : step.cpu_rows)
+        backend::cpu::store_keys_and_values(cpu_cache_, layer, row, keys_[size_t(layer)], values_[size_t(layer)]);
   }
 
   std::vector<std::vector<int32_t>> block_tables(int64_t first_block) const {
@@ -167,17 +168,17 @@ class KvStoreTest : public StreamTest {
     gpu->step = std::make_unique<StepRows>(kSpecs, block_tables(first_block));
     gpu->rows = gpu->step->upload(stream_);
     const int64_t pool_size = (first_block + kNumBlocks) * layout_.block_stride;
-    gpu->pool = DeviceBuffer<float>(pool_size);
+    gpu->pool = backend::cuda::DeviceBuffer<float>(pool_size);
     EXPECT_EQ(cudaMemsetAsync(gpu->pool.data(), 0, size_t(pool_size) * sizeof(float), stream_), cudaSuccess);
     for (int64_t layer = 0; layer < config_.num_attention_layers(); ++layer) {
-      const Matrix& keys = keys_[size_t(layer)];
-      const DeviceBuffer<float> device_keys = upload(keys.data(), keys.num_rows() * keys.num_cols());
-      const DeviceBuffer<float> device_values =
+      const backend::cpu::Matrix& keys = keys_[size_t(layer)];
+      const backend::cuda::DeviceBuffer<float> device_keys = upload(keys.data(), keys.num_rows() * keys.num_cols());
+      const backend::cuda::DeviceBuffer<float> device_values =
           upload(values_[size_t(layer)].data(), keys.num_rows() * keys.num_cols());
-      cuda::KvLayout layout = layout_;
+      backend::cuda::KvLayout layout = layout_;
       layout.layer_offset = layer * 2 * layout.half_stride();
-      cuda::store_keys_and_values(gpu->rows, layout, device_keys.data(), device_values.data(), gpu->pool.data(),
-                                  stream_);
+      backend::cuda::store_keys_and_values(gpu->rows, layout, device_keys.data(), device_values.data(),
+                                           gpu->pool.data(), stream_);
       EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);  // before the inputs are freed
     }
     return gpu;
@@ -191,32 +192,32 @@ class KvStoreTest : public StreamTest {
   }
 
   // Attention over the second layer's keys and values, fp32 or on the tensor cores.
-  std::vector<float> attend(const GpuPool& gpu, const Matrix& queries, bool sixteen_bit) {
-    cuda::KvLayout layout = layout_;
+  std::vector<float> attend(const GpuPool& gpu, const backend::cpu::Matrix& queries, bool sixteen_bit) {
+    backend::cuda::KvLayout layout = layout_;
     layout.layer_offset = 2 * layout.half_stride();
     const int64_t count = queries.num_rows() * queries.num_cols();
-    const DeviceBuffer<float> device_queries = upload(queries.data(), count);
-    DeviceBuffer<float> context(count), partial;
-    cuda::paged_attention(gpu.rows, layout, kNumHeads, device_queries.data(), gpu.pool.data(), context.data(), partial,
-                          sixteen_bit, stream_);
+    const backend::cuda::DeviceBuffer<float> device_queries = upload(queries.data(), count);
+    backend::cuda::DeviceBuffer<float> context(count), partial;
+    backend::cuda::paged_attention(gpu.rows, layout, kNumHeads, device_queries.data(), gpu.pool.data(), context.data(),
+                                   partial, sixteen_bit, stream_);
     EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     return download(context.data(), count);
   }
 
   inline static const std::vector<RowSpec> kSpecs = {{37, 0}, {1, 15}, {1, 16}, {20, 5}, {3, 60}};
   inline static const int64_t kNumBlocks = int64_t(kSpecs.size()) * kBlocksPerRow;
-  const JambaConfig config_ = config_with_two_attention_layers();
-  cuda::KvLayout layout_;
+  const model::JambaConfig config_ = config_with_two_attention_layers();
+  backend::cuda::KvLayout layout_;
   TensorStore store_{61};
-  std::vector<Matrix> keys_, values_;  // [layer][T, nkv*hd]
-  cpu::KvCache cpu_cache_{config_, CacheConfig{1, kNumBlocks, kBlockSize}};
+  std::vector<backend::cpu::Matrix> keys_, values_;  // [layer][T, nkv*hd]
+  backend::cpu::KvCache cpu_cache_{config_, backend::CacheConfig{1, kNumBlocks, kBlockSize}};
 
  private:
-  static JambaConfig config_with_two_attention_layers() {
-    JambaConfig config;
+  static model::JambaConfig config_with_two_attention_layers() {
+    model::JambaConfig config;
     config.num_key_value_heads = 2;
     config.head_dim = 64;
-    config.mixer_kinds = {MixerKind::Attention, MixerKind::Mamba, MixerKind::Attention};
+    config.mixer_kinds = {model::MixerKind::Attention, model::MixerKind::Mamba, model::MixerKind::Attention};
     return config;
   }
 };
@@ -235,7 +236,7 @@ TEST_F(KvStoreTest, PastElementTwoToThe32EqualsTheCpuTwin) {
       << "a write landed in the pool's first blocks";
 
   const std::unique_ptr<GpuPool> reference = store_on_gpu(0);
-  const Matrix queries = store_.matrix(high->step->num_tokens(), kNumHeads * config_.head_dim, 1.0f);
+  const backend::cpu::Matrix queries = store_.matrix(high->step->num_tokens(), kNumHeads * config_.head_dim, 1.0f);
   for (const bool sixteen_bit : {false, true})
     EXPECT_EQ(attend(*high, queries, sixteen_bit), attend(*reference, queries, sixteen_bit))
         << (sixteen_bit ? "tensor-core" : "fp32") << " attention";

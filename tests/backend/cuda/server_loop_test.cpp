@@ -11,26 +11,27 @@ namespace {
 
 class CudaServerLoopTest : public GpuTest {};
 
-EngineOptions loop_options(const Model& model, BackendKind backend) {
-  EngineOptions options = exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/128,
-                                               /*kv_block_size=*/16, /*max_model_len=*/128, backend);
+engine::EngineOptions loop_options(const model::Model& model, engine::BackendKind backend) {
+  engine::EngineOptions options = exact_engine_options(model, /*max_num_seqs=*/16, /*num_kv_blocks=*/128,
+                                                       /*kv_block_size=*/16, /*max_model_len=*/128, backend);
   options.max_num_batched_tokens = 32;
   return options;
 }
 
 // Each request's greedy ids and logprobs, through an EngineLoop fed by four threads.
-std::map<std::string, SampleOutput> serve(const Model& model, const std::vector<RequestSpec>& specs,
-                                          BackendKind backend) {
-  Engine engine(model, nullptr, loop_options(model, backend));
+std::map<std::string, engine::SampleOutput> serve(const model::Model& model,
+                                                  const std::vector<engine::RequestSpec>& specs,
+                                                  engine::BackendKind backend) {
+  engine::Engine engine(model, nullptr, loop_options(model, backend));
   server::EngineLoop loop(engine, 64);
-  std::vector<std::map<std::string, SampleOutput>> per_thread(4);
+  std::vector<std::map<std::string, engine::SampleOutput>> per_thread(4);
   std::vector<std::thread> threads;
   for (size_t t = 0; t < per_thread.size(); ++t)
     threads.emplace_back([&, t] {
       for (size_t r = t; r < specs.size(); r += per_thread.size()) {
         auto stream = std::make_shared<server::RequestStream>(1, 0, nullptr);
         ASSERT_EQ(loop.submit({specs[r]}, stream).verdict, server::EngineLoop::Verdict::Accepted);
-        SampleOutput& output = per_thread[t][specs[r].id];
+        engine::SampleOutput& output = per_thread[t][specs[r].id];
         while (!stream->is_finished()) {
           ASSERT_FALSE(stream->error()) << *stream->error();
           for (const server::StreamEvent& event : stream->take(std::chrono::milliseconds(50))) {
@@ -41,21 +42,21 @@ std::map<std::string, SampleOutput> serve(const Model& model, const std::vector<
       }
     });
   for (std::thread& thread : threads) thread.join();
-  std::map<std::string, SampleOutput> outputs;
+  std::map<std::string, engine::SampleOutput> outputs;
   for (auto& part : per_thread) outputs.merge(part);
   return outputs;
 }
 
 TEST_F(CudaServerLoopTest, ConcurrentRequestsMatchTheCpuBackend) {
-  const Model model = load_fixture_model();
-  std::vector<RequestSpec> specs = random_workload(model, 32, /*seed=*/11, 40, /*allow_n=*/false);
-  for (RequestSpec& spec : specs) spec.sampling.temperature = 0.0;
-  const auto expected = serve(model, specs, BackendKind::Cpu);
-  const auto actual = serve(model, specs, BackendKind::Cuda);
+  const model::Model model = load_fixture_model();
+  std::vector<engine::RequestSpec> specs = random_workload(model, 32, /*seed=*/11, 40, /*allow_n=*/false);
+  for (engine::RequestSpec& spec : specs) spec.sampling.temperature = 0.0;
+  const auto expected = serve(model, specs, engine::BackendKind::Cpu);
+  const auto actual = serve(model, specs, engine::BackendKind::Cuda);
   ASSERT_EQ(expected.size(), actual.size());
   double worst = 0.0;
   for (const auto& [id, want] : expected) {
-    const SampleOutput& got = actual.at(id);
+    const engine::SampleOutput& got = actual.at(id);
     EXPECT_EQ(want.ids, got.ids) << id;
     ASSERT_EQ(want.logprobs.size(), got.logprobs.size()) << id;
     for (size_t i = 0; i < want.logprobs.size(); ++i)

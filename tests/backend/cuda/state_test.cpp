@@ -9,9 +9,9 @@
 namespace jambo::testing {
 namespace {
 
-Model small_model() { return make_random_model(test_model_specs()[0].config, DType::F32, 7); }
+model::Model small_model() { return make_random_model(test_model_specs()[0].config, DType::F32, 7); }
 
-std::vector<float> last_logits(Backend& backend, Sequence& sequence, int64_t num_tokens) {
+std::vector<float> last_logits(backend::Backend& backend, Sequence& sequence, int64_t num_tokens) {
   Logits logits;
   step(backend, {&sequence}, {num_tokens}, {&logits});
   return logits.back();
@@ -23,20 +23,20 @@ bool all_nan(const std::vector<float>& values) {
 
 class CudaStateTest : public GpuTest {
  protected:
-  Model model_ = small_model();
+  model::Model model_ = small_model();
 };
 
-CacheConfig cache_of(int64_t num_sequences, DType state_dtype) {
-  CacheConfig cache = test_cache(num_sequences);
+backend::CacheConfig cache_of(int64_t num_sequences, DType state_dtype) {
+  backend::CacheConfig cache = test_cache(num_sequences);
   cache.state_dtype = state_dtype;
   return cache;
 }
 
 TEST_F(CudaStateTest, SlotSizeEqualsCpuBackend) {
   for (const TestModelSpec& spec : test_model_specs()) {
-    const Model model = make_random_model(spec.config, spec.dtype, 1);
-    EXPECT_EQ(make_cuda_backend(model, test_cache(2))->state_elements_per_slot(),
-              make_cpu_backend(model, test_cache(2))->state_elements_per_slot())
+    const model::Model model = make_random_model(spec.config, spec.dtype, 1);
+    EXPECT_EQ(backend::cuda::make_cuda_backend(model, test_cache(2))->state_elements_per_slot(),
+              backend::cpu::make_cpu_backend(model, test_cache(2))->state_elements_per_slot())
         << spec.name;
   }
 }
@@ -44,7 +44,7 @@ TEST_F(CudaStateTest, SlotSizeEqualsCpuBackend) {
 // A prompt prefilled once, its state and KV blocks copied to a second sequence: both continue identically.
 TEST_F(CudaStateTest, CopiedStateAndBlocksContinueIdentically) {
   for (const DType state_dtype : {DType::F32, DType::BF16}) {
-    auto backend = make_cuda_backend(model_, cache_of(2, state_dtype));
+    auto backend = backend::cuda::make_cuda_backend(model_, cache_of(2, state_dtype));
     std::vector<int32_t> tokens = random_tokens(11, model_.config.vocab_size, 3);
     Sequence leader(0, tokens), follower(1, tokens);
     step(*backend, {&leader}, {10});
@@ -58,7 +58,7 @@ TEST_F(CudaStateTest, CopiedStateAndBlocksContinueIdentically) {
 
 TEST_F(CudaStateTest, PoisonedSlotShowsAsNanAndIsNeverReadWithoutState) {
   for (const DType state_dtype : {DType::F32, DType::BF16}) {
-    auto backend = make_cuda_backend(model_, cache_of(2, state_dtype));
+    auto backend = backend::cuda::make_cuda_backend(model_, cache_of(2, state_dtype));
     std::vector<int32_t> tokens = random_tokens(6, model_.config.vocab_size, 4);
     Sequence first(0, tokens);
     step(*backend, {&first}, {5});
@@ -66,7 +66,7 @@ TEST_F(CudaStateTest, PoisonedSlotShowsAsNanAndIsNeverReadWithoutState) {
     EXPECT_TRUE(all_nan(last_logits(*backend, first, 1))) << "a read of a poisoned slot must show";
 
     // Law 1: a new sequence in the poisoned slot starts from zero and never reads it.
-    auto clean = make_cuda_backend(model_, cache_of(2, state_dtype));
+    auto clean = backend::cuda::make_cuda_backend(model_, cache_of(2, state_dtype));
     Sequence fresh(0, tokens), reference(0, tokens);
     backend->poison_state(fresh.slot);
     const std::vector<float> from_poisoned = last_logits(*backend, fresh, 1);
@@ -76,14 +76,14 @@ TEST_F(CudaStateTest, PoisonedSlotShowsAsNanAndIsNeverReadWithoutState) {
 }
 
 TEST_F(CudaStateTest, RejectsRowsAsTheCpuBackendDoes) {
-  auto gpu = make_cuda_backend(model_, test_cache(2));
-  auto cpu = make_cpu_backend(model_, test_cache(2));
+  auto gpu = backend::cuda::make_cuda_backend(model_, test_cache(2));
+  auto cpu = backend::cpu::make_cpu_backend(model_, test_cache(2));
   std::vector<int32_t> tokens = random_tokens(4, model_.config.vocab_size, 5);
   Sequence sequence(0, tokens);
-  BatchRow row = sequence.row(2, LogitsCopy::Last);
+  backend::BatchRow row = sequence.row(2, backend::LogitsCopy::Last);
   row.has_initial_state = true;  // law 1: no state at position 0
-  auto message = [&](Backend& backend) {
-    StepOutput logits;
+  auto message = [&](backend::Backend& backend) {
+    backend::StepOutput logits;
     try {
       backend.forward({&row, 1}, logits);
     } catch (const Error& error) {
@@ -103,8 +103,9 @@ TEST_F(CudaStateTest, InjectedFaultsBehaveAsOnTheCpu) {
   for (const bool wrap : {false, true}) {
     std::vector<float> results[2];
     for (int b = 0; b < 2; ++b) {
-      auto backend = b == 0 ? make_cpu_backend(model_, test_cache(4)) : make_cuda_backend(model_, test_cache(4));
-      FaultInjection faults;
+      auto backend = b == 0 ? backend::cpu::make_cpu_backend(model_, test_cache(4))
+                            : backend::cuda::make_cuda_backend(model_, test_cache(4));
+      backend::FaultInjection faults;
       faults.decode_before_prefill = !wrap;
       faults.state_offset_modulus = wrap ? 2 * backend->state_elements_per_slot() : 0;
       backend->inject_faults(faults);
