@@ -1,10 +1,12 @@
 # The two commands of the README: `make demo` and `make test`. Both install the dependencies first.
 BUILD_DIR ?= build
+SANITIZE_DIR ?= build-asan
+FUZZ_SECONDS ?= 20
 JOBS ?= $(shell nproc)
 DEMO_MODEL ?= models/jambo-demo
 PROMPT ?= The meaning of life is
 
-.PHONY: deps configure jambo build demo test bench clean
+.PHONY: deps configure jambo build demo test test-sanitize bench clean
 
 deps:
 	./scripts/install-deps
@@ -23,8 +25,17 @@ demo: jambo
 	@printf '%s' "$(PROMPT)"
 	@$(BUILD_DIR)/jambo generate --model $(DEMO_MODEL) --prompt "$(PROMPT)" --max-tokens 60
 
+# Every test, then every test again under ASan and UBSan (clang, no CUDA), with each fuzz target run for
+# FUZZ_SECONDS (docs/DESIGN.md: Testing).
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) --no-print-directory test-sanitize
+
+test-sanitize: deps
+	cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ -DJAMBO_CUDA=OFF \
+	  -DJAMBO_FUZZ=ON -DJAMBO_FUZZ_SECONDS=$(FUZZ_SECONDS) >/dev/null
+	cmake --build $(SANITIZE_DIR) -j $(JOBS)
+	cd $(SANITIZE_DIR) && ctest --output-on-failure -j $(JOBS)
 
 bench: jambo
 	bench/cpu.sh $(BUILD_DIR)/jambo
@@ -33,4 +44,4 @@ bench: jambo
 	bench/rollout.sh $(BUILD_DIR)/jambo cpu-demo
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)

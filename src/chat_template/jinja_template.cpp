@@ -319,7 +319,7 @@ class Renderer {
     }
     for (auto& [name, value] : arguments.keyword) {
       const auto found =
-          std::find_if(parameters.begin(), parameters.end(), [&](const auto& p) { return p.first == name; });
+          std::find_if(parameters.begin(), parameters.end(), [&key = name](const auto& p) { return p.first == key; });
       JAMBO_REQUIRE(found != parameters.end(), "macro '{}' takes no keyword argument '{}'", macro.text, name);
       const size_t i = found - parameters.begin();
       JAMBO_REQUIRE(!bound[i], "macro '{}' got multiple values for argument '{}'", macro.text, name);

@@ -2,6 +2,7 @@
 // with continuous batching, appends one line per finished sample to the output as it finishes, and can
 // be interrupted and rerun: ids whose samples are all in the output already are skipped.
 #include "cli/common.h"
+#include "cli/input_lines.h"
 #include "cli/progress.h"
 #include "engine/request_json.h"
 
@@ -71,6 +72,18 @@ std::ofstream open_output(const std::string& path) {
   return out;
 }
 
+}  // namespace
+
+engine::RequestSpec parse_batch_line(const std::string& line, int64_t line_number, engine::RequestSpec defaults,
+                                     const tokenizer::Tokenizer* tokenizer) {
+  const nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  JAMBO_REQUIRE(!object.is_discarded(), "malformed JSON");
+  defaults.id = std::to_string(line_number);
+  return engine::request_from_json(object, defaults, tokenizer);
+}
+
+namespace {
+
 struct BatchInput {
   std::vector<engine::RequestSpec> requests;
   std::vector<int64_t> line_numbers;  // [requests]
@@ -88,11 +101,7 @@ BatchInput read_batch_input(const BatchOptions& options, const tokenizer::Tokeni
   for (int64_t line_number = 1; std::getline(file, line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      const nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      JAMBO_REQUIRE(!object.is_discarded(), "malformed JSON");
-      engine::RequestSpec defaults = options.defaults;
-      defaults.id = std::to_string(line_number);
-      engine::RequestSpec spec = request_from_json(object, defaults, tokenizer);
+      engine::RequestSpec spec = parse_batch_line(line, line_number, options.defaults, tokenizer);
       JAMBO_REQUIRE(seen_ids.insert(spec.id).second, "id '{}' appears on an earlier line", spec.id);
       const auto done = written.find(spec.id);
       if (done != written.end() && int64_t(done->second.size()) >= spec.n) {

@@ -1,5 +1,6 @@
 // jambo score: teacher-forced log-probabilities of token sequences or texts, one JSON line per input line.
 #include "cli/common.h"
+#include "cli/input_lines.h"
 #include "engine/request_json.h"
 #include "forensics/sequence_runner.h"
 
@@ -19,13 +20,6 @@ struct ScoreOptions {
   bool allow_skipped = false;
 };
 
-struct ScoreInput {
-  int64_t line_number = 0;
-  nlohmann::json id;
-  std::vector<int32_t> tokens;
-  bool from_text = false;  // the line gave "text": the output names its tokens
-};
-
 std::vector<int32_t> token_ids_field(const nlohmann::json& tokens) {
   JAMBO_REQUIRE(tokens.is_array(), "field 'tokens' must be an array of ids, got {}", describe_json(tokens));
   std::vector<int32_t> ids;
@@ -38,8 +32,8 @@ std::vector<int32_t> token_ids_field(const nlohmann::json& tokens) {
   return ids;
 }
 
-// One {"id": ..., "tokens": [ids]} or {"id": ..., "text": "..."} line; "text" is tokenized as `generate --prompt`
-// tokenizes a prompt (special tokens added). Throws jambo::Error saying what is wrong.
+}  // namespace
+
 ScoreInput parse_score_line(const std::string& line, int64_t line_number, const tokenizer::Tokenizer* tokenizer) {
   nlohmann::json object;
   try {
@@ -66,6 +60,8 @@ ScoreInput parse_score_line(const std::string& line, int64_t line_number, const 
   input.from_text = true;
   return input;
 }
+
+namespace {
 
 struct ScoreInputs {
   std::vector<ScoreInput> inputs;

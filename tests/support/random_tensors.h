@@ -47,7 +47,7 @@ class TensorStore {
         return;
       }
       case DType::F16: {
-        const _Float16 rounded = static_cast<_Float16>(value);
+        const f16 rounded = to_f16(value);
         std::memcpy(out, &rounded, 2);
         return;
       }

@@ -103,9 +103,12 @@ void mamba_mixer(const model::MambaWeights& weights, const model::JambaConfig& c
   const int64_t state_size = config.mamba_d_state;
   const float eps = float(config.rms_norm_eps);
 
-  // Used through references: a thread_local named inside a lambda run by a worker is the worker's own.
+  // Used through references: a thread_local named inside a lambda run by a worker is the worker's own. Named
+  // references rather than a structured binding, which lambdas cannot capture in clang 14 (the sanitizer build).
   thread_local Intermediates kept;
-  auto& [projected, activated, selective, dt_normed, b_normed, c_normed, delta, gated] = kept;
+  Matrix &projected = kept.projected, &activated = kept.activated, &selective = kept.selective;
+  Matrix &dt_normed = kept.dt_normed, &b_normed = kept.b_normed, &c_normed = kept.c_normed;
+  Matrix &delta = kept.delta, &gated = kept.gated;
   matmul(x, weights.in_proj, projected);
   add_bias(projected, weights.in_proj_bias);
 
