@@ -38,7 +38,7 @@ ScoreInput parse_score_line(const std::string& line, int64_t line_number, const 
   nlohmann::json object;
   try {
     object = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // also out_of_range: a number such as 1e400
     fail("malformed JSON: {}", error.what());
   }
   JAMBO_REQUIRE(object.is_object(), "expected a JSON object");

@@ -40,7 +40,7 @@ inline nlohmann::json read_json_file(const std::filesystem::path& path) {
   text << stream.rdbuf();
   try {
     return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& parse_error) {
+  } catch (const nlohmann::json::exception& parse_error) {  // also out_of_range: a number such as 1e400
     fail("{}: malformed JSON: {}", path.string(), parse_error.what());
   }
 }

@@ -177,7 +177,7 @@ std::unique_ptr<SafetensorsFile> read_safetensors(const fs::path& path) {
   try {
     const char* text = reinterpret_cast<const char*>(file->map.data() + 8);
     header = json::parse(std::string_view(text, header_bytes));
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {  // also out_of_range: a number such as 1e400
     fail("{}: malformed header JSON: {}", source, error.what());
   }
   JAMBO_REQUIRE(header.is_object(), "{}: the header is not a JSON object", source);

@@ -80,6 +80,8 @@ fs::path write_scratch_file(const std::string& name, std::string_view bytes) {
 
 fs::path source_path(const std::string& relative) { return fs::path(JAMBO_SOURCE_DIR) / relative; }
 
+fs::path seed_path(const std::string& relative) { return fs::path(JAMBO_FUZZ_SEEDS) / relative; }
+
 const tokenizer::Tokenizer& demo_tokenizer() {
   static const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::load(source_path("models/jambo-demo"));
   return tokenizer;

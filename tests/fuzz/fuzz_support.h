@@ -27,8 +27,9 @@ std::string_view as_text(const uint8_t* data, size_t size);
 const std::filesystem::path& scratch_folder();
 std::filesystem::path write_scratch_file(const std::string& name, std::string_view bytes);
 
-// A file or folder of the source tree, e.g. "models/jambo-demo".
+// A file or folder of the source tree, e.g. "models/jambo-demo", or of the seed corpora (make_seeds.sh).
 std::filesystem::path source_path(const std::string& relative);
+std::filesystem::path seed_path(const std::string& relative);
 
 // Loaded once, from models/jambo-demo.
 const tokenizer::Tokenizer& demo_tokenizer();

@@ -1,12 +1,15 @@
-// tokenizer_config.json beside the demo model's tokenizer.json, as Tokenizer::load and ChatTemplate::load read it;
-// the chat template it holds is then rendered over a fixed set of conversations.
+// tokenizer_config.json beside the demo model's tokenizer.json (its small seed: the whole one takes longer to load
+// than the config), as Tokenizer::load and ChatTemplate::load read it; the chat template it holds is then rendered
+// over a fixed set of conversations.
 #include "fuzz_support.h"
 
 #include <filesystem>
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  std::filesystem::create_symlink(jambo::fuzz::source_path("models/jambo-demo/tokenizer.json"),
-                                  jambo::fuzz::scratch_folder() / "tokenizer.json");
+  const std::filesystem::path tokenizer_json = jambo::fuzz::seed_path("tokenizer/jambo-demo-small.json");
+  JAMBO_REQUIRE(std::filesystem::exists(tokenizer_json), "{}: not found; build the fuzz_seeds target",
+                tokenizer_json.string());
+  std::filesystem::create_symlink(tokenizer_json, jambo::fuzz::scratch_folder() / "tokenizer.json");
   return 0;
 }
 
