@@ -9,7 +9,7 @@
 
 #include <condition_variable>
 #include <exception>
-#include <future>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,9 +37,11 @@ class EngineLoop {
     std::string message;                 // why, when not accepted
     std::exception_ptr error = nullptr;  // what the engine threw, when failed
   };
+  using VerdictCallback = std::function<void(Admission)>;
   // The engine requests of one HTTP request, accepted all together or not at all. The stream's choice
-  // c*n + s is sample s of specs[c]. Waits for the loop to take them (at most one step).
-  Admission submit(std::vector<engine::RequestSpec> specs, std::shared_ptr<RequestStream> stream);
+  // c*n + s is sample s of specs[c]. Returns at once; on_verdict is called once, without the loop's lock: at once
+  // when the loop is full, dead or stopping, else on the loop's thread when it takes them (within a step).
+  void submit(std::vector<engine::RequestSpec> specs, std::shared_ptr<RequestStream> stream, VerdictCallback on_verdict);
   // Aborts whichever of these requests is unfinished; frees their slots and KV blocks at the next turn.
   void abort(const std::vector<std::string>& ids);
 
@@ -55,7 +57,7 @@ class EngineLoop {
   struct Submission {
     std::vector<engine::RequestSpec> specs;
     std::shared_ptr<RequestStream> stream;
-    std::promise<Admission> verdict;
+    VerdictCallback on_verdict;
   };
   struct Route {
     std::shared_ptr<RequestStream> stream;
@@ -68,7 +70,8 @@ class EngineLoop {
   void take_inbox(std::unique_lock<std::mutex>& lock);
   Admission admit(Submission& submission);
   void on_progress(const engine::SampleProgress& progress);
-  void die(const std::string& reason);
+  void die(std::unique_lock<std::mutex>& lock, const std::string& reason);
+  void refuse_all(std::unique_lock<std::mutex>& lock, const std::string& reason);
 
   engine::Engine& engine_;
   const int64_t max_num_requests_;

@@ -18,9 +18,14 @@ double seconds_between(RequestStream::Clock::time_point from, RequestStream::Clo
 RequestStream::RequestStream(int64_t num_choices, size_t max_stop_length, LatencyObserver* latency)
     : choices_(size_t(num_choices)), max_stop_length_(max_stop_length), latency_(latency) {}
 
+void RequestStream::set_listener(std::function<void()> listener) {
+  std::lock_guard lock(mutex_);
+  listener_ = std::move(listener);
+}
+
 void RequestStream::on_progress(int64_t choice_index, const engine::SampleProgress& progress) {
   const auto now = Clock::now();
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   Choice& choice = choices_.at(size_t(choice_index));
   JAMBO_ASSERT(!choice.finished);
   const engine::SampleOutput& output = progress.output;
@@ -61,12 +66,18 @@ void RequestStream::on_progress(int64_t choice_index, const engine::SampleProgre
   }
   pending_.push_back(std::move(event));
   changed_.notify_all();
+  const std::function<void()> listener = listener_;
+  lock.unlock();
+  if (listener) listener();
 }
 
 void RequestStream::fail(const std::string& message) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   error_ = message;
   changed_.notify_all();
+  const std::function<void()> listener = listener_;
+  lock.unlock();
+  if (listener) listener();
 }
 
 std::vector<StreamEvent> RequestStream::take(std::chrono::milliseconds timeout) {

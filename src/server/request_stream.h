@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -45,7 +46,10 @@ class RequestStream {
   void on_progress(int64_t choice, const engine::SampleProgress& progress);
   void fail(const std::string& message);
 
-  // HTTP side: the events since the last call, after waiting up to `timeout` for one.
+  // HTTP side: called on the engine loop's thread after each new event and after fail(), without the stream's lock
+  // (an asynchronous connection polls take() then).
+  void set_listener(std::function<void()> listener);
+  // The events since the last call, after waiting up to `timeout` for one.
   std::vector<StreamEvent> take(std::chrono::milliseconds timeout);
   bool is_finished() const;                  // every choice ended and every event was taken
   std::optional<std::string> error() const;  // the engine loop died; the message says why
@@ -69,6 +73,7 @@ class RequestStream {
   bool saw_first_token_ = false;
   std::vector<StreamEvent> pending_;
   std::optional<std::string> error_;
+  std::function<void()> listener_;
 };
 
 }  // namespace jambo::server

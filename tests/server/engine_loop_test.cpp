@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <thread>
 
 namespace jambo::server {
@@ -50,6 +51,15 @@ engine::EngineOptions small_engine(const model::Model& model) {
   return options;
 }
 
+// The loop's verdict on a submission, as a caller that waits for it sees it.
+EngineLoop::Admission submit_and_wait(EngineLoop& loop, std::vector<engine::RequestSpec> specs,
+                                      std::shared_ptr<RequestStream> stream) {
+  std::promise<EngineLoop::Admission> verdict;
+  loop.submit(std::move(specs), std::move(stream),
+              [&verdict](EngineLoop::Admission admission) { verdict.set_value(std::move(admission)); });
+  return verdict.get_future().get();
+}
+
 void wait_until(const std::function<bool()>& condition, const char* what) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!condition()) {
@@ -81,7 +91,7 @@ TEST(EngineLoop, RequestsFromManyThreadsEqualEachRunAlone) {
     threads.emplace_back([&, t] {
       for (size_t r = size_t(t); r < specs.size(); r += kNumThreads) {
         auto stream = std::make_shared<RequestStream>(specs[r].n, 0, nullptr);
-        ASSERT_EQ(loop.submit({specs[r]}, stream).verdict, EngineLoop::Verdict::Accepted);
+        ASSERT_EQ(submit_and_wait(loop, {specs[r]}, stream).verdict, EngineLoop::Verdict::Accepted);
         per_thread[size_t(t)].merge(drain(*stream, {specs[r]}));
       }
     });
@@ -99,7 +109,7 @@ TEST(EngineLoop, AbortFreesSlotsAndBlocksAtOnce) {
   engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 64);
   auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
-  ASSERT_EQ(loop.submit({long_request("long")}, stream).verdict, EngineLoop::Verdict::Accepted);
+  ASSERT_EQ(submit_and_wait(loop, {long_request("long")}, stream).verdict, EngineLoop::Verdict::Accepted);
   wait_until([&] { return loop.counters().slots_used == 1 && loop.counters().kv_blocks_used > 0; }, "the request runs");
   loop.abort({"long"});
   wait_until([&] { return loop.counters().slots_used == 0 && loop.counters().kv_blocks_used == 0; },
@@ -116,14 +126,14 @@ TEST(EngineLoop, RefusesWhenFullAndAcceptsAgainLater) {
   engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 2);
   auto stream = std::make_shared<RequestStream>(2, 0, nullptr);
-  ASSERT_EQ(loop.submit({long_request("a"), long_request("b")}, stream).verdict, EngineLoop::Verdict::Accepted);
+  ASSERT_EQ(submit_and_wait(loop, {long_request("a"), long_request("b")}, stream).verdict, EngineLoop::Verdict::Accepted);
   const EngineLoop::Admission refused =
-      loop.submit({long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr));
+      submit_and_wait(loop, {long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr));
   EXPECT_EQ(refused.verdict, EngineLoop::Verdict::Full);
   EXPECT_NE(refused.message.find("--max-num-requests 2"), std::string::npos) << refused.message;
   loop.abort({"a", "b"});
   while (!stream->is_finished()) stream->take(kWait);
-  EXPECT_EQ(loop.submit({long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr)).verdict,
+  EXPECT_EQ(submit_and_wait(loop, {long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr)).verdict,
             EngineLoop::Verdict::Accepted);
 }
 
@@ -135,7 +145,7 @@ TEST(EngineLoop, ARejectedRequestTakesBackItsSiblings) {
   engine::RequestSpec bad = long_request("bad");
   bad.prompt_ids = {int32_t(model.config.vocab_size)};
   const EngineLoop::Admission rejected =
-      loop.submit({long_request("good"), bad}, std::make_shared<RequestStream>(2, 0, nullptr));
+      submit_and_wait(loop, {long_request("good"), bad}, std::make_shared<RequestStream>(2, 0, nullptr));
   EXPECT_EQ(rejected.verdict, EngineLoop::Verdict::Rejected);
   EXPECT_NE(rejected.message.find("not a token id"), std::string::npos) << rejected.message;
   wait_until([&] { return loop.counters().slots_used == 0 && loop.counters().num_waiting == 0; },
@@ -144,7 +154,7 @@ TEST(EngineLoop, ARejectedRequestTakesBackItsSiblings) {
   auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
   engine::RequestSpec good = long_request("good");
   good.stop.max_tokens = 3;
-  ASSERT_EQ(loop.submit({good}, stream).verdict, EngineLoop::Verdict::Accepted);
+  ASSERT_EQ(submit_and_wait(loop, {good}, stream).verdict, EngineLoop::Verdict::Accepted);
   EXPECT_EQ(drain(*stream, {good}).at({"good", 0}).ids.size(), 3u);
 }
 
@@ -154,7 +164,7 @@ TEST(EngineLoop, AStepThatThrowsKillsTheLoopLoudly) {
   engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 8);
   auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
-  ASSERT_EQ(loop.submit({long_request("victim")}, stream).verdict, EngineLoop::Verdict::Accepted);
+  ASSERT_EQ(submit_and_wait(loop, {long_request("victim")}, stream).verdict, EngineLoop::Verdict::Accepted);
   while (stream->take(kWait).empty()) {
   }
   loop.corrupt_lease_for_testing("victim");
@@ -162,7 +172,7 @@ TEST(EngineLoop, AStepThatThrowsKillsTheLoopLoudly) {
   EXPECT_NE(stream->error()->find("law 2 violation"), std::string::npos) << *stream->error();
   EXPECT_FALSE(loop.is_alive());
   const EngineLoop::Admission refused =
-      loop.submit({long_request("next")}, std::make_shared<RequestStream>(1, 0, nullptr));
+      submit_and_wait(loop, {long_request("next")}, std::make_shared<RequestStream>(1, 0, nullptr));
   EXPECT_EQ(refused.verdict, EngineLoop::Verdict::Dead);
   EXPECT_NE(refused.message.find("law 2 violation"), std::string::npos) << refused.message;
 }
