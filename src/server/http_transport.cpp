@@ -44,7 +44,7 @@ constexpr auto kShutdownGrace = std::chrono::seconds(2);        // responses und
 constexpr auto kShutdownLimit = std::chrono::seconds(3);        // then the I/O threads stop, whatever is left
 constexpr auto kShutdownCheck = std::chrono::milliseconds(50);
 constexpr auto kAcceptRetry = std::chrono::milliseconds(50);    // after an accept failed (out of descriptors)
-constexpr size_t kLingerReadSize = 16 << 10;
+constexpr size_t kLingerReadSize = 4 << 10;
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 enum class Framing { Length, Chunked, UntilClose };
@@ -123,6 +123,7 @@ class Session : public std::enable_shared_from_this<Session> {
       : transport_(transport),
         limits_(transport.limits),
         id_(id),
+        strand_(socket.get_executor()),
         stream_(std::move(socket)),
         deadline_(stream_.get_executor()),
         pulse_(stream_.get_executor()),
@@ -130,7 +131,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   ~Session() { transport_.forget(id_); }
 
-  auto executor() { return stream_.get_executor(); }
+  const net::any_io_executor& executor() const { return strand_; }
 
   void start() {
     beast::error_code ignored;
@@ -174,6 +175,7 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpTransport::Impl& transport_;
   const HttpLimits& limits_;
   const uint64_t id_;
+  const net::any_io_executor strand_;  // the connection's own; wake() posts to it from other threads
   beast::tcp_stream stream_;     // its timeouts bound the wait for a request's first byte, and every write
   net::steady_timer deadline_;   // the whole request must arrive before it
   net::steady_timer pulse_;      // polls a late response
@@ -202,10 +204,10 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 void Session::read_next() {
+  phase_ = Phase::Idle;
   if (transport_.stopping) return close_now();
   ++request_number_;
   deadline_passed_ = false;
-  phase_ = Phase::Idle;
   if (parser_.started()) {  // the next request came with the last one (pipelining)
     phase_ = Phase::Reading;
     arm_deadline();
@@ -474,14 +476,13 @@ void Session::drain() {
 
 void Session::close_now() {
   if (phase_ == Phase::Closed) return;
-  const bool abandoned = phase_ == Phase::Late;
   phase_ = Phase::Closed;
   deadline_.cancel();
   pulse_.cancel();
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.close();
-  if (abandoned) std::exchange(late_, nullptr)->abandon();
+  if (const std::shared_ptr<LateResponse> late = std::exchange(late_, nullptr)) late->abandon();  // still under way
   if (exchange_open_) record(499);
 }
 

@@ -33,15 +33,17 @@ HttpResponse text(int status, std::string body) {
 }
 
 // Whatever the test asks of it through the path: /hello, /echo (the body back), /late (a whole response 50 ms
-// later), /firehose (a stream that never ends), /forever (a whole response that never comes).
+// later), /brief (a stream that ends 50 ms later), /firehose (a stream that never ends), /forever (a whole response
+// that never comes).
 class TestHandler : public HttpHandler {
  public:
   bool takes_long(const HttpRequest& request) const override { return request.path == "/echo"; }
 
   HttpReply answer(const HttpRequest& request) override {
     if (request.path == "/echo") return text(200, request.body);
-    if (request.path == "/late") return std::make_shared<Late>(*this, true);
-    if (request.path == "/forever") return std::make_shared<Late>(*this, false);
+    if (request.path == "/late") return std::make_shared<Late>(*this, true, false);
+    if (request.path == "/brief") return std::make_shared<Late>(*this, true, true);
+    if (request.path == "/forever") return std::make_shared<Late>(*this, false, false);
     if (request.path == "/firehose") return std::make_shared<Firehose>(*this);
     return text(200, "hello " + request.target);
   }
@@ -84,7 +86,8 @@ class TestHandler : public HttpHandler {
 
   class Late : public LateResponse, public std::enable_shared_from_this<Late> {
    public:
-    Late(TestHandler& handler, bool comes) : LateResponse("late-id"), handler_(handler), comes_(comes) {}
+    Late(TestHandler& handler, bool comes, bool streamed)
+        : LateResponse("late-id"), handler_(handler), comes_(comes), streamed_(streamed) {}
     void start(std::function<void()> wake) override {
       if (!comes_) return;
       std::lock_guard lock(handler_.mutex_);
@@ -95,14 +98,25 @@ class TestHandler : public HttpHandler {
       });
     }
     LateProgress poll() override {
-      if (!ready_) return {};
-      return {text(200, "late"), "", true};
+      LateProgress progress;
+      if (streamed_ && !head_sent_) {
+        head_sent_ = true;
+        progress.head = text(200, "");
+        progress.head->streamed = true;
+      }
+      if (!ready_) return progress;
+      if (streamed_) progress.body = "late";
+      else progress.head = text(200, "late");
+      progress.complete = true;
+      return progress;
     }
     void abandon() override { handler_.abandon(); }
 
    private:
     TestHandler& handler_;
     const bool comes_;
+    const bool streamed_;
+    bool head_sent_ = false;
     std::atomic<bool> ready_{false};
   };
 
@@ -332,6 +346,20 @@ TEST_F(HttpTransportTest, StopEndsEveryConnectionWithinSecondsWhateverTheClients
   const Clock::duration took = stop();
   EXPECT_LT(took, 5s);
   EXPECT_EQ(handler_.wait_abandoned(2).has_value(), true);
+}
+
+// The stream ends while the server stops: its connection closes rather than reading the next request.
+TEST_F(HttpTransportTest, AStreamThatEndsWhileTheServerStopsClosesItsConnection) {
+  start(HttpLimits{});
+  Client client(port_);
+  client.send("GET /brief HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(client.read(1s, "\r\n\r\n").find("Transfer-Encoding: chunked"), std::string::npos);
+  const Clock::duration took = stop();
+  EXPECT_LT(took, 5s);
+  const std::string rest = client.read(1s);
+  EXPECT_NE(rest.find("4\r\nlate\r\n0\r\n\r\n"), std::string::npos) << rest;
+  EXPECT_TRUE(client.closed());
+  EXPECT_EQ(handler_.statuses(1), std::vector<int>{200});
 }
 
 TEST_F(HttpTransportTest, ARefusedRequestIsAnsweredCountedAndClosed) {
