@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace jambo::server {
@@ -102,6 +103,9 @@ void EngineLoop::run() {
     lock.lock();
     counters_ = counters;
     if (!failure.empty()) return die(lock, failure);
+    lock.unlock();
+    notify_stepped();  // after the counters: a client that saw its tokens sees the step in /metrics
+    lock.lock();
   }
   refuse_all(lock, "the server is shutting down");
 }
@@ -155,10 +159,17 @@ void EngineLoop::on_progress(const engine::SampleProgress& progress) {
   if (found == routes_.end()) return;  // taken back before it was accepted
   Route& route = found->second;
   route.stream->on_progress(route.first_choice + progress.output.sample, progress);
+  if (stepped_.empty() || stepped_.back() != route.stream) stepped_.push_back(route.stream);
   if (!progress.finished || ++route.num_finished < route.num_samples) return;
   routes_.erase(found);
   std::lock_guard lock(mutex_);
   --num_unfinished_;
+}
+
+void EngineLoop::notify_stepped() {
+  std::sort(stepped_.begin(), stepped_.end());
+  stepped_.erase(std::unique(stepped_.begin(), stepped_.end()), stepped_.end());
+  for (const auto& stream : std::exchange(stepped_, {})) stream->notify();
 }
 
 void EngineLoop::die(std::unique_lock<std::mutex>& lock, const std::string& reason) {

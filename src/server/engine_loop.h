@@ -70,12 +70,14 @@ class EngineLoop {
   void take_inbox(std::unique_lock<std::mutex>& lock);
   Admission admit(Submission& submission);
   void on_progress(const engine::SampleProgress& progress);
+  void notify_stepped();
   void die(std::unique_lock<std::mutex>& lock, const std::string& reason);
   void refuse_all(std::unique_lock<std::mutex>& lock, const std::string& reason);
 
   engine::Engine& engine_;
   const int64_t max_num_requests_;
   std::unordered_map<std::string, Route> routes_;  // unfinished engine requests; engine thread only
+  std::vector<std::shared_ptr<RequestStream>> stepped_;  // the streams the current step gave news; engine thread only
 
   mutable std::mutex mutex_;  // guards everything below
   std::condition_variable inbox_changed_;

@@ -19,7 +19,7 @@ namespace http = boost::beast::http;
 
 namespace {
 
-constexpr size_t kHeaderReadSize = 8 << 10;
+constexpr size_t kHeaderReadSize = 2 << 10;
 constexpr size_t kBodyReadSize = 64 << 10;
 constexpr size_t kInflateStep = 64 << 10;
 

@@ -482,8 +482,9 @@ void Session::close_now() {
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.close();
-  if (const std::shared_ptr<LateResponse> late = std::exchange(late_, nullptr)) late->abandon();  // still under way
-  if (exchange_open_) record(499);
+  const std::shared_ptr<LateResponse> late = std::exchange(late_, nullptr);  // set: still under way
+  if (exchange_open_) record(499);  // counted before the work stops, so that freed slots mean a counted answer
+  if (late) late->abandon();
 }
 
 void Session::record(int status) {

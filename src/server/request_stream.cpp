@@ -25,7 +25,7 @@ void RequestStream::set_listener(std::function<void()> listener) {
 
 void RequestStream::on_progress(int64_t choice_index, const engine::SampleProgress& progress) {
   const auto now = Clock::now();
-  std::unique_lock lock(mutex_);
+  std::lock_guard lock(mutex_);
   Choice& choice = choices_.at(size_t(choice_index));
   JAMBO_ASSERT(!choice.finished);
   const engine::SampleOutput& output = progress.output;
@@ -66,18 +66,22 @@ void RequestStream::on_progress(int64_t choice_index, const engine::SampleProgre
   }
   pending_.push_back(std::move(event));
   changed_.notify_all();
+}
+
+void RequestStream::notify() {
+  std::unique_lock lock(mutex_);
   const std::function<void()> listener = listener_;
   lock.unlock();
   if (listener) listener();
 }
 
 void RequestStream::fail(const std::string& message) {
-  std::unique_lock lock(mutex_);
-  error_ = message;
-  changed_.notify_all();
-  const std::function<void()> listener = listener_;
-  lock.unlock();
-  if (listener) listener();
+  {
+    std::lock_guard lock(mutex_);
+    error_ = message;
+    changed_.notify_all();
+  }
+  notify();
 }
 
 std::vector<StreamEvent> RequestStream::take(std::chrono::milliseconds timeout) {

@@ -46,8 +46,12 @@ class RequestStream {
   void on_progress(int64_t choice, const engine::SampleProgress& progress);
   void fail(const std::string& message);
 
-  // HTTP side: called on the engine loop's thread after each new event and after fail(), without the stream's lock
-  // (an asynchronous connection polls take() then).
+  // Calls the listener (set by the HTTP side) when events wait: the loop calls it after the step that made them, once
+  // /metrics shows that step. fail() calls it too.
+  void notify();
+
+  // HTTP side: the listener runs on the engine loop's thread, without the stream's lock (an asynchronous connection
+  // polls take() then).
   void set_listener(std::function<void()> listener);
   // The events since the last call, after waiting up to `timeout` for one.
   std::vector<StreamEvent> take(std::chrono::milliseconds timeout);

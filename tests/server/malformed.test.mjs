@@ -134,8 +134,8 @@ test('a body over the size limit gets 413 with an error object', async () => {
   assert.match(response.json.error.message, /too large/);
 });
 
-// httplib reads an application/x-www-form-urlencoded body (what `curl -d` sends) only up to 8 KiB and
-// answers 413 "too large" past that: the body must be read, or the 413 must say it is the content type.
+// An application/x-www-form-urlencoded body (what `curl -d` sends) was once read only up to 8 KiB and refused
+// with 413 "too large" past that: the body must be read, or the 413 must say it is the content type.
 test('a JSON body over 8 KiB sent as a form (curl -d) is read, or refused naming the Content-Type',
   async () => {
     const body = JSON.stringify({ ...ok, prompt: 'word '.repeat(2000), max_tokens: 1 });

@@ -124,8 +124,8 @@ curl_json "wrong model is a 404" 404 POST /v1/completions '{"model": "nope", "pr
 curl_json "unknown route is a 404" 404 GET /v1/nothing
 body_has "404 is an error object" '.error.message | length > 0'
 
-# curl -d sends application/x-www-form-urlencoded, which httplib reads only up to 8 KiB: the body must be
-# read, or the 413 must say that the content type is the reason.
+# curl -d sends application/x-www-form-urlencoded (a server library once read such bodies only up to 8 KiB): the
+# body must be read, or the 413 must say that the content type is the reason.
 long_request="{\"model\": \"jambo-demo\", \"prompt\": \"$(printf 'word %.0s' {1..2000})\", \"max_tokens\": 1}"
 code=$(curl -sS -o "$work/body" -w '%{http_code}' -d "$long_request" "$url/v1/completions")
 if [[ $code == 200 ]] || { [[ $code == 413 ]] && grep -q "Content-Type" "$work/body"; }; then
@@ -153,7 +153,7 @@ grep -q '^jambo_http_requests_total{status="400"} [1-9]' "$work/body" && pass "/
 # The openai client tests, one file after another (they share the server and check it idles).
 for file in tests/server/completions.test.mjs tests/server/chat.test.mjs tests/server/streaming.test.mjs \
             tests/server/concurrency.test.mjs tests/server/malformed.test.mjs tests/server/disconnect.test.mjs \
-            tests/server/queue.test.mjs; do
+            tests/server/queue.test.mjs tests/server/transport.test.mjs; do
   kill -0 "$server_pid" 2>/dev/null || die "jambo serve is gone before $file"
   echo "---- node $file"
   file_started=$SECONDS
