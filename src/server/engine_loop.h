@@ -41,7 +41,8 @@ class EngineLoop {
   // The engine requests of one HTTP request, accepted all together or not at all. The stream's choice
   // c*n + s is sample s of specs[c]. Returns at once; on_verdict is called once, without the loop's lock: at once
   // when the loop is full, dead or stopping, else on the loop's thread when it takes them (within a step).
-  void submit(std::vector<engine::RequestSpec> specs, std::shared_ptr<RequestStream> stream, VerdictCallback on_verdict);
+  void submit(std::vector<engine::RequestSpec> specs, std::shared_ptr<RequestStream> stream,
+              VerdictCallback on_verdict);
   // Aborts whichever of these requests is unfinished; frees their slots and KV blocks at the next turn.
   void abort(const std::vector<std::string>& ids);
 
@@ -76,7 +77,7 @@ class EngineLoop {
 
   engine::Engine& engine_;
   const int64_t max_num_requests_;
-  std::unordered_map<std::string, Route> routes_;  // unfinished engine requests; engine thread only
+  std::unordered_map<std::string, Route> routes_;        // unfinished engine requests; engine thread only
   std::vector<std::shared_ptr<RequestStream>> stepped_;  // the streams the current step gave news; engine thread only
 
   mutable std::mutex mutex_;  // guards everything below

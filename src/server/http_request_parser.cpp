@@ -66,7 +66,8 @@ class Inflater {
       const int result = inflate(&stream_, Z_NO_FLUSH);
       output.resize(before + kInflateStep - stream_.avail_out);
       if (output.size() > limit) return body_too_large(limit, coding);
-      if (result == Z_STREAM_END) ended_ = true;
+      if (result == Z_STREAM_END)
+        ended_ = true;
       else if (result != Z_OK && result != Z_BUF_ERROR)
         return HttpRefusal{400, fmt::format("the request body is not valid {} data ({})", coding,
                                             stream_.msg ? stream_.msg : "zlib error")};

@@ -17,9 +17,9 @@ namespace jambo::server {
 
 // What one connection may send and how long it may take (docs/server.md, "Limits").
 struct HttpLimits {
-  size_t max_body_bytes = 16 << 20;    // a body once decoded, and as sent
-  size_t max_header_bytes = 64 << 10;  // the request line and the header fields
-  size_t max_header_fields = 100;      // header fields, trailer fields included
+  size_t max_body_bytes = 16 << 20;                     // a body once decoded, and as sent
+  size_t max_header_bytes = 64 << 10;                   // the request line and the header fields
+  size_t max_header_fields = 100;                       // header fields, trailer fields included
   std::chrono::milliseconds request_timeout{10'000};    // a request's first byte to its last
   std::chrono::milliseconds keep_alive_timeout{5'000};  // a connection's wait for the next request's first byte
   std::chrono::milliseconds write_timeout{10'000};      // a response, or one streamed chunk, to be taken by the client
@@ -27,8 +27,8 @@ struct HttpLimits {
 
 struct HttpRequest {
   std::string method;
-  std::string target;  // as sent, query included
-  std::string path;    // the target up to its '?'
+  std::string target;     // as sent, query included
+  std::string path;       // the target up to its '?'
   unsigned version = 11;  // 10 or 11
   bool keep_alive = true;
   std::vector<std::pair<std::string, std::string>> headers;
@@ -63,8 +63,8 @@ class RequestParser {
   void commit(size_t num_bytes);
   Status parse();  // parses what was read
 
-  bool started() const;           // a byte of the current request has arrived
-  HttpRequest take();             // after Complete: the request; the parser moves on to the next one
+  bool started() const;                // a byte of the current request has arrived
+  HttpRequest take();                  // after Complete: the request; the parser moves on to the next one
   const HttpRefusal& refusal() const;  // after Refused
   // As far as parsed: the current request's method and path, for the log line of a refused one ("" before).
   std::pair<std::string, std::string> method_and_path() const;

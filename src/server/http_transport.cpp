@@ -38,12 +38,12 @@ namespace {
 
 constexpr int kNumIoThreads = 2;
 constexpr int kNumWorkers = 4;
-constexpr auto kPulse = std::chrono::seconds(1);                // a late response is polled at least this often
-constexpr auto kLingerTime = std::chrono::seconds(2);           // reading what a client sends after its last response
-constexpr auto kShutdownGrace = std::chrono::seconds(2);        // responses under way may end before connections close
-constexpr auto kShutdownLimit = std::chrono::seconds(3);        // then the I/O threads stop, whatever is left
+constexpr auto kPulse = std::chrono::seconds(1);          // a late response is polled at least this often
+constexpr auto kLingerTime = std::chrono::seconds(2);     // reading what a client sends after its last response
+constexpr auto kShutdownGrace = std::chrono::seconds(2);  // responses under way may end before connections close
+constexpr auto kShutdownLimit = std::chrono::seconds(3);  // then the I/O threads stop, whatever is left
 constexpr auto kShutdownCheck = std::chrono::milliseconds(50);
-constexpr auto kAcceptRetry = std::chrono::milliseconds(50);    // after an accept failed (out of descriptors)
+constexpr auto kAcceptRetry = std::chrono::milliseconds(50);  // after an accept failed (out of descriptors)
 constexpr size_t kLingerReadSize = 4 << 10;
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -61,8 +61,8 @@ std::string head_text(const HttpResponse& response, unsigned version, bool keep_
   if (framing == Framing::Chunked) head.set(http::field::transfer_encoding, "chunked");
   // Clients that reuse connections (fetch, the openai client) then close one before the server would.
   if (keep_alive)
-    head.set("Keep-Alive", fmt::format("timeout={}",
-                                       std::chrono::duration_cast<std::chrono::seconds>(keep_alive_timeout).count()));
+    head.set("Keep-Alive",
+             fmt::format("timeout={}", std::chrono::duration_cast<std::chrono::seconds>(keep_alive_timeout).count()));
   if (version >= 11 && !keep_alive) head.set(http::field::connection, "close");
   if (version < 11 && keep_alive) head.set(http::field::connection, "keep-alive");
   http::fields::writer writer(head, head.version(), head.result_int());
@@ -176,9 +176,9 @@ class Session : public std::enable_shared_from_this<Session> {
   const HttpLimits& limits_;
   const uint64_t id_;
   const net::any_io_executor strand_;  // the connection's own; wake() posts to it from other threads
-  beast::tcp_stream stream_;     // its timeouts bound the wait for a request's first byte, and every write
-  net::steady_timer deadline_;   // the whole request must arrive before it
-  net::steady_timer pulse_;      // polls a late response
+  beast::tcp_stream stream_;           // its timeouts bound the wait for a request's first byte, and every write
+  net::steady_timer deadline_;         // the whole request must arrive before it
+  net::steady_timer pulse_;            // polls a late response
   RequestParser parser_;
   Phase phase_ = Phase::Idle;
   uint64_t request_number_ = 0;  // tells a stale timer or watch from the current request's
@@ -234,8 +234,10 @@ void Session::read_some() {
                                     std::chrono::duration<double>(limits_.request_timeout).count())});
   // Waiting for a request's first byte is the keep-alive timeout (tcp_stream closes the connection); the rest of the
   // request has the deadline, which answers 408.
-  if (phase_ == Phase::Idle) stream_.expires_after(limits_.keep_alive_timeout);
-  else stream_.expires_never();
+  if (phase_ == Phase::Idle)
+    stream_.expires_after(limits_.keep_alive_timeout);
+  else
+    stream_.expires_never();
   const std::span<char> space = parser_.read_space();
   stream_.async_read_some(net::buffer(space.data(), space.size()),
                           [self = shared_from_this()](const beast::error_code& error, size_t num_bytes) {
@@ -265,11 +267,12 @@ void Session::arm_deadline() {
 
 void Session::write_continue() {
   stream_.expires_after(limits_.write_timeout);
-  net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this()](const beast::error_code& error, size_t) {
-    if (self->phase_ != Phase::Reading) return;
-    if (error && !self->deadline_passed_) return self->close_now();
-    self->parse();
-  });
+  net::async_write(stream_, net::buffer(kContinue),
+                   [self = shared_from_this()](const beast::error_code& error, size_t) {
+                     if (self->phase_ != Phase::Reading) return;
+                     if (error && !self->deadline_passed_) return self->close_now();
+                     self->parse();
+                   });
 }
 
 void Session::dispatch(HttpRequest request) {
@@ -435,15 +438,15 @@ void Session::end_late() {
 // While a late response is under way, a client that closes its side is seen at once, and its work abandoned. Bytes
 // of its next request end the watch: those wait in the socket, and a client that leaves is then seen on a write.
 void Session::watch_client() {
-  stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), number = request_number_](
-                                                          const beast::error_code& error) {
-    if (error || number != self->request_number_ || self->phase_ != Phase::Late) return;
-    char byte = 0;
-    const ssize_t peeked = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (peeked > 0) return;
-    if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->watch_client();
-    self->close_now();
-  });
+  stream_.socket().async_wait(
+      tcp::socket::wait_read, [self = shared_from_this(), number = request_number_](const beast::error_code& error) {
+        if (error || number != self->request_number_ || self->phase_ != Phase::Late) return;
+        char byte = 0;
+        const ssize_t peeked = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (peeked > 0) return;
+        if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->watch_client();
+        self->close_now();
+      });
 }
 
 void Session::arm_pulse() {
@@ -540,8 +543,7 @@ void HttpTransport::Impl::begin_shutdown() {
   beast::error_code ignored;
   acceptor.close(ignored);
   accept_retry.cancel();
-  for (const auto& session : live_sessions())
-    net::post(session->executor(), [session] { session->shut_down(); });
+  for (const auto& session : live_sessions()) net::post(session->executor(), [session] { session->shut_down(); });
   check_shutdown(Clock::now());
 }
 

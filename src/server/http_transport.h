@@ -86,7 +86,7 @@ class HttpTransport {
   // Listens on host:port, which no other socket may share (throws jambo::Error naming them and why when it cannot);
   // returns the port.
   int bind(const std::string& host, int port);
-  void run();   // serves until stop()
+  void run();  // serves until stop()
   // Stops accepting and ends every connection within a few seconds, whatever its clients do; safe from any thread.
   void stop();
 

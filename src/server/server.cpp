@@ -34,7 +34,9 @@ HttpResponse text_response(int status, std::string content_type, std::string bod
   return response;
 }
 
-HttpResponse json_response(int status, const json& body) { return text_response(status, "application/json", to_wire(body)); }
+HttpResponse json_response(int status, const json& body) {
+  return text_response(status, "application/json", to_wire(body));
+}
 
 HttpResponse error_response(const ApiError& error) {
   return json_response(error.status, error_body(error.what(), error.type, error.param));
@@ -136,10 +138,9 @@ class GenerationResponse final : public LateResponse, public std::enable_shared_
   void start(std::function<void()> wake) override {
     wake_ = std::move(wake);
     exchange_->stream->set_listener(wake_);
-    server_.loop.submit(std::move(specs_), exchange_->stream,
-                        [self = shared_from_this()](EngineLoop::Admission admission) {
-                          self->on_verdict(std::move(admission));
-                        });
+    server_.loop.submit(
+        std::move(specs_), exchange_->stream,
+        [self = shared_from_this()](EngineLoop::Admission admission) { self->on_verdict(std::move(admission)); });
   }
 
   LateProgress poll() override {
@@ -360,7 +361,8 @@ HttpReply Server::Impl::generate(const HttpRequest& http_request, bool chat) {
   }
   const int64_t num_choices = int64_t(request.prompts.size()) * request.options.n;
   exchange->stream = std::make_shared<RequestStream>(num_choices, longest(request.options.stop.strings), &metrics);
-  exchange->builder = std::make_unique<ResponseBuilder>(request, exchange->id, options.model_name, unix_time(), tokenizer);
+  exchange->builder =
+      std::make_unique<ResponseBuilder>(request, exchange->id, options.model_name, unix_time(), tokenizer);
   return std::make_shared<GenerationResponse>(*this, std::move(exchange), std::move(specs));
 }
 

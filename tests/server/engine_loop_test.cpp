@@ -126,7 +126,8 @@ TEST(EngineLoop, RefusesWhenFullAndAcceptsAgainLater) {
   engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 2);
   auto stream = std::make_shared<RequestStream>(2, 0, nullptr);
-  ASSERT_EQ(submit_and_wait(loop, {long_request("a"), long_request("b")}, stream).verdict, EngineLoop::Verdict::Accepted);
+  ASSERT_EQ(submit_and_wait(loop, {long_request("a"), long_request("b")}, stream).verdict,
+            EngineLoop::Verdict::Accepted);
   const EngineLoop::Admission refused =
       submit_and_wait(loop, {long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr));
   EXPECT_EQ(refused.verdict, EngineLoop::Verdict::Full);

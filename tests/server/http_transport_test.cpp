@@ -105,8 +105,10 @@ class TestHandler : public HttpHandler {
         progress.head->streamed = true;
       }
       if (!ready_) return progress;
-      if (streamed_) progress.body = "late";
-      else progress.head = text(200, "late");
+      if (streamed_)
+        progress.body = "late";
+      else
+        progress.head = text(200, "late");
       progress.complete = true;
       return progress;
     }
