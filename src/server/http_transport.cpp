@@ -190,6 +190,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<Clock::time_point> received_;
   unsigned version_ = 11;
   bool request_keep_alive_ = true;
+  bool head_only_ = false;  // a HEAD request
   bool keep_alive_ = true;  // of the response being written
   std::string out_;         // what is being written
 
@@ -284,6 +285,7 @@ void Session::dispatch(HttpRequest request) {
   exchange_open_ = true;
   version_ = request.version;
   request_keep_alive_ = request.keep_alive;
+  head_only_ = request.method == "HEAD";
   phase_ = Phase::Handling;
   if (!transport_.handler.takes_long(request)) return respond(answer(request));
   net::post(transport_.workers, [self = shared_from_this(), request = std::move(request)] {
@@ -313,6 +315,7 @@ void Session::refuse(const HttpRefusal& refusal) {
   exchange_open_ = true;
   received_.reset();
   request_keep_alive_ = false;  // the rest of the connection's bytes cannot be framed
+  head_only_ = false;
   HttpResponse response;
   try {
     response = transport_.handler.refusal(refusal.status, refusal.message);
@@ -334,7 +337,8 @@ void Session::write_whole(HttpResponse response) {
   exchange_.status = response.status;
   exchange_.body_bytes = response.body.size();
   if (!response.log_id.empty()) exchange_.id = response.log_id;
-  out_ = head_text(response, version_, keep_alive_, Framing::Length, limits_.keep_alive_timeout) + response.body;
+  out_ = head_text(response, version_, keep_alive_, Framing::Length, limits_.keep_alive_timeout);
+  if (!head_only_) out_ += response.body;  // a response to HEAD has the header of the one to GET, no body
   stream_.expires_after(limits_.write_timeout);
   net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](const beast::error_code& error, size_t) {
     self->on_whole_written(error);

@@ -257,6 +257,15 @@ TEST_F(HttpTransportTest, PipelinedRequestsAreAllAnsweredInOrder) {
   EXPECT_EQ(handler_.statuses(4), (std::vector<int>{200, 200, 200, 200}));
 }
 
+TEST_F(HttpTransportTest, AResponseToHeadHasNoBody) {
+  start(HttpLimits{});
+  Client client(port_);
+  client.send("HEAD /hello HTTP/1.1\r\nHost: x\r\n\r\nGET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string answers = client.read(3s);
+  EXPECT_EQ(count_of(answers, "Content-Length: 12\r\n"), 2u) << answers;
+  EXPECT_EQ(count_of(answers, "hello /hello"), 1u) << answers;
+}
+
 TEST_F(HttpTransportTest, ARequestThatDoesNotArriveInTimeIs408AndClosed) {
   start(short_limits());
   Client client(port_);
