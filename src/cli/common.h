@@ -36,7 +36,7 @@ class UsageError : public Error {
   using Error::Error;
 };
 
-// Malformed input lines (score, batch, compare), one policy (main.cpp): each is reported and skipped, the run
+// Malformed input lines (score, batch, compare, trace), one policy (main.cpp): each is reported and skipped, the run
 // goes on, and it ends with kSkippedLinesExitCode unless --allow-skipped was given.
 constexpr int kSkippedLinesExitCode = 4;
 void add_allow_skipped_flag(CLI::App& command, bool& allow_skipped);

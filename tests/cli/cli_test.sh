@@ -255,6 +255,11 @@ expect_exit 0 "trace" "$jambo" trace --input "$work/trace.jsonl" --request sampl
 grep -q "prefill" "$work/out" && grep -q "decode" "$work/out" && grep -q "finished" "$work/out" \
   && pass "trace tells prefill, decode and finish" || fail "trace output: $(cat "$work/out")"
 expect_exit 1 "trace of an unknown request" "$jambo" trace --input "$work/trace.jsonl" --request nobody
+# a trace with an unreadable line follows the malformed-line policy: exit 4, or 0 with --allow-skipped
+{ cat "$work/trace.jsonl"; echo "not json"; } >"$work/trace-torn.jsonl"
+expect_exit 4 "trace that skipped a line" "$jambo" trace --input "$work/trace-torn.jsonl" --request sampled
+expect_stderr_line "trace counts the skipped line" "1 unreadable lines skipped"
+expect_exit 0 "trace --allow-skipped" "$jambo" trace --input "$work/trace-torn.jsonl" --request sampled --allow-skipped
 
 # compare: a clean batch passes; one perturbed logprob is flagged with exit code 3
 expect_exit 0 "compare clean" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --report "$work/report.html"
