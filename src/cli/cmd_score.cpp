@@ -117,6 +117,7 @@ nlohmann::json score_json(const ScoreInput& input, const forensics::ScoredSequen
 
 // Returns the exit status (skipped_lines_exit_code).
 int run_score(const ScoreOptions& options) {
+  std::ofstream file = open_output(options.output_path);
   const std::optional<tokenizer::Tokenizer> tokenizer = options.model.load_tokenizer();
   ScoreInputs read = read_score_inputs(options.input_path, tokenizer ? &*tokenizer : nullptr);
   const model::Model model = options.model.load(options.backend.kind);
@@ -126,11 +127,6 @@ int run_score(const ScoreOptions& options) {
   SingleSequenceBackend single = make_single_sequence_backend(model, max_tokens, options.backend);
   forensics::SequenceRunner runner(*single.backend, single.cache, /*max_chunk_tokens=*/512);
 
-  std::ofstream file;
-  if (!options.output_path.empty()) {
-    file.open(options.output_path);
-    JAMBO_REQUIRE(file, "cannot write output file '{}'", options.output_path);
-  }
   std::ostream& out = options.output_path.empty() ? std::cout : file;
   for (const ScoreInput& input : read.inputs) {
     const forensics::ScoredSequence scored = runner.score(input.tokens, options.num_top_logprobs);

@@ -225,6 +225,10 @@ expect_exit 0 "bench plot" "$jambo" bench --model "$work/shape" --random-weights
   --repeats 1 --batch 1,3 --plot "$work/bench.svg"
 [[ $(grep -o '<rect x=[^>]*fill="#4a78b5"' "$work/bench.svg" | wc -l) -eq 2 ]] && grep -q "batch 3" "$work/bench.svg" &&
   pass "bench plot: one bar per batch" || fail "bench plot: $(head -c 300 "$work/bench.svg")"
+# score checks its --output before the long part of the run (here, before even looking at the model)
+expect_exit 1 "score to an unwritable path" "$jambo" score --model "$work/no-such-model" --input /dev/null \
+  --output "$work/missing/scores.jsonl"
+expect_stderr "score output path named first" "cannot write output file '$work/missing/scores.jsonl'"
 expect_exit 1 "bench plot to an unwritable path" "$jambo" bench --model "$work/shape" --random-weights \
   --plot "$work/missing/bench.svg"
 expect_stderr "bench plot path named" "cannot write output file '$work/missing/bench.svg'"
