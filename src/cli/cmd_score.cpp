@@ -31,9 +31,9 @@ std::vector<int32_t> token_ids_field(const nlohmann::json& tokens) {
   std::vector<int32_t> ids;
   for (const nlohmann::json& token : tokens) {
     JAMBO_REQUIRE(token.is_number_integer(), "field 'tokens' holds a non-integer: {}", describe_json(token));
-    const int64_t id = token.get<int64_t>();
-    JAMBO_REQUIRE(id >= 0 && id <= INT32_MAX, "token id {} is negative or too large", id);
-    ids.push_back(int32_t(id));
+    const std::optional<int64_t> id = json_int64(token);
+    JAMBO_REQUIRE(id && *id >= 0 && *id <= INT32_MAX, "token id {} is negative or too large", token.dump());
+    ids.push_back(int32_t(*id));
   }
   return ids;
 }
@@ -41,12 +41,7 @@ std::vector<int32_t> token_ids_field(const nlohmann::json& tokens) {
 // One {"id": ..., "tokens": [ids]} or {"id": ..., "text": "..."} line; "text" is tokenized as `generate --prompt`
 // tokenizes a prompt (special tokens added). Throws jambo::Error saying what is wrong.
 ScoreInput parse_score_line(const std::string& line, int64_t line_number, const tokenizer::Tokenizer* tokenizer) {
-  nlohmann::json object;
-  try {
-    object = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& error) {
-    fail("malformed JSON: {}", error.what());
-  }
+  const nlohmann::json object = parse_json(line);
   JAMBO_REQUIRE(object.is_object(), "expected a JSON object");
   ScoreInput input;
   input.line_number = line_number;

@@ -16,8 +16,7 @@ struct TraceOptions {
 
 // Returns the exit status: skipped_lines_exit_code's, once the life is printed.
 int run_trace(const TraceOptions& options) {
-  std::ifstream file(options.path);
-  JAMBO_REQUIRE(file, "cannot open trace file '{}'", options.path);
+  std::ifstream file = open_input_file(options.path);
   const forensics::RequestLife life = options.sequence_id ? forensics::read_sequence_life(file, *options.sequence_id)
                                                           : forensics::read_request_life(file, options.request_id);
   JAMBO_REQUIRE(!life.lines.empty(), "{}: no event or row of {}", options.path,

@@ -18,20 +18,39 @@ namespace jambo::engine {
 
 namespace {
 
-void validate_options(const EngineOptions& options) {
+// Every id the tokenizer produces must be a row of the model's embedding.
+const tokenizer::Tokenizer* checked_tokenizer(const tokenizer::Tokenizer* tokenizer, const model::JambaConfig& config) {
+  if (!tokenizer || tokenizer->vocab_size() <= config.vocab_size) return tokenizer;
+  const int32_t highest = int32_t(tokenizer->vocab_size() - 1);
+  fail("tokenizer.json: token '{}' has id {}, beyond the model's vocab_size {} (config.json)",
+       tokenizer->id_to_token(highest).value_or(""), highest, config.vocab_size);
+}
+
+// A sequence's positions must exist in the model (config.json's max_position_embeddings).
+int64_t resolve_max_model_len(std::optional<int64_t> asked, const model::JambaConfig& config) {
+  const int64_t positions = config.max_position_embeddings;
+  if (!asked) return std::min(kDefaultMaxModelLen, positions);
+  JAMBO_REQUIRE(*asked >= 1, "max_model_len must be >= 1, got {}", *asked);
+  JAMBO_REQUIRE(*asked <= positions, "max_model_len {} exceeds the model's max_position_embeddings ({})", *asked,
+                positions);
+  return *asked;
+}
+
+// The options checked, max_model_len resolved for this model.
+EngineOptions resolve_options(EngineOptions options, const model::JambaConfig& config) {
   JAMBO_REQUIRE(options.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1, got {}",
                 options.max_num_batched_tokens);
   JAMBO_REQUIRE(options.max_num_seqs >= 1, "max_num_seqs must be >= 1, got {}", options.max_num_seqs);
   JAMBO_REQUIRE(options.kv_block_size >= 1, "kv_block_size must be >= 1, got {}", options.kv_block_size);
-  JAMBO_REQUIRE(options.max_model_len >= 1, "max_model_len must be >= 1, got {}", options.max_model_len);
+  options.max_model_len = resolve_max_model_len(options.max_model_len, config);
+  return options;
 }
 
 CachePlan plan_engine_cache(const model::Model& model, const EngineOptions& options) {
-  validate_options(options);
   const BackendChoice& backend = options.backend;
   return plan_cache(model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
                     options.memory_budget.resolve(backend.kind), options.max_num_seqs, options.kv_block_size,
-                    options.max_model_len, backend.state_dtype);
+                    *options.max_model_len, backend.state_dtype);
 }
 
 }  // namespace
@@ -57,7 +76,7 @@ struct Engine::Impl {
   void report(const Sequence& sequence) const;
 
   const tokenizer::Tokenizer* tokenizer;
-  EngineOptions options;
+  EngineOptions options;  // max_model_len resolved
   CachePlan cache_plan;
   std::unique_ptr<backend::Backend> backend;
   SlotPool slots;
@@ -74,9 +93,9 @@ struct Engine::Impl {
 };
 
 Engine::Impl::Impl(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options)
-    : tokenizer(tokenizer),
-      options(options),
-      cache_plan(plan_engine_cache(model, options)),
+    : tokenizer(checked_tokenizer(tokenizer, model.config)),
+      options(resolve_options(options, model.config)),
+      cache_plan(plan_engine_cache(model, this->options)),
       backend(make_backend(options.backend.kind, model, cache_plan.cache, options.backend.cuda_weights)),
       slots(cache_plan.cache.num_state_slots, options.slot_policy, options.slot_seed),
       kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
@@ -99,7 +118,7 @@ void Engine::Impl::inject_faults(const EngineFaults& faults) {
 void Engine::Impl::validate(const RequestSpec& spec) const {
   RequestLimits limits;
   limits.vocab_size = backend->config().vocab_size;
-  limits.max_model_len = options.max_model_len;
+  limits.max_model_len = *options.max_model_len;
   limits.max_n = slots.num_slots();
   limits.has_tokenizer = tokenizer != nullptr;
   if (const std::optional<FieldError> error = engine::validate(spec, limits))
@@ -272,6 +291,8 @@ bool Engine::has_unfinished() const { return !impl_->requests.empty() || !impl_-
 std::vector<SampleOutput> Engine::step() { return impl_->step(); }
 
 void Engine::set_progress_listener(ProgressListener listener) { impl_->listener = std::move(listener); }
+
+int64_t Engine::max_model_len() const { return *impl_->options.max_model_len; }
 
 const EngineCounters& Engine::counters() const {
   impl_->update_counters();

@@ -27,13 +27,17 @@ struct EngineFaults {
   bool wrap_state_offsets = false;     // state offsets wrap at half the pool, as a 32-bit offset wraps at 2^32
 };
 
+inline constexpr int64_t kDefaultMaxModelLen = 4096;
+
 struct EngineOptions {
   BackendChoice backend;                 // CUDA weights F32 by default: within 1e-4 of the CPU, as stress expects
   int64_t max_num_batched_tokens = 512;  // tokens of all rows of one step
   int64_t max_num_seqs = 64;             // sequences (samples) running at once
   int64_t kv_block_size = 16;
   MemoryBudget memory_budget{.fraction = 0.25};  // resolved on the backend when the engine starts
-  int64_t max_model_len = 4096;                  // prompt + generated tokens of one sequence
+  // Prompt + generated tokens of one sequence, at most the model's max_position_embeddings; unset: the smaller of
+  // that and kDefaultMaxModelLen.
+  std::optional<int64_t> max_model_len;
   SlotPolicy slot_policy = SlotPolicy::Lowest;
   uint64_t slot_seed = 0;  // for SlotPolicy::Random
   bool checked = false;    // law 2: verify owner and generation of every row; poison freed slots
@@ -101,6 +105,8 @@ class Engine {
   // Runs one step; returns the samples that finished (or were aborted) since the last step.
   std::vector<SampleOutput> step();
   const EngineCounters& counters() const;
+  // The context of one sequence: options.max_model_len, or its default for this model.
+  int64_t max_model_len() const;
 
   // Test-only fault injection (law 2): the running request `id` keeps a stale lease of its slot (a
   // generation it does not hold), as a scheduler bug would. In checked mode the next step must fail.

@@ -165,6 +165,7 @@ jq -e -s 'length == 1 and .[0].id == 2' "$work/out" >/dev/null && pass "score go
 
 # hostile input: clear errors, never a crash
 python_free_nest() { local n=$1; printf '%*s' "$n" '' | tr ' ' '['; }
+python_free_close() { local n=$1; printf '%*s' "$n" '' | tr ' ' ']'; }
 { printf '{"id": %s1%s, "tokens": [1, 2]}\n' "$(python_free_nest 100000)" "$(printf '%*s' 100000 '' | tr ' ' ']')"; } >"$work/nested.jsonl"
 expect_exit 4 "score deeply nested id" "$jambo" score --model "$fixture" --input "$work/nested.jsonl"
 expect_stderr_line "nested id named" "nested.jsonl:1: field 'id'"
@@ -180,6 +181,49 @@ expect_exit 1 "absurd vocab size" "$jambo" bench --model "$work/hugevocab" --ran
 expect_stderr "absurd vocab named" "vocab_size"
 printf '%s' "$(python_free_nest 100000)" | "$jambo" detokenize --model "$demo" >/dev/null 2>"$work/err"
 [[ $? -eq 1 ]] && pass "detokenize deeply nested input" || fail "detokenize deeply nested input: $(cat "$work/err")"
+# a million levels: every JSON reader refuses past 256 levels while parsing, naming the top-level field
+printf '{"id": %s1%s, "tokens": [1, 2]}\n' "$(python_free_nest 1000000)" "$(python_free_close 1000000)" >"$work/nested.jsonl"
+expect_exit 4 "score a million levels deep" "$jambo" score --model "$fixture" --input "$work/nested.jsonl"
+expect_stderr_line "score depth named" "nested.jsonl:1: field 'id': JSON nested deeper than 256 levels"
+printf '{"type": "event", "request": %s1%s}\n' "$(python_free_nest 1000000)" "$(python_free_close 1000000)" \
+  >"$work/nested-trace.jsonl"
+expect_exit 1 "trace a million levels deep" "$jambo" trace --input "$work/nested-trace.jsonl" --request 1
+expect_stderr "trace of a nested line finds nothing" "no event or row of request '1'"
+mkdir -p "$work/nested-template" && cp "$demo"/* "$work/nested-template/"
+config=$(jq -c '.chat_template = [{"name": "NAME", "template": "x"}]' "$demo/tokenizer_config.json")
+{ printf '%s' "${config%%\"NAME\"*}"; python_free_nest 1000000; python_free_close 1000000; printf '%s' "${config#*\"NAME\"}"; } \
+  >"$work/nested-template/tokenizer_config.json"
+expect_exit 1 "serve with a chat template a million levels deep" timeout 60 "$jambo" serve --model "$work/nested-template"
+expect_stderr "nested chat template named" \
+  "nested-template/tokenizer_config.json: field 'chat_template': JSON nested deeper than 256 levels"
+printf '{"id": "huge", "prompt_ids": [1], "max_tokens": 18446744073709551615}\n' >"$work/huge.jsonl"
+expect_exit 4 "batch max_tokens past int64" "$jambo" batch --model "$demo" --input "$work/huge.jsonl" \
+  --output "$work/huge-out.jsonl"
+expect_stderr_line "max_tokens past int64 named as written" "field 'max_tokens' = 18446744073709551615 is out of range"
+# only regular files are read: a FIFO would block its reader forever
+mkdir -p "$work/fifo-model" && cp "$fixture"/config.json "$work/fifo-model/" && mkfifo "$work/fifo-model/model.safetensors"
+expect_exit 1 "a FIFO for the weights" timeout 20 "$jambo" generate --model "$work/fifo-model" --prompt-ids 1
+expect_stderr "FIFO weights named" "fifo-model/model.safetensors: not a regular file"
+mkfifo "$work/fifo.jsonl"
+expect_exit 1 "a FIFO for the trace" timeout 20 "$jambo" trace --input "$work/fifo.jsonl" --request 1
+expect_stderr "FIFO trace named" "fifo.jsonl' does not exist or is not a regular file"
+expect_exit 1 "a FIFO for the batch output" timeout 20 "$jambo" batch --model "$demo" --input "$work/huge.jsonl" \
+  --output "$work/fifo.jsonl"
+expect_stderr "FIFO batch output named" "output file '$work/fifo.jsonl' is not a regular file"
+# every id the tokenizer makes must be a row of the model's embedding
+mkdir -p "$work/small-vocab" && cp "$demo"/tokenizer*.json "$work/small-vocab/"
+jq '.vocab_size = 4100' "$demo/config.json" >"$work/small-vocab/config.json"
+expect_exit 1 "a tokenizer beyond the model's vocabulary" "$jambo" generate --model "$work/small-vocab" --random-weights \
+  --prompt hi
+expect_stderr "tokenizer beyond the vocabulary named" "has id 4100, beyond the model's vocab_size 4100 (config.json)"
+# max_model_len within config.json's max_position_embeddings
+mkdir -p "$work/short" && cp "$demo"/* "$work/short/"
+jq '.max_position_embeddings = 1000' "$demo/config.json" >"$work/short/config.json"
+expect_exit 1 "serve past max_position_embeddings" timeout 60 "$jambo" serve --model "$work/short" --max-model-len 1001
+expect_stderr "serve past max_position_embeddings named" "max_model_len 1001 exceeds the model's max_position_embeddings (1000)"
+jq '.max_position_embeddings = -5' "$demo/config.json" >"$work/short/config.json"
+expect_exit 1 "negative max_position_embeddings" "$jambo" generate --model "$work/short" --prompt-ids 1
+expect_stderr "negative max_position_embeddings named" "field 'max_position_embeddings' = -5 must be positive"
 
 # tokenize works on a folder holding only tokenizer.json; detokenize inverts it
 mkdir -p "$work/tok" && cp "$demo/tokenizer.json" "$work/tok/"

@@ -198,6 +198,27 @@ else
   fail "jambo serve --quiet did not start: $(cat "$work/quiet.log")"
 fi
 
+# A model of fewer positions than the default context: max_model_len is max_position_embeddings, and holds.
+mkdir -p "$work/short/jambo-demo" && cp "$demo"/* "$work/short/jambo-demo/"
+jq '.max_position_embeddings = 1000' "$demo/config.json" >"$work/short/jambo-demo/config.json"
+"$jambo" serve --model "$work/short/jambo-demo" --port 0 --quiet >"$work/short.log" 2>&1 &
+short_pid=$!
+if short_url=$(serve_url "$work/short.log" "$short_pid"); then
+  models=$(curl -sS "$short_url/v1/models")
+  too_long=$(curl -sS -H 'Content-Type: application/json' "$short_url/v1/completions" \
+    --data-binary '{"model": "jambo-demo", "prompt": "The", "max_tokens": 1000}')
+  kill -TERM "$short_pid"
+  wait "$short_pid"
+  jq -e '.data[0].max_model_len == 1000' <<<"$models" >/dev/null \
+    && pass "max_model_len defaults to max_position_embeddings 1000" || fail "short model: $models"
+  jq -e '.error.param == "max_tokens" and (.error.message | contains("max_model_len is 1000"))' <<<"$too_long" \
+    >/dev/null && pass "a request past max_position_embeddings is a 400" || fail "short model: $too_long"
+else
+  kill -TERM "$short_pid" 2>/dev/null
+  wait "$short_pid"
+  fail "jambo serve of a 1000-position model did not start: $(cat "$work/short.log")"
+fi
+
 # Afterwards: alive, idle (nothing leaked), no law violation, and a clean stop on SIGTERM.
 curl_json "/health after everything" 200 GET /health
 curl -sS "$url/metrics" >"$work/body"
