@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "model/finite_values.h"
 
 #include <fcntl.h>
 #include <fmt/ranges.h>
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -106,6 +108,20 @@ int64_t bytes_needed(const std::vector<int64_t>& shape, int64_t element_size, in
   }
   return bytes;
 }
+
+// Where element `index` of a tensor of this shape sits, for messages: nothing for a vector.
+std::string position_of(const std::vector<int64_t>& shape, int64_t index) {
+  if (shape.size() < 2) return "";
+  std::vector<int64_t> coordinates(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    coordinates[d] = index % shape[d];
+    index /= shape[d];
+  }
+  if (shape.size() == 2) return fmt::format(" (row {}, column {})", coordinates[0], coordinates[1]);
+  return fmt::format(" (element {})", shape_string(coordinates));
+}
+
+std::string describe_nonfinite(float value) { return std::isnan(value) ? "NaN" : value > 0 ? "inf" : "-inf"; }
 
 struct DataRange {
   int64_t begin, end;
@@ -265,6 +281,14 @@ TensorView Checkpoint::get(const std::string& name, const std::vector<int64_t>& 
   JAMBO_REQUIRE(entry.view.shape == expected_shape, "{}: tensor '{}' has shape {}, expected {}",
                 entry.file, name, shape_string(entry.view.shape), shape_string(expected_shape));
   return entry.view;
+}
+
+void Checkpoint::require_finite(const std::string& name) const {
+  const Entry& entry = tensors_.at(name);
+  const std::optional<NonFiniteValue> found = find_nonfinite(entry.view);
+  if (!found) return;
+  fail("{}: tensor '{}' holds {} at index {}{}", entry.file, name, describe_nonfinite(found->value), found->index,
+       position_of(entry.view.shape, found->index));
 }
 
 std::vector<std::string> Checkpoint::names() const {

@@ -1,4 +1,4 @@
-// load_model: config.json + safetensors checkpoint -> ModelWeights (spec §2), shapes checked.
+// load_model: config.json + safetensors checkpoint -> ModelWeights (spec §2), shapes checked and values finite.
 #include "model/weights.h"
 
 #include "core/error.h"
@@ -17,17 +17,22 @@ namespace fs = std::filesystem;
 
 constexpr size_t kMaxUnusedNamesShown = 5;
 
+// The checkpoint's tensor of that name and shape; its values are checked the first time it is used (a fused expert
+// tensor is used by every expert), so each tensor's bytes are read once at load.
+TensorView use(const Checkpoint& checkpoint, const std::string& name, const std::vector<int64_t>& shape,
+               std::set<std::string>& used) {
+  const TensorView view = checkpoint.get(name, shape);
+  if (used.insert(name).second) checkpoint.require_finite(name);
+  return view;
+}
+
 // The slot's tensor under its per-expert name, or else its rows of the fused expert tensor.
 TensorView resolve(const Checkpoint& checkpoint, const WeightSlot& slot, std::set<std::string>& used) {
   const bool use_fused = slot.fused && checkpoint.find(slot.name) == nullptr &&
                          checkpoint.find(slot.fused->name) != nullptr;
-  if (!use_fused) {
-    used.insert(slot.name);
-    return checkpoint.get(slot.name, slot.shape);
-  }
+  if (!use_fused) return use(checkpoint, slot.name, slot.shape, used);
   const FusedExpertSource& fused = *slot.fused;
-  used.insert(fused.name);
-  const TensorView stacked = checkpoint.get(fused.name, fused.shape);
+  const TensorView stacked = use(checkpoint, fused.name, fused.shape, used);
   const int64_t rows_per_expert = fused.shape[1];
   return stacked.row_slice(fused.expert * rows_per_expert + fused.first_row, fused.num_rows);
 }
