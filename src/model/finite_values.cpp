@@ -1,6 +1,7 @@
 #include "model/finite_values.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace jambo::model {
 namespace {
@@ -8,8 +9,8 @@ namespace {
 constexpr int64_t kChunkElements = int64_t(1) << 16;  // one thread's unit of work
 
 // A value is NaN or infinite exactly when every exponent bit is set, in all three formats. The masked bits never
-// exceed the mask, so the largest of them equals it when some value is not finite: a reduction without a branch,
-// which the compiler turns into vector maxima.
+// exceed the mask, so their largest equals it when some value is not finite: a reduction without a branch, which
+// the compiler turns into vector maxima.
 template <typename Bits>
 bool any_nonfinite(const Bits* bits, int64_t count, Bits exponent_mask) {
   Bits largest = 0;
@@ -18,31 +19,43 @@ bool any_nonfinite(const Bits* bits, int64_t count, Bits exponent_mask) {
 }
 
 template <typename Bits>
-std::optional<int64_t> first_nonfinite(const Bits* bits, int64_t count, Bits exponent_mask) {
-  const int64_t num_chunks = (count + kChunkElements - 1) / kChunkElements;
-  int64_t first_chunk = num_chunks;
-#pragma omp parallel for schedule(static) reduction(min : first_chunk) if (num_chunks > 1)
-  for (int64_t chunk = 0; chunk < num_chunks; ++chunk) {
-    const int64_t begin = chunk * kChunkElements;
-    if (any_nonfinite(bits + begin, std::min(kChunkElements, count - begin), exponent_mask))
-      first_chunk = std::min(first_chunk, chunk);
-  }
-  if (first_chunk == num_chunks) return std::nullopt;
-  int64_t index = first_chunk * kChunkElements;
-  while ((bits[index] & exponent_mask) != exponent_mask) ++index;
-  return index;
+std::optional<int64_t> first_nonfinite(const Bits* bits, int64_t begin, int64_t end, Bits exponent_mask) {
+  if (!any_nonfinite(bits + begin, end - begin, exponent_mask)) return std::nullopt;
+  while ((bits[begin] & exponent_mask) != exponent_mask) ++begin;
+  return begin;
 }
+
+// The first non-finite element of view elements [begin, end).
+std::optional<int64_t> first_nonfinite(const TensorView& view, int64_t begin, int64_t end) {
+  switch (view.dtype) {
+    case DType::F32: return first_nonfinite(static_cast<const uint32_t*>(view.data), begin, end, 0x7f800000u);
+    case DType::BF16: return first_nonfinite(static_cast<const uint16_t*>(view.data), begin, end, uint16_t(0x7f80));
+    case DType::F16: return first_nonfinite(static_cast<const uint16_t*>(view.data), begin, end, uint16_t(0x7c00));
+  }
+  return std::nullopt;
+}
+
+struct Chunk {
+  size_t view;
+  int64_t begin, end;
+};
 
 }  // namespace
 
-std::optional<NonFiniteValue> find_nonfinite(const TensorView& view) {
-  const int64_t count = view.numel();
-  const std::optional<int64_t> index =
-      view.dtype == DType::F32    ? first_nonfinite(static_cast<const uint32_t*>(view.data), count, 0x7f800000u)
-      : view.dtype == DType::BF16 ? first_nonfinite(static_cast<const uint16_t*>(view.data), count, uint16_t(0x7f80))
-                                  : first_nonfinite(static_cast<const uint16_t*>(view.data), count, uint16_t(0x7c00));
-  if (!index) return std::nullopt;
-  return NonFiniteValue{*index, view.at(*index)};
+std::optional<NonFiniteValue> find_nonfinite(std::span<const TensorView> views) {
+  std::vector<Chunk> chunks;
+  for (size_t v = 0; v < views.size(); ++v)
+    for (int64_t begin = 0; begin < views[v].numel(); begin += kChunkElements)
+      chunks.push_back({v, begin, std::min(begin + kChunkElements, views[v].numel())});
+  const int64_t num_chunks = int64_t(chunks.size());
+  int64_t first_bad = num_chunks;
+#pragma omp parallel for schedule(dynamic, 16) reduction(min : first_bad) if (num_chunks > 1)
+  for (int64_t c = 0; c < num_chunks; ++c)
+    if (first_nonfinite(views[chunks[c].view], chunks[c].begin, chunks[c].end)) first_bad = std::min(first_bad, c);
+  if (first_bad == num_chunks) return std::nullopt;
+  const Chunk& chunk = chunks[size_t(first_bad)];
+  const int64_t index = *first_nonfinite(views[chunk.view], chunk.begin, chunk.end);
+  return NonFiniteValue{chunk.view, index, views[chunk.view].at(index)};
 }
 
 }  // namespace jambo::model

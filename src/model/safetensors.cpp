@@ -283,12 +283,14 @@ TensorView Checkpoint::get(const std::string& name, const std::vector<int64_t>& 
   return entry.view;
 }
 
-void Checkpoint::require_finite(const std::string& name) const {
-  const Entry& entry = tensors_.at(name);
-  const std::optional<NonFiniteValue> found = find_nonfinite(entry.view);
+void Checkpoint::require_finite(std::span<const std::string> names) const {
+  std::vector<TensorView> views;
+  for (const std::string& name : names) views.push_back(tensors_.at(name).view);
+  const std::optional<NonFiniteValue> found = find_nonfinite(views);
   if (!found) return;
-  fail("{}: tensor '{}' holds {} at index {}{}", entry.file, name, describe_nonfinite(found->value), found->index,
-       position_of(entry.view.shape, found->index));
+  const std::string& name = names[found->view];
+  fail("{}: tensor '{}' holds {} at index {}{}", tensors_.at(name).file, name, describe_nonfinite(found->value),
+       found->index, position_of(views[found->view].shape, found->index));
 }
 
 std::vector<std::string> Checkpoint::names() const {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,9 @@ class Checkpoint {
   // The tensor, which must exist and have the expected shape.
   TensorView get(const std::string& name, const std::vector<int64_t>& expected_shape) const;
 
-  // Throws jambo::Error naming the file, the tensor and its first element that is NaN or infinite, if any. The
-  // loader calls it once for each tensor the model reads: the one pass over its bytes at load.
-  void require_finite(const std::string& name) const;
+  // Throws jambo::Error naming the file, the first of these tensors that holds NaN or infinity, and its first such
+  // element. The loader calls it once, with every tensor the model reads: the one pass over their bytes at load.
+  void require_finite(std::span<const std::string> names) const;
 
   std::vector<std::string> names() const;  // sorted
   // The file an error about a missing tensor should name (the index when sharded).

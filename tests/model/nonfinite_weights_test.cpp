@@ -168,6 +168,18 @@ TEST(NonFiniteWeights, TiedEmbeddingsAreCheckedAsTheEmbedding) {
               HasSubstr("tensor 'model.embed_tokens.weight' holds NaN at index 17 (row 1, column 1)"));
 }
 
+// Of two bad tensors the message names the one loaded first (the embedding), not the first by name (lm_head).
+TEST(NonFiniteWeights, TheFirstBadTensorInLoadOrderIsNamed) {
+  TinyCheckpoint checkpoint;
+  std::vector<TestTensor> tensors = checkpoint.tensors();
+  set_element(tensors, "lm_head.weight", 0, kNan.f32);
+  set_element(tensors, "model.embed_tokens.weight", 100, kInf.f32);
+  TempFolder folder;
+  write_checkpoint(folder.path(), checkpoint, tensors);
+  EXPECT_THAT(load_error(folder.path()),
+              HasSubstr("tensor 'model.embed_tokens.weight' holds inf at index 100 (row 6, column 4)"));
+}
+
 // Only the tensors the model reads are scanned: one it does not use is reported as unused, not read.
 TEST(NonFiniteWeights, AnUnusedTensorIsNotRead) {
   TinyCheckpoint checkpoint;
@@ -181,29 +193,37 @@ TEST(NonFiniteWeights, AnUnusedTensorIsNotRead) {
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("1 tensors are not used by the model: extra.weight"));
 }
 
-// Views longer than one thread's share: the first bad element is found wherever the threads' shares split.
-TEST(FindNonFinite, FindsTheFirstAcrossThreadShares) {
-  constexpr int64_t kCount = 5 * (int64_t(1) << 16) + 3;
+// Views longer than one thread's share of work: the first bad element in the views' order is found wherever the
+// shares split, in every dtype.
+TEST(FindNonFinite, FindsTheFirstInViewOrderAcrossThreadShares) {
+  constexpr int64_t kShare = int64_t(1) << 16;
+  constexpr int64_t kCount = 5 * kShare + 3;
   std::vector<float> f32(kCount, 1.0f);
   std::vector<uint16_t> bf16(kCount, 0x3f80), f16(kCount, 0x3c00);
-  const TensorView f32_view{f32.data(), DType::F32, {kCount}, "f32"};
-  const TensorView bf16_view{bf16.data(), DType::BF16, {kCount}, "bf16"};
-  const TensorView f16_view{f16.data(), DType::F16, {kCount}, "f16"};
-  for (const TensorView* view : {&f32_view, &bf16_view, &f16_view}) EXPECT_FALSE(find_nonfinite(*view));
-  f32.back() = -INFINITY;
-  EXPECT_EQ(find_nonfinite(f32_view)->index, kCount - 1);
-  f32[4 * (int64_t(1) << 16) + 1] = NAN;
-  f32[(int64_t(1) << 16) - 1] = INFINITY;  // the last element of the first share
-  const std::optional<NonFiniteValue> found = find_nonfinite(f32_view);
+  const std::vector<TensorView> views = {{f32.data(), DType::F32, {kCount}, "f32"},
+                                         {bf16.data(), DType::BF16, {kCount}, "bf16"},
+                                         {f16.data(), DType::F16, {kCount}, "f16"}};
+  EXPECT_FALSE(find_nonfinite(views));
+  f16[2 * kShare + 77] = 0x7c01;  // a NaN
+  std::optional<NonFiniteValue> found = find_nonfinite(views);
   ASSERT_TRUE(found);
-  EXPECT_EQ(found->index, (int64_t(1) << 16) - 1);
+  EXPECT_EQ(found->view, 2u);
+  EXPECT_EQ(found->index, 2 * kShare + 77);
+  EXPECT_TRUE(std::isnan(found->value));
+  bf16[3 * kShare + 9] = 0x7fc1;
+  bf16[3 * kShare] = 0xff80;
+  found = find_nonfinite(views);
+  EXPECT_EQ(found->view, 1u);
+  EXPECT_EQ(found->index, 3 * kShare);
+  EXPECT_EQ(found->value, -INFINITY);
+  f32.back() = -INFINITY;
+  EXPECT_EQ(find_nonfinite(views)->index, kCount - 1);
+  f32[4 * kShare + 1] = NAN;
+  f32[kShare - 1] = INFINITY;  // the last element of the first share
+  found = find_nonfinite(views);
+  EXPECT_EQ(found->view, 0u);
+  EXPECT_EQ(found->index, kShare - 1);
   EXPECT_EQ(found->value, INFINITY);
-  bf16[3 * (int64_t(1) << 16)] = 0xff80;
-  bf16[3 * (int64_t(1) << 16) + 9] = 0x7fc1;
-  EXPECT_EQ(find_nonfinite(bf16_view)->index, 3 * (int64_t(1) << 16));
-  f16[2 * (int64_t(1) << 16) + 77] = 0x7c01;
-  EXPECT_EQ(find_nonfinite(f16_view)->index, 2 * (int64_t(1) << 16) + 77);
-  EXPECT_TRUE(std::isnan(find_nonfinite(f16_view)->value));
 }
 
 }  // namespace
