@@ -165,12 +165,6 @@ int run_batch(BatchOptions& options) {
              progress.tokens_per_second(num_generated + counters.prefill_tokens), counters.preemptions,
              counters.slot_reuses, counters.steps, counters.forward_seconds,
              counters.steps == 0 ? 0.0 : (elapsed - counters.forward_seconds) / double(counters.steps) * 1e3);
-  if (counters.nonfinite_rows > 0)
-    fmt::print(stderr,
-               "batch: warning: {} step rows had logits that were not finite; their tokens were chosen from NaN or "
-               "infinite values and their logprobs are NaN (written as null). Rerun with --check to find the first "
-               "such row; with --cuda-weights f16, activations may overflow half precision\n",
-               counters.nonfinite_rows);
   return skipped_lines_exit_code("batch", input.num_malformed, options.allow_skipped);
 }
 

@@ -124,7 +124,9 @@ int run_score(const ScoreOptions& options) {
 
   std::ostream& out = options.output_path.empty() ? std::cout : file;
   for (const ScoreInput& input : read.inputs) {
-    const forensics::ScoredSequence scored = runner.score(input.tokens, options.num_top_logprobs);
+    const forensics::ScoredSequence scored = runner.score(
+        input.tokens, options.num_top_logprobs,
+        fmt::format("{}:{} (id {})", options.input_path, input.line_number, describe_json(input.id)));
     out << score_json(input, scored, options.num_top_logprobs).dump() << '\n' << std::flush;
   }
   return skipped_lines_exit_code("score", read.num_skipped, options.allow_skipped);

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include "backend/nonfinite_logits.h"
 #include "engine/backend_factory.h"
 #include "core/error.h"
 #include "engine/kv_block_manager.h"
@@ -62,6 +63,8 @@ struct Engine::Impl {
   void validate(const RequestSpec& spec) const;
   void add_request(const RequestSpec& spec);
   void abort_request(const std::string& id);
+  void end_request(Request& request, const std::string& error);
+  std::vector<std::string> fail_nonfinite_rows(const std::vector<ScheduledRow>& rows, const backend::StepOutput& output);
   std::vector<SampleOutput> step();
   void update_counters();
   Request* find(const std::string& id);
@@ -158,15 +161,39 @@ void Engine::Impl::add_request(const RequestSpec& spec) {
 void Engine::Impl::abort_request(const std::string& id) {
   Request* request = find(id);
   JAMBO_REQUIRE(request, "cannot abort request '{}': no unfinished request has this id", id);
-  for (const auto& sample : request->samples) {
+  end_request(*request, "");
+  requests.erase(id);
+}
+
+// Ends every unfinished sample of the request and frees its memory: aborted, or failed with the error.
+void Engine::Impl::end_request(Request& request, const std::string& error) {
+  for (const auto& sample : request.samples) {
     if (sample->is_done()) continue;
     scheduler.remove(*sample);
-    sample->abort();
-    trace.event(counters.steps, *sample, "aborted");
+    sample->abort(error);
+    if (error.empty())
+      trace.event(counters.steps, *sample, "aborted");
+    else
+      trace.event(counters.steps, *sample, "failed", {{"error", error}});
     report(*sample);
     finished.push_back(sample->output);
   }
-  requests.erase(id);
+}
+
+// A row whose logits are not finite fails its request (backend/nonfinite_logits.h); returns the errors, one per
+// failed request.
+std::vector<std::string> Engine::Impl::fail_nonfinite_rows(const std::vector<ScheduledRow>& rows,
+                                                           const backend::StepOutput& output) {
+  std::vector<std::string> errors;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    Sequence& sequence = *rows[r].sequence;
+    if (output.rows[r].finite || sequence.is_done()) continue;  // done: an earlier row failed its request
+    errors.push_back(backend::nonfinite_logits_message(fmt::format(
+        "request '{}' sample {} (sequence {}), step {}", sequence.request.spec.id, sequence.sample, sequence.id,
+        counters.steps)));
+    end_request(sequence.request, errors.back());
+  }
+  return errors;
 }
 
 std::vector<SampleOutput> Engine::Impl::step() {
@@ -180,9 +207,15 @@ std::vector<SampleOutput> Engine::Impl::step() {
   if (!plan.rows.empty()) {
     trace.step(counters.steps, plan.rows);
     const backend::StepOutput& output = runner.run(plan.rows);
-    for (size_t r = 0; r < plan.rows.size(); ++r) advance(plan.rows[r], r, output.rows[r]);
+    const std::vector<std::string> errors = fail_nonfinite_rows(plan.rows, output);
+    for (size_t r = 0; r < plan.rows.size(); ++r)
+      if (!plan.rows[r].sequence->is_done()) advance(plan.rows[r], r, output.rows[r]);
     forget_finished(plan.rows);
     ++counters.steps;
+    if (!errors.empty())
+      throw backend::NonFiniteLogits(errors.size() == 1 ? errors[0]
+                                                        : fmt::format("{} (and {} more requests failed in this step)",
+                                                                      errors[0], errors.size() - 1));
   }
   return std::exchange(finished, {});
 }

@@ -56,7 +56,8 @@ struct SampleOutput {
   std::vector<std::vector<backend::TokenLogprob>> top_logprobs;  // [ids][K]
   std::vector<std::optional<double>> prompt_logprobs;   // [prompt] (first is null) when asked
   std::vector<std::vector<backend::TokenLogprob>> prompt_top_logprobs;
-  std::string finish_reason;  // "stop" or "length" (or "abort")
+  std::string finish_reason;  // "stop" or "length" (or "abort", or "error")
+  std::string error;          // why the sample failed (finish_reason "error"): its logits were not finite
 };
 
 // One sample's progress, reported to a listener (the server's streams) after every new token and once
@@ -84,8 +85,8 @@ struct EngineCounters {
   int64_t law_violations = 0;
   int64_t steps = 0;
   double forward_seconds = 0.0;  // wall time inside the backend's forward calls; the rest of a step is the host's
-  // Rows whose logits held a NaN or an infinity: their tokens were chosen from them and their logprobs are NaN.
-  // Counted in every mode (the checked mode also refuses them as law 2 violations, a poisoned slot's read).
+  // Rows whose logits held NaN or infinity. Each failed its request (step()); the checked mode refuses the first as a
+  // law 2 violation instead, a read of a poisoned slot.
   int64_t nonfinite_rows = 0;
 };
 
@@ -102,7 +103,11 @@ class Engine {
   bool has_unfinished() const;
   // Called from step() and abort_request(), on their thread.
   void set_progress_listener(ProgressListener listener);
-  // Runs one step; returns the samples that finished (or were aborted) since the last step.
+  // Runs one step; returns the samples that finished (or were aborted) since the last step. A row whose logits are
+  // not finite fails its request: every sample of it ends with finish_reason "error" and the error naming the
+  // request, sample, sequence and step (the listener sees it), its memory is freed, and, once the rest of the step
+  // is done, step() throws backend::NonFiniteLogits with that message. The engine stays usable: the samples that
+  // finished in that step come back from the next step().
   std::vector<SampleOutput> step();
   const EngineCounters& counters() const;
   // The context of one sequence: options.max_model_len, or its default for this model.

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "model/finite_values.h"
 
 #include <fcntl.h>
 #include <fmt/ranges.h>
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -111,6 +113,20 @@ int64_t bytes_needed(const std::vector<int64_t>& shape, int64_t element_size, in
   }
   return bytes;
 }
+
+// Where element `index` of a tensor of this shape sits, for messages: nothing for a vector.
+std::string position_of(const std::vector<int64_t>& shape, int64_t index) {
+  if (shape.size() < 2) return "";
+  std::vector<int64_t> coordinates(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    coordinates[d] = index % shape[d];
+    index /= shape[d];
+  }
+  if (shape.size() == 2) return fmt::format(" (row {}, column {})", coordinates[0], coordinates[1]);
+  return fmt::format(" (element {})", shape_string(coordinates));
+}
+
+std::string describe_nonfinite(float value) { return std::isnan(value) ? "NaN" : value > 0 ? "inf" : "-inf"; }
 
 struct DataRange {
   int64_t begin, end;
@@ -278,6 +294,16 @@ TensorView Checkpoint::get(const std::string& name, const std::vector<int64_t>& 
   JAMBO_REQUIRE(entry.view.shape == expected_shape, "{}: tensor '{}' has shape {}, expected {}",
                 entry.file, name, shape_string(entry.view.shape), shape_string(expected_shape));
   return entry.view;
+}
+
+void Checkpoint::require_finite(std::span<const std::string> names) const {
+  std::vector<TensorView> views;
+  for (const std::string& name : names) views.push_back(tensors_.at(name).view);
+  const std::optional<NonFiniteValue> found = find_nonfinite(views);
+  if (!found) return;
+  const std::string& name = names[found->view];
+  fail("{}: tensor '{}' holds {} at index {}{}", tensors_.at(name).file, name, describe_nonfinite(found->value),
+       found->index, position_of(views[found->view].shape, found->index));
 }
 
 std::vector<std::string> Checkpoint::names() const {

@@ -1,5 +1,6 @@
 #include "server/engine_loop.h"
 
+#include "backend/nonfinite_logits.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -94,6 +95,8 @@ void EngineLoop::run() {
     std::string failure;
     try {
       engine_.step();
+    } catch (const backend::NonFiniteLogits&) {
+      abort_failed_requests();  // the step went on without the requests that failed; so does the loop
     } catch (const std::exception& error) {
       failure = error.what();
     }
@@ -102,7 +105,7 @@ void EngineLoop::run() {
     counters_ = counters;
     if (!failure.empty()) return die(failure);
   }
-  for (const auto& [id, route] : routes_) route.stream->fail("the server is shutting down");
+  for (const auto& [id, route] : routes_) route.stream->fail({503, "the server is shutting down"});
   for (auto& submission : std::exchange(submissions_, {}))
     submission->verdict.set_value({Verdict::Dead, "the server is shutting down"});
 }
@@ -162,10 +165,18 @@ void EngineLoop::on_progress(const engine::SampleProgress& progress) {
   --num_unfinished_;
 }
 
+// An HTTP request one of whose samples failed gets no answer but its error: its other engine requests stop too.
+void EngineLoop::abort_failed_requests() {
+  std::vector<std::string> ids;
+  for (const auto& [id, route] : routes_)
+    if (route.stream->error()) ids.push_back(id);
+  for (const std::string& id : ids) engine_.abort_request(id);
+}
+
 void EngineLoop::die(const std::string& reason) {
   dead_ = true;
   death_reason_ = fmt::format("the engine loop stopped: {}", reason);
-  for (const auto& [id, route] : routes_) route.stream->fail(death_reason_);
+  for (const auto& [id, route] : routes_) route.stream->fail({503, death_reason_});
   routes_.clear();
   num_unfinished_ = 0;
   for (auto& submission : std::exchange(submissions_, {}))

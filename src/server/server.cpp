@@ -297,7 +297,7 @@ void Server::Impl::generate(const httplib::Request& http_request, httplib::Respo
 void Server::Impl::respond_whole(Exchange& exchange, const ConnectionProbe& connection, httplib::Response& response) {
   while (!exchange.stream->is_finished()) {
     for (const StreamEvent& event : exchange.stream->take(kPollInterval)) exchange.builder->add(event);
-    if (const auto error = exchange.stream->error()) throw ApiError(503, *error, "", "server_error");
+    if (const auto error = exchange.stream->error()) throw ApiError(error->status, error->message, "", "server_error");
     if (connection.client_left()) {
       loop.abort(exchange.engine_ids);
       response.status = 499;  // nginx's "client closed request": for the metrics and the access log, no one reads it
@@ -329,8 +329,8 @@ bool Server::Impl::write_events(Exchange& exchange, httplib::DataSink& sink) {
   for (const StreamEvent& event : exchange.stream->take(kPollInterval))
     if (!send(fmt::format("data: {}\n\n", to_wire(exchange.builder->add(event))))) return false;
   if (const auto error = exchange.stream->error()) {
-    metrics.count_request(503);
-    send(fmt::format("data: {}\n\n", to_wire(error_body(*error, "server_error", ""))));
+    metrics.count_request(error->status);
+    send(fmt::format("data: {}\n\n", to_wire(error_body(error->message, "server_error", ""))));
     sink.done();
     return true;
   }

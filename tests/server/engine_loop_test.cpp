@@ -23,7 +23,7 @@ Outputs drain(RequestStream& stream, const std::vector<engine::RequestSpec>& spe
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (!stream.is_finished()) {
     if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("the stream does not finish");
-    if (stream.error()) throw std::runtime_error(*stream.error());
+    if (stream.error()) throw std::runtime_error(stream.error()->message);
     for (const StreamEvent& event : stream.take(kWait)) {
       engine::SampleOutput& output = outputs[keys.at(size_t(event.choice))];
       output.id = keys[size_t(event.choice)].first;
@@ -159,7 +159,7 @@ TEST(EngineLoop, AStepThatThrowsKillsTheLoopLoudly) {
   }
   loop.corrupt_lease_for_testing("victim");
   wait_until([&] { return stream->error().has_value(); }, "the stream gets the error");
-  EXPECT_NE(stream->error()->find("law 2 violation"), std::string::npos) << *stream->error();
+  EXPECT_NE(stream->error()->message.find("law 2 violation"), std::string::npos) << stream->error()->message;
   EXPECT_FALSE(loop.is_alive());
   const EngineLoop::Admission refused =
       loop.submit({long_request("next")}, std::make_shared<RequestStream>(1, 0, nullptr));
