@@ -200,6 +200,13 @@ printf '{"id": "huge", "prompt_ids": [1], "max_tokens": 18446744073709551615}\n'
 expect_exit 4 "batch max_tokens past int64" "$jambo" batch --model "$demo" --input "$work/huge.jsonl" \
   --output "$work/huge-out.jsonl"
 expect_stderr_line "max_tokens past int64 named as written" "field 'max_tokens' = 18446744073709551615 is out of range"
+printf '{"id": "long-stop", "prompt_ids": [1], "stop": "%s"}\n' "$(printf 'x%.0s' {1..300})" >"$work/stop.jsonl"
+expect_exit 4 "batch scalar stop over 256 bytes" "$jambo" batch --model "$demo" --input "$work/stop.jsonl" \
+  --output "$work/stop-out.jsonl"
+expect_stderr_line "scalar stop over 256 bytes named" "field 'stop' holds a string of 300 bytes; at most 256"
+printf '{"id": 1, "tokens": [1, 18446744073709551615]}\n' >"$work/huge-id.jsonl"
+expect_exit 4 "score token id past int64" "$jambo" score --model "$fixture" --input "$work/huge-id.jsonl"
+expect_stderr_line "token id past int64 named as written" "token id 18446744073709551615 is negative or too large"
 # only regular files are read: a FIFO would block its reader forever
 mkdir -p "$work/fifo-model" && cp "$fixture"/config.json "$work/fifo-model/" && mkfifo "$work/fifo-model/model.safetensors"
 expect_exit 1 "a FIFO for the weights" timeout 20 "$jambo" generate --model "$work/fifo-model" --prompt-ids 1

@@ -208,8 +208,9 @@ TEST(Safetensors, ShardErrorsNameIndexShardAndTensor) {
 
 TEST(Safetensors, ShardsAreFileNamesInTheModelFolder) {
   TempFolder folder;
-  for (const std::string shard : {"../../../etc/passwd", "/etc/passwd", "sub/model.safetensors", "..", ".", "",
-                                  std::string("model-00002-of-00002.safetensors\0x", 34)}) {
+  for (const std::string& shard : std::vector<std::string>{"../../../etc/passwd", "/etc/passwd", "sub/model.safetensors",
+                                                          "..", ".", "",
+                                                          std::string("model-00002-of-00002.safetensors\0x", 34)}) {
     SCOPED_TRACE(shard);
     json weight_map = kGoodWeightMap;
     weight_map["b.weight"] = shard;
