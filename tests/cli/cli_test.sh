@@ -397,5 +397,45 @@ expect_exit 0 "batch resumes after a torn line" "$jambo" batch --model "$demo" -
 jq -e -s 'length == 4' "$work/torn.jsonl" >/dev/null && pass "torn line replaced by a whole one" \
   || fail "torn resume: $(tail -c 300 "$work/torn.jsonl")"
 
+# weights holding NaN or infinity are refused at load, naming the file, the tensor and the first bad index
+source tests/support/checkpoint_edits.sh
+cp -r "$demo" "$work/inf-weight"
+set_bf16 "$work/inf-weight" model.layers.2.feed_forward.down_proj.weight 12345 '\x80\x7f'
+expect_exit 1 "a weight holding inf is refused at load" "$jambo" generate --model "$work/inf-weight" --prompt-ids 1
+expect_stderr "the inf weight named with its index" "$work/inf-weight/model.safetensors: tensor \
+'model.layers.2.feed_forward.down_proj.weight' holds inf at index 12345 (row 48, column 57)"
+
+# logits that are not finite fail every command loudly with exit code 5, naming the request or sequence and the
+# step: finite weights whose activations overflow past a sequence's first token (a first token computes)
+overflowing_demo "$work/overflow"
+overflow=$work/overflow
+nonfinite="the logits are not finite (NaN or infinity)"
+nonfinite_pattern="the logits are not finite \\(NaN or infinity\\)"
+expect_exit 0 "non-finite logits: a first token computes" "$jambo" generate --model "$overflow" --prompt-ids 5 \
+  --max-tokens 1
+expect_exit 5 "generate: non-finite logits" "$jambo" generate --model "$overflow" --prompt-ids 5 --max-tokens 3 --json
+expect_stderr "generate names request and step" \
+  "jambo: error: request 'generate' sample 0 (sequence 0), step 1: $nonfinite"
+[[ ! -s $work/out ]] && pass "generate --json prints no result" || fail "generate --json printed $(cat "$work/out")"
+printf '{"id": "two", "tokens": [5, 9]}\n' >"$work/overflow-score.jsonl"
+expect_exit 5 "score: non-finite logits" "$jambo" score --model "$overflow" --input "$work/overflow-score.jsonl"
+expect_stderr "score names the line and its tokens" \
+  "jambo: error: $work/overflow-score.jsonl:1 (id \"two\"), tokens 0 to 1: $nonfinite"
+printf '{"id": "first-token", "prompt_ids": [5], "max_tokens": 1}\n{"id": "overflows", "prompt_ids": [5], "max_tokens": 3}\n' \
+  >"$work/overflow-batch.jsonl"
+expect_exit 5 "batch: non-finite logits" "$jambo" batch --model "$overflow" --input "$work/overflow-batch.jsonl" \
+  --output "$work/overflow-batch-out.jsonl"
+expect_stderr_line "batch names request and step" "jambo: error: request 'overflows' sample 0 (sequence 1), step 1: $nonfinite"
+jq -e -s 'length == 1 and .[0].id == "first-token"' "$work/overflow-batch-out.jsonl" >/dev/null \
+  && pass "batch keeps what finished before" || fail "batch output: $(cat "$work/overflow-batch-out.jsonl")"
+expect_exit 5 "compare: non-finite reference logits" "$jambo" compare --model "$overflow" --input "$work/batch-out.jsonl"
+grep -qE "^jambo: error: sample \"[a-z]+\" [0-9] \(line [0-9]\), reference step 0: $nonfinite_pattern" "$work/err" \
+  && pass "compare names the sample and the reference step" || fail "compare: $(cat "$work/err")"
+expect_exit 5 "stress: non-finite logits" "$jambo" stress --model "$overflow" --requests 4 --max-prompt-tokens 8
+grep -qE "^jambo: error: request 'stress-[0-9]+' sample [0-9]+ \(sequence [0-9]+\), step [0-9]+: $nonfinite_pattern" "$work/err" \
+  && pass "stress names request and step" || fail "stress: $(cat "$work/err")"
+expect_exit 5 "bench: non-finite logits" "$jambo" bench --model "$overflow" --prompt-tokens 8 --decode-tokens 2 --repeats 1
+expect_stderr "bench names the sequence and step" "jambo: error: sequence 0, prefill: $nonfinite"
+
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]
