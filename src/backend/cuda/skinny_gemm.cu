@@ -188,9 +188,6 @@ __global__ void __launch_bounds__(kWarpsPerOutput* kOutputsPerBlock* kWarpSize) 
   }
 }
 
-// Below this many outputs (8 warps per SM of an H200's 132), a dense GEMM takes kWarpsPerWideOutput warps per output.
-constexpr int64_t kMinOutputsOfOneWarp = 8 * 132;
-
 // 16-byte loads per lane in flight in a dense launch. Four rather than eight: fewer registers, more resident warps,
 // and a row's loads in even batches (H200, bf16, one row, each 3B shape 8 times over in a CUDA graph, us per GEMM
 // with 2 / 3 / 4 / 5 / 6 / 8 loads: in_proj 16.2 / 15.9 / 14.9 / 15.9 / 15.3 / 16.0, out_proj 11.7 / 10.6 / 8.8 /

@@ -26,6 +26,10 @@ constexpr int64_t kSkinnyRows = 8;
 // epilogue; linear() (gemm.h) runs 16-bit weights with this many rows or fewer here rather than in cuBLAS.
 constexpr int64_t kMaxSkinnyGemmRows = 2;
 
+// Below this many outputs (8 warps per SM of an H200's 132), a dense GEMM of one or two rows takes four warps per
+// output, summed in warp order; from here on, and always with SwiGLU, one.
+constexpr int64_t kMinOutputsOfOneWarp = 8 * 132;
+
 struct SkinnyGemm {
   const float* x = nullptr;              // [R, x_stride] groups of rows, the first k columns read
   int64_t x_stride = 0;                  // elements from one row of x to the next (>= K)
