@@ -34,7 +34,7 @@ __global__ void swiglu_kernel(const float* gate_up,  // [rows, 2I] gate, then up
     float values[kColumns];
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) {
-      values[j] = silu(reinterpret_cast<const float*>(&gates)[j]) * reinterpret_cast<const float*>(&ups)[j];
+      values[j] = swiglu_value(reinterpret_cast<const float*>(&gates)[j], reinterpret_cast<const float*>(&ups)[j]);
       if (out != nullptr) out[i + j] = values[j];
     }
     if (!out16.present()) continue;

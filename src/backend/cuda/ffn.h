@@ -28,7 +28,7 @@ struct FfnWorkspace {
   std::vector<int64_t> host_expert_rows;  // [E + 1]
 };
 
-// out[r, i] = silu(gate_up[r, i]) * gate_up[r, I + i];
+// out[r, i] = silu(gate_up[r, i]) * gate_up[r, I + i] (swiglu_value, the arithmetic of the GEMM's fused SwiGLU);
 // out16, when present, gets the same rounded.
 void swiglu(const float* gate_up,  // [num_rows, 2I] gate, then up
             int64_t num_rows, int64_t intermediate,
