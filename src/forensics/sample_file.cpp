@@ -198,10 +198,8 @@ SampleFile read_sample_file(std::istream& input, int64_t vocab_size) {
   for (int64_t line_number = 1; std::getline(input, text); ++line_number) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      for (Sample& sample : parse_sample_line(json::parse(text), line_number, vocab_size))
+      for (Sample& sample : parse_sample_line(parse_json(text), line_number, vocab_size))
         file.samples.push_back(std::move(sample));
-    } catch (const json::parse_error& error) {
-      file.malformed_lines.push_back({line_number, fmt::format("malformed JSON: {}", error.what())});
     } catch (const Error& error) {
       file.malformed_lines.push_back({line_number, error.what()});
     }

@@ -1,5 +1,6 @@
 #include "server/engine_loop.h"
 
+#include "backend/nonfinite_logits.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -96,6 +97,8 @@ void EngineLoop::run() {
     std::string failure;
     try {
       engine_.step();
+    } catch (const backend::NonFiniteLogits&) {
+      abort_failed_requests();  // the step went on without the requests that failed; so does the loop
     } catch (const std::exception& error) {
       failure = error.what();
     }
@@ -172,6 +175,14 @@ void EngineLoop::notify_stepped() {
   for (const auto& stream : std::exchange(stepped_, {})) stream->notify();
 }
 
+// An HTTP request one of whose samples failed gets no answer but its error: its other engine requests stop too.
+void EngineLoop::abort_failed_requests() {
+  std::vector<std::string> ids;
+  for (const auto& [id, route] : routes_)
+    if (route.stream->error()) ids.push_back(id);
+  for (const std::string& id : ids) engine_.abort_request(id);
+}
+
 void EngineLoop::die(std::unique_lock<std::mutex>& lock, const std::string& reason) {
   dead_ = true;
   death_reason_ = fmt::format("the engine loop stopped: {}", reason);
@@ -183,7 +194,10 @@ void EngineLoop::die(std::unique_lock<std::mutex>& lock, const std::string& reas
 void EngineLoop::refuse_all(std::unique_lock<std::mutex>& lock, const std::string& reason) {
   std::vector<std::unique_ptr<Submission>> submissions = std::exchange(submissions_, {});
   lock.unlock();
-  for (const auto& [id, route] : routes_) route.stream->fail(reason);
+  for (const auto& [id, route] : routes_) {
+    route.stream->fail({503, reason});
+    route.stream->notify();
+  }
   routes_.clear();
   for (auto& submission : submissions) submission->on_verdict({Verdict::Dead, reason});
 }

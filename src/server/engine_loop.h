@@ -1,7 +1,8 @@
 // The one engine loop shared by every HTTP connection: a thread that owns the Engine, takes requests
 // and aborts from an inbox between steps, steps while there is work, and routes each sample's
-// progress to its HTTP request's stream. If a step throws, the loop dies loudly: every open stream
-// gets the error and /health turns 503.
+// progress to its HTTP request's stream. A request whose logits are not finite fails alone: its stream gets the
+// error (500) and the loop goes on. If a step throws anything else, the loop dies loudly: every open stream gets
+// the error and /health turns 503.
 #pragma once
 
 #include "engine/engine.h"
@@ -72,6 +73,7 @@ class EngineLoop {
   Admission admit(Submission& submission);
   void on_progress(const engine::SampleProgress& progress);
   void notify_stepped();
+  void abort_failed_requests();
   void die(std::unique_lock<std::mutex>& lock, const std::string& reason);
   void refuse_all(std::unique_lock<std::mutex>& lock, const std::string& reason);
 

@@ -24,6 +24,7 @@ void RequestStream::set_listener(std::function<void()> listener) {
 }
 
 void RequestStream::on_progress(int64_t choice_index, const engine::SampleProgress& progress) {
+  if (!progress.output.error.empty()) return fail({500, progress.output.error});
   const auto now = Clock::now();
   std::lock_guard lock(mutex_);
   Choice& choice = choices_.at(size_t(choice_index));
@@ -75,13 +76,10 @@ void RequestStream::notify() {
   if (listener) listener();
 }
 
-void RequestStream::fail(const std::string& message) {
-  {
-    std::lock_guard lock(mutex_);
-    error_ = message;
-    changed_.notify_all();
-  }
-  notify();
+void RequestStream::fail(StreamError error) {
+  std::lock_guard lock(mutex_);
+  if (!error_) error_ = std::move(error);
+  changed_.notify_all();
 }
 
 std::vector<StreamEvent> RequestStream::take(std::chrono::milliseconds timeout) {
@@ -95,7 +93,7 @@ bool RequestStream::is_finished() const {
   return pending_.empty() && num_finished_ == int64_t(choices_.size());
 }
 
-std::optional<std::string> RequestStream::error() const {
+std::optional<StreamError> RequestStream::error() const {
   std::lock_guard lock(mutex_);
   return error_;
 }

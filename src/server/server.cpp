@@ -203,7 +203,7 @@ class GenerationResponse final : public LateResponse, public std::enable_shared_
     Exchange& exchange = *exchange_;
     for (const StreamEvent& event : exchange.stream->take(std::chrono::milliseconds(0))) exchange.builder->add(event);
     if (const auto error = exchange.stream->error())
-      return {with_ids(error_response(ApiError(503, *error, "", "server_error"))), "", true};
+      return {with_ids(error_response(ApiError(error->status, error->message, "", "server_error"))), "", true};
     if (!exchange.stream->is_finished()) return {};
     server_.metrics.count_tokens(exchange.builder->num_prompt_tokens(), exchange.builder->num_completion_tokens());
     return {with_ids(json_response(200, exchange.builder->response())), "", true};
@@ -224,9 +224,9 @@ class GenerationResponse final : public LateResponse, public std::enable_shared_
     for (const StreamEvent& event : exchange.stream->take(std::chrono::milliseconds(0)))
       progress.body += sse_event(exchange.builder->add(event));
     if (const auto error = exchange.stream->error()) {
-      progress.body += sse_event(error_body(*error, "server_error", ""));
+      progress.body += sse_event(error_body(error->message, "server_error", ""));
       progress.complete = true;
-      progress.logged_status = 503;
+      progress.logged_status = error->status;
     } else if (exchange.stream->is_finished()) {
       server_.metrics.count_tokens(exchange.builder->num_prompt_tokens(), exchange.builder->num_completion_tokens());
       if (exchange.request.include_usage) progress.body += sse_event(exchange.builder->usage_chunk());
