@@ -77,14 +77,6 @@ std::vector<TokenLogprob> top_logprobs_given(std::span<const float> logits, int6
   return out;
 }
 
-ChosenToken choose_token_given(std::span<const float> logits, const TokenChoice& choice, double normalizer) {
-  ChosenToken chosen;
-  chosen.token = choice.temperature == 0.0 ? argmax(logits) : sample_token(logits, choice);
-  chosen.logprob = double(logits[chosen.token]) - normalizer;
-  chosen.top_logprobs = top_logprobs_given(logits, choice.num_top_logprobs, normalizer);
-  return chosen;
-}
-
 }  // namespace
 
 int64_t restricting_top_k(const TokenChoice& choice, int64_t vocab_size) {
@@ -120,6 +112,14 @@ void validate_choice(const TokenChoice& choice) {
 
 ChosenToken choose_token(std::span<const float> logits, const TokenChoice& choice) {
   return choose_token_given(logits, choice, log_sum_exp(logits));
+}
+
+ChosenToken choose_token_given(std::span<const float> logits, const TokenChoice& choice, double normalizer) {
+  ChosenToken chosen;
+  chosen.token = choice.temperature == 0.0 ? argmax(logits) : sample_token(logits, choice);
+  chosen.logprob = double(logits[chosen.token]) - normalizer;
+  chosen.top_logprobs = top_logprobs_given(logits, choice.num_top_logprobs, normalizer);
+  return chosen;
 }
 
 RowOutput row_output(const BatchRow& row, std::span<const float> vectors, int64_t vocab_size) {

@@ -25,6 +25,10 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int64_t k)
 // The token `choice` picks from one logits vector, with its logprob and the top K.
 ChosenToken choose_token(std::span<const float> logits, const TokenChoice& choice);
 
+// The same given the vector's log(sum(exp(logits))): a backend that computed the normalizer elsewhere (the CUDA
+// backend, on the GPU) reports every logprob of the vector against that one normalizer.
+ChosenToken choose_token_given(std::span<const float> logits, const TokenChoice& choice, double normalizer);
+
 // Throws jambo::Error naming the first field of the choice out of range.
 void validate_choice(const TokenChoice& choice);
 

@@ -65,8 +65,8 @@ nlohmann::ordered_json content_text(const nlohmann::ordered_json& content, size_
   std::string text;
   for (size_t k = 0; k < content.size(); ++k) {
     const auto& part = content[k];
-    const bool text_part =
-        part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string();
+    const bool text_part = part.is_object() && part.contains("type") && part["type"] == "text" &&
+                           part.contains("text") && part["text"].is_string();
     JAMBO_REQUIRE(text_part,
                   "messages[{}].content[{}] must be {{\"type\": \"text\", \"text\": \"...\"}}: this model "
                   "reads text only",

@@ -43,6 +43,7 @@ struct Expr {
   std::vector<std::string> names;
   ExprPtr star, star_star;
   bool negated = false;
+  int height = 1;  // of the tree this node roots, bounded by the parser
 };
 
 // What a for loop or set assigns to: a name, a tuple of names, or a namespace attribute.

@@ -13,7 +13,8 @@
 namespace jambo::chat_template {
 namespace {
 
-// Deeper nesting of expressions or blocks is refused: the parser and the renderer recurse on it.
+// Deeper nesting of expressions or blocks is refused: the parser, the renderer and the tree's destructor recurse
+// on it.
 constexpr int kMaxParseDepth = 100;
 
 using Names = std::initializer_list<std::string_view>;
@@ -38,12 +39,29 @@ ExprPtr make(Expr::Kind kind, size_t offset) {
   return expr;
 }
 
+// A node whose children are all in place: its height, refused past kMaxParseDepth. Operator chains such as
+// `a ~ b ~ c` or `x.y.z` deepen the tree without deepening the parser's recursion, so the tree is measured too.
+ExprPtr finished(ExprPtr node) {
+  int below = 0;
+  const auto measure = [&below](const ExprPtr& child) {
+    if (child) below = std::max(below, child->height);
+  };
+  for (const ExprPtr* child : {&node->object, &node->other, &node->third, &node->star, &node->star_star})
+    measure(*child);
+  for (const ExprPtr& item : node->items) measure(item);
+  for (const auto& [name, value] : node->keywords) measure(value);
+  node->height = below + 1;
+  if (node->height > kMaxParseDepth)
+    throw SyntaxError(node->offset, fmt::format("an expression nested deeper than {} levels", kMaxParseDepth));
+  return node;
+}
+
 ExprPtr make_binary(std::string op, ExprPtr left, ExprPtr right) {
   ExprPtr expr = make(Expr::Kind::kBinary, left->offset);
   expr->name = std::move(op);
   expr->object = std::move(left);
   expr->other = std::move(right);
-  return expr;
+  return finished(std::move(expr));
 }
 
 std::unique_ptr<Stmt> make_stmt(Stmt::Kind kind, size_t offset) {
@@ -295,7 +313,7 @@ class Parser {
     if (!is_tuple && !parenthesized) fail_expected("an expression");
     ExprPtr tuple = make(Expr::Kind::kTuple, offset);
     tuple->items = std::move(items);
-    return tuple;
+    return finished(std::move(tuple));
   }
 
   ExprPtr parse_expression(bool with_condition) {
@@ -307,7 +325,7 @@ class Parser {
       condition->object = parse_or();
       condition->other = std::move(expr);
       if (skip_name("else")) condition->third = parse_expression(true);
-      expr = std::move(condition);
+      expr = finished(std::move(condition));
     }
     return expr;
   }
@@ -330,7 +348,7 @@ class Parser {
     ExprPtr expr = make(Expr::Kind::kUnary, advance().offset);
     expr->name = "not";
     expr->object = parse_not();
-    return expr;
+    return finished(std::move(expr));
   }
 
   ExprPtr parse_compare() {
@@ -356,7 +374,7 @@ class Parser {
       compare->names.push_back(op);
       compare->items.push_back(parse_math1());
     }
-    return compare ? std::move(compare) : std::move(first);
+    return compare ? finished(std::move(compare)) : std::move(first);
   }
 
   ExprPtr parse_math1() {
@@ -398,6 +416,7 @@ class Parser {
       node = make(Expr::Kind::kUnary, current().offset);
       node->name = advance().value;
       node->object = parse_unary(false);
+      node = finished(std::move(node));
     } else {
       node = parse_primary();
     }
@@ -468,7 +487,7 @@ class Parser {
       }
     }
     advance();
-    return node;
+    return finished(std::move(node));
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
@@ -479,13 +498,13 @@ class Parser {
           ExprPtr subscript = make(Expr::Kind::kSubscript, node->offset);
           subscript->object = std::move(node);
           subscript->other = parse_primary();
-          node = std::move(subscript);
+          node = finished(std::move(subscript));
           continue;
         }
         ExprPtr attribute = make(Expr::Kind::kAttribute, node->offset);
         attribute->name = expect_name("an attribute name");
         attribute->object = std::move(node);
-        node = std::move(attribute);
+        node = finished(std::move(attribute));
       } else if (at_operator("[")) {
         node = parse_subscript(std::move(node));
       } else if (at_operator("(")) {
@@ -505,7 +524,7 @@ class Parser {
         ExprPtr subscript = make(Expr::Kind::kSubscript, object->offset);
         subscript->object = std::move(object);
         subscript->other = std::move(start);
-        return subscript;
+        return finished(std::move(subscript));
       }
     }
     expect_operator(":");
@@ -515,7 +534,7 @@ class Parser {
     slice->items.push_back(at_operator("]") || at_operator(":") ? nullptr : parse_expression(true));
     slice->items.push_back(skip_operator(":") && !at_operator("]") ? parse_expression(true) : nullptr);
     expect_operator("]");
-    return slice;
+    return finished(std::move(slice));
   }
 
   // Call arguments into node: positional, name=value, *sequence and **mapping.
@@ -549,7 +568,7 @@ class Parser {
     ExprPtr call = make(Expr::Kind::kCall, callee->offset);
     call->object = std::move(callee);
     parse_arguments(*call);
-    return call;
+    return finished(std::move(call));
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
@@ -574,7 +593,7 @@ class Parser {
     if (!has_filter(filter->name)) throw SyntaxError(filter->offset, fmt::format("no filter named '{}'", filter->name));
     filter->object = std::move(object);
     if (at_operator("(")) parse_arguments(*filter);
-    return filter;
+    return finished(std::move(filter));
   }
 
   ExprPtr parse_test(ExprPtr object) {
@@ -597,7 +616,7 @@ class Parser {
       if (at_name("is")) throw SyntaxError(next.offset, "tests cannot be chained with 'is'");
       test->items.push_back(parse_postfix(parse_primary()));
     }
-    return test;
+    return finished(std::move(test));
   }
 
   std::string_view source_;

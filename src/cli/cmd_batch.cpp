@@ -27,13 +27,24 @@ struct BatchOptions {
 
 using SamplesWritten = std::map<std::string, std::set<int64_t>>;  // id -> sample indices in the output
 
-// Reads what an earlier, possibly interrupted, run wrote; a torn last line is ignored.
+// Reads what an earlier, possibly interrupted, run wrote; a torn last line is ignored. Only a regular file is
+// read back: a FIFO or a device would block.
 SamplesWritten read_samples_written(const std::string& path) {
   SamplesWritten written;
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (!std::filesystem::exists(status)) return written;
+  JAMBO_REQUIRE(std::filesystem::is_regular_file(status),
+                "output file '{}' is not a regular file: batch appends to it and reads it back to resume", path);
   std::ifstream file(path);
   std::string line;
   while (std::getline(file, line)) {
-    const nlohmann::json sample = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json sample;
+    try {
+      sample = parse_json(line);
+    } catch (const Error&) {
+      continue;
+    }
     if (sample.is_object() && sample.contains("id") && sample["id"].is_string() && sample.contains("sample") &&
         sample["sample"].is_number_integer())
       written[sample["id"].get<std::string>()].insert(sample["sample"].get<int64_t>());
@@ -76,8 +87,7 @@ std::ofstream open_output(const std::string& path) {
 
 engine::RequestSpec parse_batch_line(const std::string& line, int64_t line_number, engine::RequestSpec defaults,
                                      const tokenizer::Tokenizer* tokenizer) {
-  const nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  JAMBO_REQUIRE(!object.is_discarded(), "malformed JSON");
+  const nlohmann::json object = parse_json(line);
   defaults.id = std::to_string(line_number);
   return engine::request_from_json(object, defaults, tokenizer);
 }
@@ -164,12 +174,6 @@ int run_batch(BatchOptions& options) {
              progress.tokens_per_second(num_generated + counters.prefill_tokens), counters.preemptions,
              counters.slot_reuses, counters.steps, counters.forward_seconds,
              counters.steps == 0 ? 0.0 : (elapsed - counters.forward_seconds) / double(counters.steps) * 1e3);
-  if (counters.nonfinite_rows > 0)
-    fmt::print(stderr,
-               "batch: warning: {} step rows had logits that were not finite; their tokens were chosen from NaN or "
-               "infinite values and their logprobs are NaN (written as null). Rerun with --check to find the first "
-               "such row; with --cuda-weights f16, activations may overflow half precision\n",
-               counters.nonfinite_rows);
   return skipped_lines_exit_code("batch", input.num_malformed, options.allow_skipped);
 }
 

@@ -1,6 +1,7 @@
 // jambo bench: prefill and decode speed of N sequences decoding together (one row each per decode step) on a
 // backend, straight through the backend's forward, with the bandwidth of the weights each decode step reads,
 // a hash of the final logits and, on the GPU, the copy ceiling measured in the same run.
+#include "backend/nonfinite_logits.h"
 #include "engine/backend_factory.h"
 #include "cli/common.h"
 #include "forensics/svg_plot.h"
@@ -118,6 +119,7 @@ class BatchBench {
       const auto start = std::chrono::steady_clock::now();
       backend_.forward(rows, output_);
       times.prefill_seconds += seconds_since(start);
+      require_finite(rows, "prefill");
       for (size_t r = 0; r < rows.size(); ++r) {
         const int64_t s = rows[r].sequence_id;
         if (rows[r].start_position + int64_t(rows[r].tokens.size()) == options_.num_prompt_tokens)
@@ -148,6 +150,7 @@ class BatchBench {
       backend_.forward(rows, output_);
       times.decode_seconds += seconds_since(start);
       times.decode_gpu_seconds += layers_gpu_seconds() - gpu_before;
+      require_finite(rows, fmt::format("decode step {}", i));
       for (int64_t s = 0; s < batch; ++s) tokens[s].push_back(output_.rows[s].chosen[0].token);
       rows.clear();
     }
@@ -157,6 +160,11 @@ class BatchBench {
   }
 
  private:
+  void require_finite(std::span<const backend::BatchRow> rows, std::string_view step) const {
+    backend::require_finite_logits(
+        output_, [&](size_t r) { return fmt::format("sequence {}, {}", rows[r].sequence_id, step); });
+  }
+
   double layers_gpu_seconds() const {
 #ifdef JAMBO_WITH_CUDA
     return backend::cuda::cuda_layers_gpu_seconds(backend_);

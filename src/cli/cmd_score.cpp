@@ -25,9 +25,9 @@ std::vector<int32_t> token_ids_field(const nlohmann::json& tokens) {
   std::vector<int32_t> ids;
   for (const nlohmann::json& token : tokens) {
     JAMBO_REQUIRE(token.is_number_integer(), "field 'tokens' holds a non-integer: {}", describe_json(token));
-    const int64_t id = token.get<int64_t>();
-    JAMBO_REQUIRE(id >= 0 && id <= INT32_MAX, "token id {} is negative or too large", id);
-    ids.push_back(int32_t(id));
+    const std::optional<int64_t> id = json_int64(token);
+    JAMBO_REQUIRE(id && *id >= 0 && *id <= INT32_MAX, "token id {} is negative or too large", token.dump());
+    ids.push_back(int32_t(*id));
   }
   return ids;
 }
@@ -35,12 +35,7 @@ std::vector<int32_t> token_ids_field(const nlohmann::json& tokens) {
 }  // namespace
 
 ScoreInput parse_score_line(const std::string& line, int64_t line_number, const tokenizer::Tokenizer* tokenizer) {
-  nlohmann::json object;
-  try {
-    object = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::exception& error) {  // also out_of_range: a number such as 1e400
-    fail("malformed JSON: {}", error.what());
-  }
+  const nlohmann::json object = parse_json(line);
   JAMBO_REQUIRE(object.is_object(), "expected a JSON object");
   ScoreInput input;
   input.line_number = line_number;
@@ -113,6 +108,7 @@ nlohmann::json score_json(const ScoreInput& input, const forensics::ScoredSequen
 
 // Returns the exit status (skipped_lines_exit_code).
 int run_score(const ScoreOptions& options) {
+  std::ofstream file = open_output(options.output_path);
   const std::optional<tokenizer::Tokenizer> tokenizer = options.model.load_tokenizer();
   ScoreInputs read = read_score_inputs(options.input_path, tokenizer ? &*tokenizer : nullptr);
   const model::Model model = options.model.load(options.backend.kind);
@@ -122,14 +118,11 @@ int run_score(const ScoreOptions& options) {
   SingleSequenceBackend single = make_single_sequence_backend(model, max_tokens, options.backend);
   forensics::SequenceRunner runner(*single.backend, single.cache, /*max_chunk_tokens=*/512);
 
-  std::ofstream file;
-  if (!options.output_path.empty()) {
-    file.open(options.output_path);
-    JAMBO_REQUIRE(file, "cannot write output file '{}'", options.output_path);
-  }
   std::ostream& out = options.output_path.empty() ? std::cout : file;
   for (const ScoreInput& input : read.inputs) {
-    const forensics::ScoredSequence scored = runner.score(input.tokens, options.num_top_logprobs);
+    const forensics::ScoredSequence scored = runner.score(
+        input.tokens, options.num_top_logprobs,
+        fmt::format("{}:{} (id {})", options.input_path, input.line_number, describe_json(input.id)));
     out << score_json(input, scored, options.num_top_logprobs).dump() << '\n' << std::flush;
   }
   return skipped_lines_exit_code("score", read.num_skipped, options.allow_skipped);

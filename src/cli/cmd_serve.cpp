@@ -51,7 +51,7 @@ void run_serve(const ServeOptions& options) {
   if (server_options.model_name.empty())
     server_options.model_name = std::filesystem::path(options.model.folder).lexically_normal().filename().string();
   if (server_options.model_name.empty()) server_options.model_name = options.model.folder;
-  server_options.max_model_len = engine_options.max_model_len;
+  server_options.max_model_len = engine.max_model_len();
   if (options.quiet) {
     server_options.log_requests = false;
     server_options.log_interval_seconds = 0;

@@ -60,17 +60,17 @@ void apply_tight_budget(StressOptions& options, const model::Model& model) {
   engine::EngineOptions& engine = options.engine.options;
   const forensics::StressWorkload& workload = options.workload;
   const int64_t longest_request = workload.max_prompt_tokens + workload.max_new_tokens;
-  if (engine.max_model_len == 0) engine.max_model_len = longest_request;
-  if (engine.max_model_len < longest_request)
+  if (!engine.max_model_len) engine.max_model_len = longest_request;
+  if (*engine.max_model_len < longest_request)
     throw UsageError(fmt::format("--max-model-len {} is shorter than the longest request ({} tokens)",
-                                 engine.max_model_len, longest_request));
+                                 *engine.max_model_len, longest_request));
   if (!options.engine.tight_budget) return;
   // More slots than KV blocks can serve at once: sequences then compete for blocks and get preempted.
   const int64_t num_slots = options.num_budget_slots > 0 ? options.num_budget_slots : 2 * workload.max_samples + 4;
   if (num_slots < workload.max_samples)
     throw UsageError(
         fmt::format("--budget-slots {} cannot hold the {} samples of one request", num_slots, workload.max_samples));
-  const int64_t num_blocks = workload.max_samples * backend::kv_blocks_for(engine.max_model_len, engine.kv_block_size);
+  const int64_t num_blocks = workload.max_samples * backend::kv_blocks_for(*engine.max_model_len, engine.kv_block_size);
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
   const engine::BackendChoice& backend = engine.backend;
   engine.memory_budget = {.bytes = engine::exact_memory_budget(
@@ -187,10 +187,11 @@ void add_stress_command(CLI::App& app) {
   engine::EngineOptions& engine = options->engine.options;
   engine.max_num_batched_tokens = 24;
   engine.max_num_seqs = 16;
-  engine.max_model_len = 0;  // max-prompt-tokens + max-new-tokens
   options->engine.tight_budget = true;
   engine.slot_policy = engine::SlotPolicy::Highest;
   options->engine.add_to(*command, /*allow_tight_budget=*/true);
+  command->get_option("--max-model-len")
+      ->description("prompt plus generated tokens of one sequence (default: max-prompt-tokens + max-new-tokens)");
   command->callback([options, command] {
     if (options->workload.min_samples > options->workload.max_samples)
       throw UsageError(fmt::format("--min-n {} is more than --max-n {}", options->workload.min_samples,

@@ -26,9 +26,9 @@ void run_detokenize(const std::string& folder, bool skip_special) {
   const tokenizer::Tokenizer tokenizer = load_tokenizer(folder);
   nlohmann::json ids;
   try {
-    ids = nlohmann::json::parse(read_stdin());
-  } catch (const nlohmann::json::parse_error& error) {
-    fail("stdin: malformed JSON: {}", error.what());
+    ids = parse_json(read_stdin());
+  } catch (const Error& error) {
+    fail("stdin: {}", error.what());
   }
   JAMBO_REQUIRE(ids.is_array(), "stdin: expected a JSON array of token ids, got {}", describe_json(ids));
   std::vector<int32_t> tokens;

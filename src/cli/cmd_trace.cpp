@@ -11,11 +11,12 @@ struct TraceOptions {
   std::string path;
   std::string request_id;
   std::optional<int64_t> sequence_id;
+  bool allow_skipped = false;
 };
 
-void run_trace(const TraceOptions& options) {
-  std::ifstream file(options.path);
-  JAMBO_REQUIRE(file, "cannot open trace file '{}'", options.path);
+// Returns the exit status: skipped_lines_exit_code's, once the life is printed.
+int run_trace(const TraceOptions& options) {
+  std::ifstream file = open_input_file(options.path);
   const forensics::RequestLife life = options.sequence_id ? forensics::read_sequence_life(file, *options.sequence_id)
                                                           : forensics::read_request_life(file, options.request_id);
   JAMBO_REQUIRE(!life.lines.empty(), "{}: no event or row of {}", options.path,
@@ -24,6 +25,7 @@ void run_trace(const TraceOptions& options) {
   for (const std::string& line : life.lines) fmt::print("{}\n", line);
   if (life.num_unreadable > 0)
     fmt::print(stderr, "{}: {} unreadable lines skipped\n", options.path, life.num_unreadable);
+  return skipped_lines_exit_code("trace", life.num_unreadable, options.allow_skipped);
 }
 
 }  // namespace
@@ -36,9 +38,10 @@ void add_trace_command(CLI::App& app) {
   CLI::Option* sequence = command->add_option("--sequence", options->sequence_id,
                                               "the engine's sequence id, as backend and law-2 errors name it");
   request->excludes(sequence);
+  add_allow_skipped_flag(*command, options->allow_skipped);
   command->callback([options, request, sequence] {
     if (request->count() == 0 && sequence->count() == 0) throw UsageError("give --request or --sequence");
-    run_trace(*options);
+    if (const int status = run_trace(*options); status != 0) throw ExitStatus{status};
   });
 }
 

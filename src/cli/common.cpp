@@ -202,9 +202,12 @@ void EngineFlags::add_to(CLI::App& command, bool allow_tight_budget) {
   command.add_option("--kv-block-size", options.kv_block_size, "tokens per KV block")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
       ->capture_default_str();
-  command.add_option("--max-model-len", options.max_model_len, "prompt plus generated tokens of one sequence")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
-      ->capture_default_str();
+  command
+      .add_option("--max-model-len", options.max_model_len,
+                  fmt::format("prompt plus generated tokens of one sequence, at most the model's "
+                              "max_position_embeddings (default: the smaller of that and {})",
+                              engine::kDefaultMaxModelLen))
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
   add_parsed_option(command, "--slot-policy", options.slot_policy, engine::parse_slot_policy,
                     "which free state slot a request gets", engine::slot_policy_names())
       ->default_str(std::string(name(options.slot_policy)));

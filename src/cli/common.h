@@ -36,9 +36,11 @@ class UsageError : public Error {
   using Error::Error;
 };
 
-// Malformed input lines (score, batch, compare), one policy (main.cpp): each is reported and skipped, the run
+// Malformed input lines (score, batch, compare, trace), one policy (main.cpp): each is reported and skipped, the run
 // goes on, and it ends with kSkippedLinesExitCode unless --allow-skipped was given.
 constexpr int kSkippedLinesExitCode = 4;
+// Logits that were not finite (backend/nonfinite_logits.h), whichever command met them.
+constexpr int kNonFiniteLogitsExitCode = 5;
 void add_allow_skipped_flag(CLI::App& command, bool& allow_skipped);
 // "FILE:LINE: what is wrong; line skipped" on stderr.
 void report_skipped_line(const std::string& path, int64_t line_number, std::string_view error);

@@ -4,10 +4,12 @@
 //   2  a bad option or value
 //   3  compare or stress flagged a sample; it wins over 4
 //   4  malformed input lines were skipped (score, batch, compare), unless --allow-skipped
+//   5  the model's logits were not finite (NaN or infinity) for a request: the message names it and the step
 // Malformed input lines, one policy for score, batch and compare: a malformed line is reported on
 // stderr with its file, line number and what is wrong, and skipped; the run goes on, and at its end exits 4 if
 // it skipped any line (0 with --allow-skipped); compare exits 1 when no line at all can be compared.
 // kExitCodesHelp says the same in `jambo --help`.
+#include "backend/nonfinite_logits.h"
 #include "cli/command_line.h"
 #include "cli/common.h"
 
@@ -19,7 +21,8 @@ namespace {
 
 constexpr const char* kExitCodesHelp =
     R"(Exit codes: 0 success; 1 a model folder, file or input could not be used (the message says which);
-2 a bad option or value; 3 compare or stress flagged a sample; 4 malformed input lines were skipped.
+2 a bad option or value; 3 compare or stress flagged a sample; 4 malformed input lines were skipped;
+5 the model's logits were not finite (NaN or infinity) for a request (the message names it and the step).
 A malformed input line (score, batch, compare) is reported on stderr with its line number and what is
 wrong, and skipped; the run goes on and exits 4 at the end, or 0 with --allow-skipped. When compare
 both flags a sample and skips a line, it exits 3.)";
@@ -54,6 +57,9 @@ int main(int argc, char** argv) {
   } catch (const jambo::cli::UsageError& error) {
     fmt::print(stderr, "jambo: error: {} (see --help)\n", error.what());
     return 2;
+  } catch (const jambo::backend::NonFiniteLogits& error) {
+    fmt::print(stderr, "jambo: error: {}\n", error.what());
+    return jambo::cli::kNonFiniteLogitsExitCode;
   } catch (const std::exception& error) {  // jambo::Error, and what the standard library throws
     fmt::print(stderr, "jambo: error: {}\n", error.what());
     return 1;

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include "backend/nonfinite_logits.h"
 #include "engine/backend_factory.h"
 #include "core/error.h"
 #include "engine/kv_block_manager.h"
@@ -18,20 +19,39 @@ namespace jambo::engine {
 
 namespace {
 
-void validate_options(const EngineOptions& options) {
+// Every id the tokenizer produces must be a row of the model's embedding.
+const tokenizer::Tokenizer* checked_tokenizer(const tokenizer::Tokenizer* tokenizer, const model::JambaConfig& config) {
+  if (!tokenizer || tokenizer->vocab_size() <= config.vocab_size) return tokenizer;
+  const int32_t highest = int32_t(tokenizer->vocab_size() - 1);
+  fail("tokenizer.json: token '{}' has id {}, beyond the model's vocab_size {} (config.json)",
+       tokenizer->id_to_token(highest).value_or(""), highest, config.vocab_size);
+}
+
+// A sequence's positions must exist in the model (config.json's max_position_embeddings).
+int64_t resolve_max_model_len(std::optional<int64_t> asked, const model::JambaConfig& config) {
+  const int64_t positions = config.max_position_embeddings;
+  if (!asked) return std::min(kDefaultMaxModelLen, positions);
+  JAMBO_REQUIRE(*asked >= 1, "max_model_len must be >= 1, got {}", *asked);
+  JAMBO_REQUIRE(*asked <= positions, "max_model_len {} exceeds the model's max_position_embeddings ({})", *asked,
+                positions);
+  return *asked;
+}
+
+// The options checked, max_model_len resolved for this model.
+EngineOptions resolve_options(EngineOptions options, const model::JambaConfig& config) {
   JAMBO_REQUIRE(options.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1, got {}",
                 options.max_num_batched_tokens);
   JAMBO_REQUIRE(options.max_num_seqs >= 1, "max_num_seqs must be >= 1, got {}", options.max_num_seqs);
   JAMBO_REQUIRE(options.kv_block_size >= 1, "kv_block_size must be >= 1, got {}", options.kv_block_size);
-  JAMBO_REQUIRE(options.max_model_len >= 1, "max_model_len must be >= 1, got {}", options.max_model_len);
+  options.max_model_len = resolve_max_model_len(options.max_model_len, config);
+  return options;
 }
 
 CachePlan plan_engine_cache(const model::Model& model, const EngineOptions& options) {
-  validate_options(options);
   const BackendChoice& backend = options.backend;
   return plan_cache(model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
                     options.memory_budget.resolve(backend.kind), options.max_num_seqs, options.kv_block_size,
-                    options.max_model_len, backend.state_dtype);
+                    *options.max_model_len, backend.state_dtype);
 }
 
 }  // namespace
@@ -43,6 +63,8 @@ struct Engine::Impl {
   void validate(const RequestSpec& spec) const;
   void add_request(const RequestSpec& spec);
   void abort_request(const std::string& id);
+  void end_request(Request& request, const std::string& error);
+  std::vector<std::string> fail_nonfinite_rows(const std::vector<ScheduledRow>& rows, const backend::StepOutput& output);
   std::vector<SampleOutput> step();
   void update_counters();
   Request* find(const std::string& id);
@@ -57,7 +79,7 @@ struct Engine::Impl {
   void report(const Sequence& sequence) const;
 
   const tokenizer::Tokenizer* tokenizer;
-  EngineOptions options;
+  EngineOptions options;  // max_model_len resolved
   CachePlan cache_plan;
   std::unique_ptr<backend::Backend> backend;
   SlotPool slots;
@@ -74,9 +96,9 @@ struct Engine::Impl {
 };
 
 Engine::Impl::Impl(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options)
-    : tokenizer(tokenizer),
-      options(options),
-      cache_plan(plan_engine_cache(model, options)),
+    : tokenizer(checked_tokenizer(tokenizer, model.config)),
+      options(resolve_options(options, model.config)),
+      cache_plan(plan_engine_cache(model, this->options)),
       backend(make_backend(options.backend.kind, model, cache_plan.cache, options.backend.cuda_weights)),
       slots(cache_plan.cache.num_state_slots, options.slot_policy, options.slot_seed),
       kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
@@ -99,7 +121,7 @@ void Engine::Impl::inject_faults(const EngineFaults& faults) {
 void Engine::Impl::validate(const RequestSpec& spec) const {
   RequestLimits limits;
   limits.vocab_size = backend->config().vocab_size;
-  limits.max_model_len = options.max_model_len;
+  limits.max_model_len = *options.max_model_len;
   limits.max_n = slots.num_slots();
   limits.has_tokenizer = tokenizer != nullptr;
   if (const std::optional<FieldError> error = engine::validate(spec, limits))
@@ -139,15 +161,39 @@ void Engine::Impl::add_request(const RequestSpec& spec) {
 void Engine::Impl::abort_request(const std::string& id) {
   Request* request = find(id);
   JAMBO_REQUIRE(request, "cannot abort request '{}': no unfinished request has this id", id);
-  for (const auto& sample : request->samples) {
+  end_request(*request, "");
+  requests.erase(id);
+}
+
+// Ends every unfinished sample of the request and frees its memory: aborted, or failed with the error.
+void Engine::Impl::end_request(Request& request, const std::string& error) {
+  for (const auto& sample : request.samples) {
     if (sample->is_done()) continue;
     scheduler.remove(*sample);
-    sample->abort();
-    trace.event(counters.steps, *sample, "aborted");
+    sample->abort(error);
+    if (error.empty())
+      trace.event(counters.steps, *sample, "aborted");
+    else
+      trace.event(counters.steps, *sample, "failed", {{"error", error}});
     report(*sample);
     finished.push_back(sample->output);
   }
-  requests.erase(id);
+}
+
+// A row whose logits are not finite fails its request (backend/nonfinite_logits.h); returns the errors, one per
+// failed request.
+std::vector<std::string> Engine::Impl::fail_nonfinite_rows(const std::vector<ScheduledRow>& rows,
+                                                           const backend::StepOutput& output) {
+  std::vector<std::string> errors;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    Sequence& sequence = *rows[r].sequence;
+    if (output.rows[r].finite || sequence.is_done()) continue;  // done: an earlier row failed its request
+    errors.push_back(backend::nonfinite_logits_message(fmt::format(
+        "request '{}' sample {} (sequence {}), step {}", sequence.request.spec.id, sequence.sample, sequence.id,
+        counters.steps)));
+    end_request(sequence.request, errors.back());
+  }
+  return errors;
 }
 
 std::vector<SampleOutput> Engine::Impl::step() {
@@ -161,9 +207,15 @@ std::vector<SampleOutput> Engine::Impl::step() {
   if (!plan.rows.empty()) {
     trace.step(counters.steps, plan.rows);
     const backend::StepOutput& output = runner.run(plan.rows);
-    for (size_t r = 0; r < plan.rows.size(); ++r) advance(plan.rows[r], r, output.rows[r]);
+    const std::vector<std::string> errors = fail_nonfinite_rows(plan.rows, output);
+    for (size_t r = 0; r < plan.rows.size(); ++r)
+      if (!plan.rows[r].sequence->is_done()) advance(plan.rows[r], r, output.rows[r]);
     forget_finished(plan.rows);
     ++counters.steps;
+    if (!errors.empty())
+      throw backend::NonFiniteLogits(errors.size() == 1 ? errors[0]
+                                                        : fmt::format("{} (and {} more requests failed in this step)",
+                                                                      errors[0], errors.size() - 1));
   }
   return std::exchange(finished, {});
 }
@@ -272,6 +324,8 @@ bool Engine::has_unfinished() const { return !impl_->requests.empty() || !impl_-
 std::vector<SampleOutput> Engine::step() { return impl_->step(); }
 
 void Engine::set_progress_listener(ProgressListener listener) { impl_->listener = std::move(listener); }
+
+int64_t Engine::max_model_len() const { return *impl_->options.max_model_len; }
 
 const EngineCounters& Engine::counters() const {
   impl_->update_counters();

@@ -27,13 +27,17 @@ struct EngineFaults {
   bool wrap_state_offsets = false;     // state offsets wrap at half the pool, as a 32-bit offset wraps at 2^32
 };
 
+inline constexpr int64_t kDefaultMaxModelLen = 4096;
+
 struct EngineOptions {
   BackendChoice backend;                 // CUDA weights F32 by default: within 1e-4 of the CPU, as stress expects
   int64_t max_num_batched_tokens = 512;  // tokens of all rows of one step
   int64_t max_num_seqs = 64;             // sequences (samples) running at once
   int64_t kv_block_size = 16;
   MemoryBudget memory_budget{.fraction = 0.25};  // resolved on the backend when the engine starts
-  int64_t max_model_len = 4096;                  // prompt + generated tokens of one sequence
+  // Prompt + generated tokens of one sequence, at most the model's max_position_embeddings; unset: the smaller of
+  // that and kDefaultMaxModelLen.
+  std::optional<int64_t> max_model_len;
   SlotPolicy slot_policy = SlotPolicy::Lowest;
   uint64_t slot_seed = 0;  // for SlotPolicy::Random
   bool checked = false;    // law 2: verify owner and generation of every row; poison freed slots
@@ -52,7 +56,8 @@ struct SampleOutput {
   std::vector<std::vector<backend::TokenLogprob>> top_logprobs;  // [ids][K]
   std::vector<std::optional<double>> prompt_logprobs;   // [prompt] (first is null) when asked
   std::vector<std::vector<backend::TokenLogprob>> prompt_top_logprobs;
-  std::string finish_reason;  // "stop" or "length" (or "abort")
+  std::string finish_reason;  // "stop" or "length" (or "abort", or "error")
+  std::string error;          // why the sample failed (finish_reason "error"): its logits were not finite
 };
 
 // One sample's progress, reported to a listener (the server's streams) after every new token and once
@@ -80,8 +85,8 @@ struct EngineCounters {
   int64_t law_violations = 0;
   int64_t steps = 0;
   double forward_seconds = 0.0;  // wall time inside the backend's forward calls; the rest of a step is the host's
-  // Rows whose logits held a NaN or an infinity: their tokens were chosen from them and their logprobs are NaN.
-  // Counted in every mode (the checked mode also refuses them as law 2 violations, a poisoned slot's read).
+  // Rows whose logits held NaN or infinity. Each failed its request (step()); the checked mode refuses the first as a
+  // law 2 violation instead, a read of a poisoned slot.
   int64_t nonfinite_rows = 0;
 };
 
@@ -98,9 +103,15 @@ class Engine {
   bool has_unfinished() const;
   // Called from step() and abort_request(), on their thread.
   void set_progress_listener(ProgressListener listener);
-  // Runs one step; returns the samples that finished (or were aborted) since the last step.
+  // Runs one step; returns the samples that finished (or were aborted) since the last step. A row whose logits are
+  // not finite fails its request: every sample of it ends with finish_reason "error" and the error naming the
+  // request, sample, sequence and step (the listener sees it), its memory is freed, and, once the rest of the step
+  // is done, step() throws backend::NonFiniteLogits with that message. The engine stays usable: the samples that
+  // finished in that step come back from the next step().
   std::vector<SampleOutput> step();
   const EngineCounters& counters() const;
+  // The context of one sequence: options.max_model_len, or its default for this model.
+  int64_t max_model_len() const;
 
   // Test-only fault injection (law 2): the running request `id` keeps a stale lease of its slot (a
   // generation it does not hold), as a scheduler bug would. In checked mode the next step must fail.

@@ -77,10 +77,11 @@ void Sequence::finish(const std::string& reason) {
   state_ = SequenceState::Finished;
 }
 
-void Sequence::abort() {
+void Sequence::abort(const std::string& error) {
   require_state(!is_done(), "be aborted");
   output.text = sampler.text();
-  output.finish_reason = "abort";
+  output.finish_reason = error.empty() ? "abort" : "error";
+  output.error = error;
   state_ = SequenceState::Aborted;
 }
 

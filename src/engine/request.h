@@ -6,6 +6,8 @@
 //   waiting --admit--> prefilling --prompt and recomputed tokens done--> decoding --stop--> finished
 //      ^                   |                                                |
 //      +----preempt--------+------------------------------------------------+     (any) --abort--> aborted
+//
+// An aborted sample with an error failed: its logits were not finite.
 #pragma once
 
 #include "engine/engine.h"
@@ -50,7 +52,7 @@ class Sequence {
   void append(int32_t token, double logprob, std::vector<backend::TokenLogprob> top);  // -> decoding
   void preempt();                          // prefilling/decoding -> waiting, state dropped
   void finish(const std::string& reason);  // -> finished
-  void abort();                            // -> aborted
+  void abort(const std::string& error = "");  // -> aborted; with an error, failed (finish_reason "error")
 
   std::optional<SlotLease> lease;    // held while running
   std::vector<int32_t> block_table;  // [blocks] physical KV block of each logical block

@@ -20,7 +20,15 @@ const std::set<std::string>& known_fields() {
 int64_t integer_field(const json& line, const char* name) {
   const json& value = line.at(name);
   JAMBO_REQUIRE(value.is_number_integer(), "field '{}' must be an integer, got {}", name, describe_json(value));
-  return value.get<int64_t>();
+  const std::optional<int64_t> integer = json_int64(value);
+  JAMBO_REQUIRE(integer, "field '{}' = {} is out of range", name, value.dump());
+  return *integer;
+}
+
+// Any 64-bit pattern: an unsigned integer up to 2^64-1, or a signed one taken modulo 2^64.
+uint64_t seed_field(const json& line) {
+  const json& value = line.at("seed");
+  return value.is_number_unsigned() ? value.get<uint64_t>() : uint64_t(integer_field(line, "seed"));
 }
 
 double number_field(const json& line, const char* name) {
@@ -81,7 +89,7 @@ RequestSpec request_from_json(const json& line, const RequestSpec& defaults, con
   if (line.contains("top_p")) spec.sampling.top_p = number_field(line, "top_p");
   if (line.contains("top_k")) spec.sampling.top_k = integer_field(line, "top_k");
   if (line.contains("min_p")) spec.sampling.min_p = number_field(line, "min_p");
-  if (line.contains("seed")) spec.sampling.seed = uint64_t(integer_field(line, "seed"));
+  if (line.contains("seed")) spec.sampling.seed = seed_field(line);
   if (line.contains("logprobs")) spec.num_top_logprobs = integer_field(line, "logprobs");
   if (line.contains("prompt_logprobs")) spec.num_prompt_logprobs = integer_field(line, "prompt_logprobs");
   if (line.contains("stop")) spec.stop.strings = stop_strings_field(line);

@@ -140,7 +140,9 @@ void Scheduler::release(Sequence& sequence) {
   std::erase(running_, &sequence);
   kv_blocks_.free(sequence.block_table);
   if (!sequence.lease) return;
-  if (sequence.leads_fork()) num_reserved_slots_ -= sequence.request.spec.n - 1;
+  // The other samples' slots stay reserved until they take them, when the last prompt chunk is scheduled; a request
+  // that fails in that step ends after they took them.
+  if (sequence.leads_fork() && !sequence.request.samples[1]->lease) num_reserved_slots_ -= sequence.request.spec.n - 1;
   slots_.free(*sequence.lease, sequence.id);
   on_slot_freed_(sequence.lease->slot);
 }

@@ -19,7 +19,8 @@ class Trace {
 
   bool enabled() const { return out_.is_open(); }
   void step(int64_t step, const std::vector<ScheduledRow>& rows);
-  // event: queued, admitted, prefill_done, preempted, finished or aborted; details are added to the line.
+  // event: queued, admitted, prefill_done, preempted, finished, aborted or failed (with its error); details are added
+  // to the line.
   void event(int64_t step, const Sequence& sequence, const char* event,
              nlohmann::json details = nlohmann::json::object());
 

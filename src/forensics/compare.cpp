@@ -69,8 +69,12 @@ CompareSummary compare_samples(const model::Model& model, SampleFile file, doubl
   CompareSummary summary;
   summary.threshold = threshold;
   summary.malformed_lines = std::move(file.malformed_lines);
+  const auto name_of = [&](size_t i) {
+    const Sample& sample = file.samples[i];
+    return fmt::format("sample {} {} (line {})", describe_json(sample.id), sample.sample, sample.line_number);
+  };
   const std::vector<std::vector<double>> scored =
-      score_sequences(model, sample_sequences(file.samples), reference, on_progress);
+      score_sequences(model, sample_sequences(file.samples), reference, on_progress, name_of);
   summary.samples.reserve(file.samples.size());
   for (size_t i = 0; i < file.samples.size(); ++i) {
     Sample& sample = file.samples[i];

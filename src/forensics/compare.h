@@ -48,7 +48,8 @@ struct CompareSummary {
 SampleComparison compare_logprobs(Sample sample, std::span<const double> reference_logprobs, double threshold);
 
 // Re-scores every sample of the file through the reference path on reference.backend (score_sequences);
-// the comparisons are in input order. on_progress(done, total) is called as samples are re-scored.
+// the comparisons are in input order. on_progress(done, total) is called as samples are re-scored. Throws
+// backend::NonFiniteLogits naming the sample (id, index, line) whose reference logits are not finite.
 CompareSummary compare_samples(const model::Model& model, SampleFile file, double threshold,
                                const ReferenceOptions& reference = {},
                                const std::function<void(int64_t, int64_t)>& on_progress = {});

@@ -1,5 +1,6 @@
 #include "forensics/reference_scorer.h"
 
+#include "backend/nonfinite_logits.h"
 #include "engine/backend_factory.h"
 #include "core/error.h"
 
@@ -33,11 +34,11 @@ bool has_rows(std::span<const std::vector<int32_t>> sequences) {
                      [](const std::vector<int32_t>& sequence) { return reference_row_tokens(sequence.size()) > 0; });
 }
 
-// Runs one step and stores each row's target logprobs as its sequence's.
+// Runs one step and stores each row's target logprobs as its sequence's; `name` names a row's sequence in errors.
 void score_step(backend::Backend& backend, const backend::CacheConfig& cache,
                 std::span<const std::vector<int32_t>> sequences, const ReferenceStep& step,
                 std::span<const int32_t> all_blocks, backend::StepOutput& output,
-                std::vector<std::vector<double>>& logprobs) {
+                std::vector<std::vector<double>>& logprobs, const std::function<std::string(size_t row)>& name) {
   std::vector<backend::BatchRow> rows;
   std::vector<size_t> row_sequence;  // [rows] index of each row's sequence
   int64_t next_block = 0;
@@ -57,6 +58,7 @@ void score_step(backend::Backend& backend, const backend::CacheConfig& cache,
   }
   if (rows.empty()) return;
   backend.forward(rows, output);
+  backend::require_finite_logits(output, [&](size_t r) { return name(row_sequence[r]); });
   for (size_t r = 0; r < rows.size(); ++r) logprobs[row_sequence[r]] = std::move(output.rows[r].target_logprobs);
 }
 
@@ -88,7 +90,8 @@ std::vector<ReferenceStep> plan_reference_steps(std::span<const std::vector<int3
 std::vector<std::vector<double>> score_sequences(const model::Model& model,
                                                  std::span<const std::vector<int32_t>> sequences,
                                                  const ReferenceOptions& options,
-                                                 const std::function<void(int64_t, int64_t)>& on_progress) {
+                                                 const std::function<void(int64_t, int64_t)>& on_progress,
+                                                 const std::function<std::string(size_t)>& name_of) {
   const std::vector<ReferenceStep> steps =
       plan_reference_steps(sequences, options.max_step_tokens, options.max_step_rows);
   std::vector<std::vector<double>> logprobs(sequences.size());
@@ -100,8 +103,12 @@ std::vector<std::vector<double>> score_sequences(const model::Model& model,
   std::iota(all_blocks.begin(), all_blocks.end(), 0);
   backend::StepOutput output;
   const int64_t total = int64_t(sequences.size());
-  for (const ReferenceStep& step : steps) {
-    score_step(*backend, cache, sequences, step, all_blocks, output, logprobs);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const ReferenceStep& step = steps[s];
+    const auto name = [&](size_t i) {
+      return fmt::format("{}, reference step {}", name_of ? name_of(i) : fmt::format("sequence {}", i), s);
+    };
+    score_step(*backend, cache, sequences, step, all_blocks, output, logprobs, name);
     if (on_progress) on_progress(int64_t(step.first + step.count), total);
   }
   return logprobs;

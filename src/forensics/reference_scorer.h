@@ -42,10 +42,12 @@ std::vector<ReferenceStep> plan_reference_steps(std::span<const std::vector<int3
 // Scores every sequence through a fresh backend of `options` holding the slots and KV blocks of the
 // largest step. logprobs[i][t] = log p(sequences[i][t + 1] | sequences[i][0..t]), so logprobs[i] has
 // size - 1 entries (none for a sequence of fewer than two tokens). on_progress(done, total) is called
-// after each step with the sequences finished so far.
+// after each step with the sequences finished so far. Throws backend::NonFiniteLogits when a sequence's logits are
+// not finite, naming it by name_of(i) ("sequence i" without it) and the reference step.
 std::vector<std::vector<double>> score_sequences(const model::Model& model,
                                                  std::span<const std::vector<int32_t>> sequences,
                                                  const ReferenceOptions& options,
-                                                 const std::function<void(int64_t, int64_t)>& on_progress = {});
+                                                 const std::function<void(int64_t, int64_t)>& on_progress = {},
+                                                 const std::function<std::string(size_t)>& name_of = {});
 
 }  // namespace jambo::forensics

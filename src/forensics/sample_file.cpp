@@ -198,13 +198,8 @@ SampleFile read_sample_file(std::istream& input, int64_t vocab_size) {
   for (int64_t line_number = 1; std::getline(input, text); ++line_number) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      json line;
-      try {
-        line = json::parse(text);
-      } catch (const json::exception& error) {  // also out_of_range: a number such as 1e400
-        fail("malformed JSON: {}", error.what());
-      }
-      for (Sample& sample : parse_sample_line(line, line_number, vocab_size)) file.samples.push_back(std::move(sample));
+      for (Sample& sample : parse_sample_line(parse_json(text), line_number, vocab_size))
+        file.samples.push_back(std::move(sample));
     } catch (const Error& error) {
       file.malformed_lines.push_back({line_number, error.what()});
     }

@@ -1,5 +1,6 @@
 #include "forensics/sequence_runner.h"
 
+#include "backend/nonfinite_logits.h"
 #include "core/error.h"
 
 #include <algorithm>
@@ -19,12 +20,7 @@ SequenceRunner::SequenceRunner(backend::Backend& backend, const backend::CacheCo
   std::iota(block_table_.begin(), block_table_.end(), 0);
 }
 
-const backend::RowOutput& SequenceRunner::run(const backend::BatchRow& row) {
-  backend_.forward(std::span<const backend::BatchRow>(&row, 1), output_);
-  return output_.rows[0];
-}
-
-ScoredSequence SequenceRunner::score(std::span<const int32_t> tokens, int64_t num_top_logprobs) {
+ScoredSequence SequenceRunner::score(std::span<const int32_t> tokens, int64_t num_top_logprobs, std::string_view name) {
   const int64_t num_tokens = int64_t(tokens.size());
   JAMBO_REQUIRE(num_tokens <= max_sequence_length(), "sequence of {} tokens is longer than the maximum of {}",
                 num_tokens, max_sequence_length());
@@ -39,7 +35,10 @@ ScoredSequence SequenceRunner::score(std::span<const int32_t> tokens, int64_t nu
     // The logits at position p predict token p + 1: the chunk's targets are the tokens after each of its own.
     row.targets = tokens.subspan(size_t(first + 1), size_t(std::min(count, num_tokens - first - 1)));
     row.num_top_logprobs = num_top_logprobs;
-    const backend::RowOutput& scored = run(row);
+    backend_.forward(std::span<const backend::BatchRow>(&row, 1), output_);
+    backend::require_finite_logits(
+        output_, [&](size_t) { return fmt::format("{}, tokens {} to {}", name, first, first + count - 1); });
+    const backend::RowOutput& scored = output_.rows[0];
     for (size_t i = 0; i < row.targets.size(); ++i) {
       out.logprobs[first + i + 1] = scored.target_logprobs[i];
       if (num_top_logprobs > 0) out.top_logprobs[first + i + 1] = scored.target_top_logprobs[i];

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace jambo::forensics {
@@ -27,11 +28,11 @@ class SequenceRunner {
 
   int64_t max_sequence_length() const { return cache_.num_kv_blocks * cache_.kv_block_size; }
 
-  ScoredSequence score(std::span<const int32_t> tokens, int64_t num_top_logprobs);
+  // Throws backend::NonFiniteLogits when the logits of a chunk are not finite, naming the sequence by `name` and
+  // the chunk's tokens.
+  ScoredSequence score(std::span<const int32_t> tokens, int64_t num_top_logprobs, std::string_view name);
 
  private:
-  const backend::RowOutput& run(const backend::BatchRow& row);
-
   backend::Backend& backend_;
   backend::CacheConfig cache_;
   int64_t max_chunk_tokens_;

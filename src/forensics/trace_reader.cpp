@@ -56,7 +56,11 @@ RequestLife read_life(std::istream& trace, const std::function<bool(const json&)
   RequestLife life;
   std::string text;
   while (std::getline(trace, text)) {
-    const json line = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    json line;
+    try {
+      line = parse_json(text);
+    } catch (const Error&) {  // unreadable: counted below
+    }
     if (!line.is_object()) {
       ++life.num_unreadable;
       continue;

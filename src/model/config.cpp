@@ -132,7 +132,9 @@ class FieldReader {
   int64_t as_integer(const char* field, const nlohmann::json& value) const {
     JAMBO_REQUIRE(value.is_number_integer(), "{}: field '{}' must be an integer, got {}", source_,
                   field, describe_json(value));
-    return value.get<int64_t>();
+    const std::optional<int64_t> integer = json_int64(value);
+    JAMBO_REQUIRE(integer, "{}: field '{}' = {} is out of range", source_, field, value.dump());
+    return *integer;
   }
 
   const nlohmann::json& object_;
@@ -158,6 +160,7 @@ void require_valid_fields(const JambaConfig& c, const std::string& source) {
   require_positive(source, "mamba_d_state", c.mamba_d_state);
   require_positive(source, "mamba_d_conv", c.mamba_d_conv);
   require_positive(source, "mamba_expand", c.mamba_expand);
+  require_positive(source, "max_position_embeddings", c.max_position_embeddings);
   require_sane_sizes(c, source);
   JAMBO_REQUIRE(c.mamba_dt_rank >= 0, "{}: field 'mamba_dt_rank' = {} must be positive or \"auto\"",
                 source, c.mamba_dt_rank);

@@ -38,7 +38,7 @@ struct JambaConfig {
   int64_t mamba_dt_rank = 0;               // R; "auto" resolves to ceil(H / 16)
   bool mamba_conv_bias = true;
   bool mamba_proj_bias = false;
-  int64_t max_position_embeddings = 262144;  // no effect on the math
+  int64_t max_position_embeddings = 262144;  // no effect on the math; bounds the engine's max_model_len
   std::string dtype = "bfloat16";           // "dtype" or "torch_dtype"; informational: tensors carry their own
 
   // Derived, filled by finalize().

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "model/finite_values.h"
 
 #include <fcntl.h>
 #include <fmt/ranges.h>
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -27,11 +29,16 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the limit of the reference implementation
 
-// A read-only memory map of a whole regular file.
+// A read-only memory map of a whole regular file. Anything else is refused before it is opened: opening a FIFO
+// waits for a writer.
 class MappedFile {
  public:
   explicit MappedFile(const fs::path& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    std::error_code error;
+    const fs::file_status status = fs::status(path, error);  // a missing file: open says so
+    JAMBO_REQUIRE(!fs::exists(status) || fs::is_regular_file(status), "{}: not a regular file", path.string());
+    // Non-blocking too, should the path be swapped for a FIFO after the check; fstat below refuses it then.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     JAMBO_REQUIRE(fd >= 0, "{}: cannot open the file: {}", path.string(), std::strerror(errno));
     struct stat info {};
     const bool is_file = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
@@ -107,6 +114,20 @@ int64_t bytes_needed(const std::vector<int64_t>& shape, int64_t element_size, in
   return bytes;
 }
 
+// Where element `index` of a tensor of this shape sits, for messages: nothing for a vector.
+std::string position_of(const std::vector<int64_t>& shape, int64_t index) {
+  if (shape.size() < 2) return "";
+  std::vector<int64_t> coordinates(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    coordinates[d] = index % shape[d];
+    index /= shape[d];
+  }
+  if (shape.size() == 2) return fmt::format(" (row {}, column {})", coordinates[0], coordinates[1]);
+  return fmt::format(" (element {})", shape_string(coordinates));
+}
+
+std::string describe_nonfinite(float value) { return std::isnan(value) ? "NaN" : value > 0 ? "inf" : "-inf"; }
+
 struct DataRange {
   int64_t begin, end;
   std::string name;
@@ -175,10 +196,9 @@ std::unique_ptr<SafetensorsFile> read_safetensors(const fs::path& path) {
 
   json header;
   try {
-    const char* text = reinterpret_cast<const char*>(file->map.data() + 8);
-    header = json::parse(std::string_view(text, header_bytes));
-  } catch (const json::exception& error) {  // also out_of_range: a number such as 1e400
-    fail("{}: malformed header JSON: {}", source, error.what());
+    header = parse_json(std::string_view(reinterpret_cast<const char*>(file->map.data() + 8), header_bytes));
+  } catch (const Error& error) {
+    fail("{}: header: {}", source, error.what());
   }
   JAMBO_REQUIRE(header.is_object(), "{}: the header is not a JSON object", source);
 
@@ -194,6 +214,12 @@ std::unique_ptr<SafetensorsFile> read_safetensors(const fs::path& path) {
 }
 
 
+// A shard must lie in the model folder: a plain file name, no folder in it, no way up.
+bool is_plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
 // weight_map of model.safetensors.index.json: tensor name -> shard file name.
 std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   const json index = read_json_file(index_path);
@@ -202,6 +228,9 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   std::map<std::string, std::string> weight_map;
   for (const auto& [name, shard] : index.at("weight_map").items()) {
     JAMBO_REQUIRE(shard.is_string(), "{}: 'weight_map' entry '{}' = {} is not a file name",
+                  index_path.string(), name, describe_json(shard));
+    JAMBO_REQUIRE(is_plain_file_name(shard.get<std::string>()),
+                  "{}: 'weight_map' entry '{}' = {} is not a plain file name in the model folder",
                   index_path.string(), name, describe_json(shard));
     weight_map[name] = shard.get<std::string>();
   }
@@ -265,6 +294,16 @@ TensorView Checkpoint::get(const std::string& name, const std::vector<int64_t>& 
   JAMBO_REQUIRE(entry.view.shape == expected_shape, "{}: tensor '{}' has shape {}, expected {}",
                 entry.file, name, shape_string(entry.view.shape), shape_string(expected_shape));
   return entry.view;
+}
+
+void Checkpoint::require_finite(std::span<const std::string> names) const {
+  std::vector<TensorView> views;
+  for (const std::string& name : names) views.push_back(tensors_.at(name).view);
+  const std::optional<NonFiniteValue> found = find_nonfinite(views);
+  if (!found) return;
+  const std::string& name = names[found->view];
+  fail("{}: tensor '{}' holds {} at index {}{}", tensors_.at(name).file, name, describe_nonfinite(found->value),
+       found->index, position_of(views[found->view].shape, found->index));
 }
 
 std::vector<std::string> Checkpoint::names() const {

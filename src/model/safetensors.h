@@ -1,6 +1,7 @@
 // Reading Hugging Face safetensors checkpoints: one memory-mapped file (model.safetensors) or a
 // sharded set (model.safetensors.index.json). Every header is validated before any data is used:
-// dtypes, shapes, data ranges inside the file, no overlaps. Errors name the file and the tensor.
+// dtypes, shapes, data ranges inside the file, no overlaps; a tensor's values are checked to be finite when the
+// loader first reads it. Errors name the file and the tensor.
 #pragma once
 
 #include "core/tensor.h"
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,10 @@ class Checkpoint {
 
   // The tensor, which must exist and have the expected shape.
   TensorView get(const std::string& name, const std::vector<int64_t>& expected_shape) const;
+
+  // Throws jambo::Error naming the file, the first of these tensors that holds NaN or infinity, and its first such
+  // element. The loader calls it once, with every tensor the model reads: the one pass over their bytes at load.
+  void require_finite(std::span<const std::string> names) const;
 
   std::vector<std::string> names() const;  // sorted
   // The file an error about a missing tensor should name (the index when sharded).

@@ -1,4 +1,4 @@
-// load_model: config.json + safetensors checkpoint -> ModelWeights (spec §2), shapes checked.
+// load_model: config.json + safetensors checkpoint -> ModelWeights (spec §2), shapes checked and values finite.
 #include "model/weights.h"
 
 #include "core/error.h"
@@ -17,22 +17,36 @@ namespace fs = std::filesystem;
 
 constexpr size_t kMaxUnusedNamesShown = 5;
 
+// The tensors the model reads, each once (a fused expert tensor serves every expert), in the order of loading.
+class UsedTensors {
+ public:
+  void add(const std::string& name) {
+    if (names_.insert(name).second) in_order_.push_back(name);
+  }
+  bool contains(const std::string& name) const { return names_.contains(name); }
+  const std::vector<std::string>& in_order() const { return in_order_; }
+
+ private:
+  std::set<std::string> names_;
+  std::vector<std::string> in_order_;
+};
+
 // The slot's tensor under its per-expert name, or else its rows of the fused expert tensor.
-TensorView resolve(const Checkpoint& checkpoint, const WeightSlot& slot, std::set<std::string>& used) {
+TensorView resolve(const Checkpoint& checkpoint, const WeightSlot& slot, UsedTensors& used) {
   const bool use_fused = slot.fused && checkpoint.find(slot.name) == nullptr &&
                          checkpoint.find(slot.fused->name) != nullptr;
   if (!use_fused) {
-    used.insert(slot.name);
+    used.add(slot.name);
     return checkpoint.get(slot.name, slot.shape);
   }
   const FusedExpertSource& fused = *slot.fused;
-  used.insert(fused.name);
+  used.add(fused.name);
   const TensorView stacked = checkpoint.get(fused.name, fused.shape);
   const int64_t rows_per_expert = fused.shape[1];
   return stacked.row_slice(fused.expert * rows_per_expert + fused.first_row, fused.num_rows);
 }
 
-void warn_about_unused(const Checkpoint& checkpoint, const std::set<std::string>& used) {
+void warn_about_unused(const Checkpoint& checkpoint, const UsedTensors& used) {
   std::vector<std::string> unused;
   for (const std::string& name : checkpoint.names())
     if (!used.contains(name)) unused.push_back(name);
@@ -55,9 +69,10 @@ Model load_model(const fs::path& folder) {
   const Checkpoint checkpoint = Checkpoint::open(folder);
 
   const std::vector<WeightSlot> slots = list_weight_slots(model.config, model.weights);
-  std::set<std::string> used;
+  UsedTensors used;
   for (const WeightSlot& slot : slots) *slot.target = resolve(checkpoint, slot, used);
   if (model.config.tie_word_embeddings) model.weights.lm_head = model.weights.embed_tokens;
+  checkpoint.require_finite(used.in_order());
   warn_about_unused(checkpoint, used);
   model.weights.bytes_total = total_weight_bytes(slots);
   model.storage = checkpoint.storage();

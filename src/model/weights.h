@@ -87,7 +87,8 @@ struct Model {
 void require_host_data(const Model& model, std::string_view reader);
 
 // Loads config.json and model.safetensors (or a sharded index) from a folder. Warns on stderr about
-// tensors the model does not use. Throws jambo::Error naming the file and tensor or field.
+// tensors the model does not use. Throws jambo::Error naming the file and tensor or field, and for a tensor the
+// model reads that holds NaN or infinity, its first such element.
 Model load_model(const std::filesystem::path& folder);
 
 // A model with the folder's config.json and seeded random weights, scaled like a trained model.

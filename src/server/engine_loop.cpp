@@ -1,9 +1,11 @@
 #include "server/engine_loop.h"
 
+#include "backend/nonfinite_logits.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace jambo::server {
@@ -29,24 +31,25 @@ void EngineLoop::stop() {
   });
 }
 
-EngineLoop::Admission EngineLoop::submit(std::vector<engine::RequestSpec> specs,
-                                         std::shared_ptr<RequestStream> stream) {
-  auto submission = std::make_unique<Submission>();
-  std::future<Admission> verdict = submission->verdict.get_future();
+void EngineLoop::submit(std::vector<engine::RequestSpec> specs, std::shared_ptr<RequestStream> stream,
+                        VerdictCallback on_verdict) {
   const int64_t num_requests = int64_t(specs.size());
-  submission->specs = std::move(specs);
-  submission->stream = std::move(stream);
+  Admission refusal;
   {
     std::lock_guard lock(mutex_);
-    if (dead_ || stopping_) return {Verdict::Dead, dead_ ? death_reason_ : "the server is shutting down"};
-    if (num_unfinished_ + num_requests > max_num_requests_)
-      return {Verdict::Full, fmt::format("the server holds {} requests already (--max-num-requests {}); retry later",
-                                         num_unfinished_, max_num_requests_)};
-    num_unfinished_ += num_requests;
-    submissions_.push_back(std::move(submission));
+    if (dead_ || stopping_) {
+      refusal = {Verdict::Dead, dead_ ? death_reason_ : "the server is shutting down"};
+    } else if (num_unfinished_ + num_requests > max_num_requests_) {
+      refusal = {Verdict::Full, fmt::format("the server holds {} requests already (--max-num-requests {}); retry later",
+                                            num_unfinished_, max_num_requests_)};
+    } else {
+      num_unfinished_ += num_requests;
+      submissions_.push_back(
+          std::make_unique<Submission>(Submission{std::move(specs), std::move(stream), std::move(on_verdict)}));
+    }
   }
+  if (refusal.verdict != Verdict::Accepted) return on_verdict(std::move(refusal));
   inbox_changed_.notify_all();
-  return verdict.get();
 }
 
 void EngineLoop::abort(const std::vector<std::string>& ids) {
@@ -94,17 +97,20 @@ void EngineLoop::run() {
     std::string failure;
     try {
       engine_.step();
+    } catch (const backend::NonFiniteLogits&) {
+      abort_failed_requests();  // the step went on without the requests that failed; so does the loop
     } catch (const std::exception& error) {
       failure = error.what();
     }
     engine::EngineCounters counters = engine_.counters();
     lock.lock();
     counters_ = counters;
-    if (!failure.empty()) return die(failure);
+    if (!failure.empty()) return die(lock, failure);
+    lock.unlock();
+    notify_stepped();  // after the counters: a client that saw its tokens sees the step in /metrics
+    lock.lock();
   }
-  for (const auto& [id, route] : routes_) route.stream->fail("the server is shutting down");
-  for (auto& submission : std::exchange(submissions_, {}))
-    submission->verdict.set_value({Verdict::Dead, "the server is shutting down"});
+  refuse_all(lock, "the server is shutting down");
 }
 
 // Runs with the lock held on entry and exit; the engine is touched without it.
@@ -121,7 +127,7 @@ void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
   for (auto& submission : submissions) {
     Admission admission = admit(*submission);
     num_rejected.push_back(admission.verdict == Verdict::Accepted ? 0 : int64_t(submission->specs.size()));
-    submission->verdict.set_value(std::move(admission));
+    submission->on_verdict(std::move(admission));
   }
   lock.lock();
   for (int64_t count : num_rejected) num_unfinished_ -= count;
@@ -156,20 +162,44 @@ void EngineLoop::on_progress(const engine::SampleProgress& progress) {
   if (found == routes_.end()) return;  // taken back before it was accepted
   Route& route = found->second;
   route.stream->on_progress(route.first_choice + progress.output.sample, progress);
+  if (stepped_.empty() || stepped_.back() != route.stream) stepped_.push_back(route.stream);
   if (!progress.finished || ++route.num_finished < route.num_samples) return;
   routes_.erase(found);
   std::lock_guard lock(mutex_);
   --num_unfinished_;
 }
 
-void EngineLoop::die(const std::string& reason) {
+void EngineLoop::notify_stepped() {
+  std::sort(stepped_.begin(), stepped_.end());
+  stepped_.erase(std::unique(stepped_.begin(), stepped_.end()), stepped_.end());
+  for (const auto& stream : std::exchange(stepped_, {})) stream->notify();
+}
+
+// An HTTP request one of whose samples failed gets no answer but its error: its other engine requests stop too.
+void EngineLoop::abort_failed_requests() {
+  std::vector<std::string> ids;
+  for (const auto& [id, route] : routes_)
+    if (route.stream->error()) ids.push_back(id);
+  for (const std::string& id : ids) engine_.abort_request(id);
+}
+
+void EngineLoop::die(std::unique_lock<std::mutex>& lock, const std::string& reason) {
   dead_ = true;
   death_reason_ = fmt::format("the engine loop stopped: {}", reason);
-  for (const auto& [id, route] : routes_) route.stream->fail(death_reason_);
-  routes_.clear();
   num_unfinished_ = 0;
-  for (auto& submission : std::exchange(submissions_, {}))
-    submission->verdict.set_value({Verdict::Dead, death_reason_});
+  refuse_all(lock, death_reason_);
+}
+
+// Every open stream fails and every submission waiting in the inbox is refused, the lock released for their callbacks.
+void EngineLoop::refuse_all(std::unique_lock<std::mutex>& lock, const std::string& reason) {
+  std::vector<std::unique_ptr<Submission>> submissions = std::exchange(submissions_, {});
+  lock.unlock();
+  for (const auto& [id, route] : routes_) {
+    route.stream->fail({503, reason});
+    route.stream->notify();
+  }
+  routes_.clear();
+  for (auto& submission : submissions) submission->on_verdict({Verdict::Dead, reason});
 }
 
 }  // namespace jambo::server

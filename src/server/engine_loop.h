@@ -1,7 +1,8 @@
 // The one engine loop shared by every HTTP connection: a thread that owns the Engine, takes requests
 // and aborts from an inbox between steps, steps while there is work, and routes each sample's
-// progress to its HTTP request's stream. If a step throws, the loop dies loudly: every open stream
-// gets the error and /health turns 503.
+// progress to its HTTP request's stream. A request whose logits are not finite fails alone: its stream gets the
+// error (500) and the loop goes on. If a step throws anything else, the loop dies loudly: every open stream gets
+// the error and /health turns 503.
 #pragma once
 
 #include "engine/engine.h"
@@ -9,7 +10,7 @@
 
 #include <condition_variable>
 #include <exception>
-#include <future>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,9 +38,12 @@ class EngineLoop {
     std::string message;                 // why, when not accepted
     std::exception_ptr error = nullptr;  // what the engine threw, when failed
   };
+  using VerdictCallback = std::function<void(Admission)>;
   // The engine requests of one HTTP request, accepted all together or not at all. The stream's choice
-  // c*n + s is sample s of specs[c]. Waits for the loop to take them (at most one step).
-  Admission submit(std::vector<engine::RequestSpec> specs, std::shared_ptr<RequestStream> stream);
+  // c*n + s is sample s of specs[c]. Returns at once; on_verdict is called once, without the loop's lock: at once
+  // when the loop is full, dead or stopping, else on the loop's thread when it takes them (within a step).
+  void submit(std::vector<engine::RequestSpec> specs, std::shared_ptr<RequestStream> stream,
+              VerdictCallback on_verdict);
   // Aborts whichever of these requests is unfinished; frees their slots and KV blocks at the next turn.
   void abort(const std::vector<std::string>& ids);
 
@@ -55,7 +59,7 @@ class EngineLoop {
   struct Submission {
     std::vector<engine::RequestSpec> specs;
     std::shared_ptr<RequestStream> stream;
-    std::promise<Admission> verdict;
+    VerdictCallback on_verdict;
   };
   struct Route {
     std::shared_ptr<RequestStream> stream;
@@ -68,11 +72,15 @@ class EngineLoop {
   void take_inbox(std::unique_lock<std::mutex>& lock);
   Admission admit(Submission& submission);
   void on_progress(const engine::SampleProgress& progress);
-  void die(const std::string& reason);
+  void notify_stepped();
+  void abort_failed_requests();
+  void die(std::unique_lock<std::mutex>& lock, const std::string& reason);
+  void refuse_all(std::unique_lock<std::mutex>& lock, const std::string& reason);
 
   engine::Engine& engine_;
   const int64_t max_num_requests_;
-  std::unordered_map<std::string, Route> routes_;  // unfinished engine requests; engine thread only
+  std::unordered_map<std::string, Route> routes_;        // unfinished engine requests; engine thread only
+  std::vector<std::shared_ptr<RequestStream>> stepped_;  // the streams the current step gave news; engine thread only
 
   mutable std::mutex mutex_;  // guards everything below
   std::condition_variable inbox_changed_;

@@ -100,7 +100,7 @@ std::string ServerMetrics::render(const engine::EngineCounters& engine, bool eng
   text += metric("jambo_generation_tokens_total", "counter", "tokens generated for finished requests",
                  num_generation_tokens_);
   text +=
-      "# HELP jambo_http_requests_total generation requests answered, by HTTP status\n"
+      "# HELP jambo_http_requests_total HTTP requests answered, by status (499: the client left first)\n"
       "# TYPE jambo_http_requests_total counter\n";
   for (const auto& [status, count] : requests_by_status_)
     text += fmt::format("jambo_http_requests_total{{status=\"{}\"}} {}\n", status, count);

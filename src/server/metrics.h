@@ -35,7 +35,7 @@ class ServerMetrics : public LatencyObserver {
   void time_to_first_token(double seconds) override;
   void inter_token_latency(double seconds) override;
   void end_to_end(double seconds) override;
-  void count_request(int status);  // every HTTP answer to a generation request, by status
+  void count_request(int status);  // every HTTP request answered or given up on, by status
   void count_tokens(int64_t num_prompt_tokens, int64_t num_generation_tokens);
 
   std::string render(const engine::EngineCounters& engine, bool engine_alive) const;

@@ -262,6 +262,23 @@ void check_contract(const GenerationRequest& request, const ServerLimits& limits
   }
 }
 
+// A member that must be a string, or bad_field naming it as `field`.
+const std::string& string_member(const json& object, const char* name, const std::string& field) {
+  const auto found = object.find(name);
+  if (found == object.end()) bad_field(field, "is required");
+  if (!found->is_string()) bad_field(field, fmt::format("must be a string, got {}", describe_json(*found)));
+  return found->get_ref<const std::string&>();
+}
+
+// One part of an array content: {"type": "text", "text": "..."}, the only kind a text model reads.
+const std::string& text_part(const json& part, const std::string& field) {
+  if (!part.is_object()) bad_field(field, fmt::format("must be an object, got {}", describe_json(part)));
+  const std::string& type = string_member(part, "type", field + ".type");
+  if (type != "text")
+    bad_field(field + ".type", fmt::format("is \"{}\"; only text parts are supported", type));
+  return string_member(part, "text", field + ".text");
+}
+
 std::string message_content(const json& message, size_t index) {
   const std::string field = fmt::format("messages[{}].content", index);
   const auto content = message.find("content");
@@ -269,13 +286,14 @@ std::string message_content(const json& message, size_t index) {
   if (content->is_string()) return content->get<std::string>();
   if (!content->is_array()) bad_field(field, "must be a string or an array of text parts");
   std::string text;
-  for (const json& part : *content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-      bad_field(field, fmt::format("holds {}; only parts {{\"type\": \"text\", \"text\": ...}} are supported",
-                                   describe_json(part)));
-    text += part["text"].get<std::string>();
-  }
+  for (size_t k = 0; k < content->size(); ++k) text += text_part((*content)[k], fmt::format("{}[{}]", field, k));
   return text;
+}
+
+void check_response_format(const json& format) {
+  if (!format.is_object()) bad_field("response_format", fmt::format("must be an object, got {}", describe_json(format)));
+  if (string_member(format, "type", "response_format.type") != "text")
+    bad_field("response_format", "only {\"type\": \"text\"} is supported by jambo");
 }
 
 // Messages checked and normalized (content as a string) for the template.
@@ -324,9 +342,14 @@ std::vector<int32_t> chat_prompt(const Fields& fields, const tokenizer::Tokenize
 }  // namespace
 
 json parse_body(const std::string& body) {
-  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded())
-    throw ApiError(400, "We could not parse the JSON body of your request: it is not valid JSON");
+  json parsed;
+  try {
+    parsed = parse_json(body);
+  } catch (const JsonTooDeep& error) {
+    throw ApiError(400, fmt::format("We could not parse the JSON body of your request: {}", error.what()), error.field);
+  } catch (const Error& error) {
+    throw ApiError(400, fmt::format("We could not parse the JSON body of your request: {}", error.what()));
+  }
   if (!parsed.is_object()) throw ApiError(400, "The request body must be a JSON object");
   return parsed;
 }
@@ -366,9 +389,7 @@ GenerationRequest parse_chat_request(const json& body, const ServerLimits& limit
   request.chat = true;
   request.options = shared_options(fields, limits);
   read_streaming(fields, request);
-  if (const json* format = fields.find("response_format");
-      format && !(format->is_object() && format->value("type", "") == "text"))
-    bad_field("response_format", "only {\"type\": \"text\"} is supported by jambo");
+  if (const json* format = fields.find("response_format")) check_response_format(*format);
   if (const json* tools = fields.find("tools"); tools && !(tools->is_array() && tools->empty()))
     bad_field("tools", "tool calls are not supported by jambo");
   if (const json* choice = fields.find("tool_choice"); choice && *choice != "none")

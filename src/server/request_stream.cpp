@@ -18,7 +18,13 @@ double seconds_between(RequestStream::Clock::time_point from, RequestStream::Clo
 RequestStream::RequestStream(int64_t num_choices, size_t max_stop_length, LatencyObserver* latency)
     : choices_(size_t(num_choices)), max_stop_length_(max_stop_length), latency_(latency) {}
 
+void RequestStream::set_listener(std::function<void()> listener) {
+  std::lock_guard lock(mutex_);
+  listener_ = std::move(listener);
+}
+
 void RequestStream::on_progress(int64_t choice_index, const engine::SampleProgress& progress) {
+  if (!progress.output.error.empty()) return fail({500, progress.output.error});
   const auto now = Clock::now();
   std::lock_guard lock(mutex_);
   Choice& choice = choices_.at(size_t(choice_index));
@@ -63,9 +69,16 @@ void RequestStream::on_progress(int64_t choice_index, const engine::SampleProgre
   changed_.notify_all();
 }
 
-void RequestStream::fail(const std::string& message) {
+void RequestStream::notify() {
+  std::unique_lock lock(mutex_);
+  const std::function<void()> listener = listener_;
+  lock.unlock();
+  if (listener) listener();
+}
+
+void RequestStream::fail(StreamError error) {
   std::lock_guard lock(mutex_);
-  error_ = message;
+  if (!error_) error_ = std::move(error);
   changed_.notify_all();
 }
 
@@ -80,7 +93,7 @@ bool RequestStream::is_finished() const {
   return pending_.empty() && num_finished_ == int64_t(choices_.size());
 }
 
-std::optional<std::string> RequestStream::error() const {
+std::optional<StreamError> RequestStream::error() const {
   std::lock_guard lock(mutex_);
   return error_;
 }

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -25,6 +26,12 @@ struct StreamEvent {
   std::optional<engine::SampleOutput> prompt;
 };
 
+// Why a request gets no answer, with the HTTP status that says so.
+struct StreamError {
+  int status = 503;  // 503: the engine loop died or the server stops; 500: a choice failed (logits not finite)
+  std::string message;
+};
+
 // Latencies of one request, as the server's metrics want them.
 struct LatencyObserver {
   virtual ~LatencyObserver() = default;
@@ -41,14 +48,21 @@ class RequestStream {
   // choice ends, since a stop string may still begin inside it and cut it off.
   RequestStream(int64_t num_choices, size_t max_stop_length, LatencyObserver* latency);
 
-  // Engine loop side.
+  // Engine loop side. A choice that failed (its sample's error) fails the whole request with status 500.
   void on_progress(int64_t choice, const engine::SampleProgress& progress);
-  void fail(const std::string& message);
+  void fail(StreamError error);  // the first error stays
 
-  // HTTP side: the events since the last call, after waiting up to `timeout` for one.
+  // Calls the listener (set by the HTTP side): the loop calls it after the step that gave the stream events or an
+  // error, once /metrics shows that step, and after failing it otherwise.
+  void notify();
+
+  // HTTP side: the listener runs on the engine loop's thread, without the stream's lock (an asynchronous connection
+  // polls take() then).
+  void set_listener(std::function<void()> listener);
+  // The events since the last call, after waiting up to `timeout` for one.
   std::vector<StreamEvent> take(std::chrono::milliseconds timeout);
   bool is_finished() const;                  // every choice ended and every event was taken
-  std::optional<std::string> error() const;  // the engine loop died; the message says why
+  std::optional<StreamError> error() const;  // why there is no answer
 
  private:
   struct Choice {
@@ -68,7 +82,8 @@ class RequestStream {
   Clock::time_point arrival_ = Clock::now();
   bool saw_first_token_ = false;
   std::vector<StreamEvent> pending_;
-  std::optional<std::string> error_;
+  std::optional<StreamError> error_;
+  std::function<void()> listener_;
 };
 
 }  // namespace jambo::server

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "engine/engine.h"
+#include "server/http_request_parser.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cstdint>
@@ -22,7 +23,7 @@ struct ServerOptions {
   int64_t max_num_requests = 256;  // engine requests accepted at once (running or waiting); more get 429
   int64_t max_num_prompts = 16;    // prompts in one /v1/completions request
   int64_t max_model_len = 4096;
-  size_t max_body_bytes = 16 << 20;
+  HttpLimits http;                 // what one connection may send, and how long it may take
   bool log_requests = true;          // stderr: one access-log line per HTTP request, once it is answered
   double log_interval_seconds = 10;  // stderr: a throughput and occupancy line this often, when anything ran (0: never)
 };

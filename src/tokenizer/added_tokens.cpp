@@ -46,7 +46,7 @@ bool is_single_word(std::string_view text, size_t begin, size_t end) {
 
 }  // namespace
 
-AddedVocabulary::AddedVocabulary(const JsonField& added_tokens, const Normalizer& normalizer,
+AddedVocabulary::AddedVocabulary(const JsonField& added_tokens, int64_t id_limit, const Normalizer& normalizer,
                                  const BpeModel& model) {
   // HF builds its matchers from the special tokens first, then the others, each in file order.
   std::vector<AddedToken> specials, others;
@@ -54,9 +54,7 @@ AddedVocabulary::AddedVocabulary(const JsonField& added_tokens, const Normalizer
     const JsonField entry = added_tokens.at(i);
     AddedToken token;
     token.content = entry.at("content").as_string();
-    const int64_t id = entry.at("id").as_int();
-    if (id < 0 || id > INT32_MAX) entry.at("id").fail(fmt::format("invalid id {}", id));
-    token.id = static_cast<int32_t>(id);
+    token.id = entry.at("id").as_token_id(token.content, id_limit);
     if (auto model_id = model.token_to_id(token.content)) token.id = *model_id;
     token.single_word = entry.bool_or("single_word", false);
     token.lstrip = entry.bool_or("lstrip", false);

@@ -36,8 +36,9 @@ struct Segment {
 class AddedVocabulary {
  public:
   AddedVocabulary() = default;
-  // As HF, a token whose content is in the model's vocabulary takes the model's id.
-  AddedVocabulary(const JsonField& added_tokens, const Normalizer& normalizer,
+  // As HF, a token whose content is in the model's vocabulary takes the model's id. Every declared id is below
+  // id_limit.
+  AddedVocabulary(const JsonField& added_tokens, int64_t id_limit, const Normalizer& normalizer,
                   const BpeModel& model);
 
   // Cuts text at the added tokens of one kind: raw-text tokens (before normalization) or

@@ -6,14 +6,8 @@
 #include "tokenizer/unicode.h"
 
 namespace jambo::tokenizer {
-namespace {
 
-// Ids index a table, so a corrupt file must not ask for billions of entries.
-constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
-
-}  // namespace
-
-BpeModel::BpeModel(const JsonField& model) : file_(model.file()) {
+BpeModel::BpeModel(const JsonField& model, int64_t id_limit) : file_(model.file()) {
   if (auto dropout = model.find("dropout"); dropout && dropout->as_number() != 0.0) {
     dropout->fail("BPE dropout is not supported (inference needs deterministic merges)");
   }
@@ -23,20 +17,17 @@ BpeModel::BpeModel(const JsonField& model) : file_(model.file()) {
   fuse_unk_ = model.bool_or("fuse_unk", false);
   byte_fallback_ = model.bool_or("byte_fallback", false);
   ignore_merges_ = model.bool_or("ignore_merges", false);
-  read_vocab(model.at("vocab"));
+  read_vocab(model.at("vocab"), id_limit);
   read_merges(model.at("merges"));
   for (int byte = 0; byte < 256; ++byte)
     byte_ids_[byte] = token_to_id(fmt::format("<0x{:02X}>", byte));
 }
 
-void BpeModel::read_vocab(const JsonField& vocab) {
+void BpeModel::read_vocab(const JsonField& vocab, int64_t id_limit) {
   if (!vocab.json().is_object()) vocab.fail("expected an object mapping tokens to ids");
   for (const auto& [token, id_json] : vocab.json().items()) {
-    const int64_t id = JsonField(id_json, file_, "model.vocab[\"" + token + "\"]").as_int();
-    if (id < 0 || id > kMaxTokenId) {
-      vocab.fail(fmt::format("token '{}' has id {} (expected 0..{})", token, id, kMaxTokenId));
-    }
-    ids_by_token_[token] = static_cast<int32_t>(id);
+    const int32_t id = JsonField(id_json, file_, "model.vocab[\"" + token + "\"]").as_token_id(token, id_limit);
+    ids_by_token_[token] = id;
     if (static_cast<size_t>(id) >= tokens_by_id_.size()) tokens_by_id_.resize(id + 1);
     tokens_by_id_[id] = token;
   }

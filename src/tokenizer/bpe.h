@@ -15,8 +15,8 @@ namespace jambo::tokenizer {
 
 class BpeModel {
  public:
-  // model: the "model" object of tokenizer.json (type "BPE").
-  explicit BpeModel(const JsonField& model);
+  // model: the "model" object of tokenizer.json (type "BPE"); every id of its vocab is below id_limit.
+  BpeModel(const JsonField& model, int64_t id_limit);
 
   // Appends the ids of one pre-tokenized word.
   void tokenize(std::string_view word, std::vector<int32_t>& ids) const;
@@ -38,7 +38,7 @@ class BpeModel {
     bool removed;
   };
 
-  void read_vocab(const JsonField& vocab);
+  void read_vocab(const JsonField& vocab, int64_t id_limit);
   void read_merges(const JsonField& merges);
   std::vector<Symbol> initial_symbols(std::string_view word) const;
   void merge_all(std::vector<Symbol>& symbols) const;

@@ -31,13 +31,23 @@ Component optional_component(const JsonField& root, std::string_view key) {
   return field ? Component(*field) : Component();
 }
 
+// Ids must be dense: each below the number of tokens the file declares (model.vocab's entries and added_tokens'),
+// so that the tables they index stay as small as the file.
+int64_t token_id_limit(const JsonField& root) {
+  const auto vocab = root.at("model").find("vocab");
+  const auto added_tokens = root.find("added_tokens");
+  const size_t num_tokens = (vocab && vocab->json().is_object() ? vocab->json().size() : 0) +
+                            (added_tokens && added_tokens->json().is_array() ? added_tokens->size() : 0);
+  return std::min<int64_t>(int64_t(num_tokens), int64_t(INT32_MAX) + 1);
+}
+
 BpeModel read_model(const JsonField& root) {
   const JsonField model = root.at("model");
   const std::string type = model.find("type") ? model.type() : "BPE";
   if (type != "BPE") {
     model.fail(fmt::format("model type '{}' is not supported (only BPE is)", type));
   }
-  return BpeModel(model);
+  return BpeModel(model, token_id_limit(root));
 }
 
 }  // namespace
@@ -68,7 +78,7 @@ Tokenizer::Impl::Impl(const JsonField& root, const std::optional<JsonField>& con
       model(read_model(root)),
       decoder(optional_component<Decoder>(root, "decoder")) {
   if (auto added_tokens = root.find("added_tokens")) {
-    added = AddedVocabulary(*added_tokens, normalizer, model);
+    added = AddedVocabulary(*added_tokens, token_id_limit(root), normalizer, model);
   }
   bos_id = config_token_id(config, "bos_token");
   eos_id = config_token_id(config, "eos_token");

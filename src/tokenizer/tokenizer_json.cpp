@@ -62,7 +62,18 @@ bool JsonField::as_bool() const {
 
 int64_t JsonField::as_int() const {
   if (!value_->is_number_integer()) fail("expected an integer");
-  return value_->get<int64_t>();
+  const std::optional<int64_t> integer = json_int64(*value_);
+  if (!integer) fail(fmt::format("{} is out of range", value_->dump()));
+  return *integer;
+}
+
+int32_t JsonField::as_token_id(std::string_view token, int64_t id_limit) const {
+  const int64_t id = as_int();
+  if (id < 0 || id >= id_limit)
+    fail(fmt::format("token '{}' has id {}; ids must be at least 0 and below {}, the number of tokens in "
+                     "model.vocab and added_tokens",
+                     token, id, id_limit));
+  return static_cast<int32_t>(id);
 }
 
 double JsonField::as_number() const {

@@ -32,6 +32,8 @@ class JsonField {
   bool as_bool() const;
   int64_t as_int() const;
   double as_number() const;
+  // The id of `token`, below id_limit: ids index tables, so a corrupt file must not ask for billions of entries.
+  int32_t as_token_id(std::string_view token, int64_t id_limit) const;
 
   // Optional members with defaults.
   bool bool_or(std::string_view key, bool fallback) const;

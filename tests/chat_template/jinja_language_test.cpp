@@ -324,5 +324,26 @@ TEST(JinjaLimits, NestingIsBounded) {
                         "a namespace cannot hold a namespace");
 }
 
+// Operator chains deepen the tree without deepening the parser's recursion; a hundred thousand links crashed in
+// the renderer and in the tree's destructor.
+TEST(JinjaLimits, OperatorChainsAreBounded) {
+  const auto chain = [](const std::string& first, const std::string& link, int links) {
+    std::string expression = first;
+    for (int i = 0; i < links; ++i) expression += link;
+    return expression;
+  };
+  EXPECT_EQ(render("{{ " + chain("1", " + 1", 99) + " }}"), "100");
+  EXPECT_EQ(render("{{ " + chain("'a'", " ~ 'a'", 99) + " }}"), std::string(100, 'a'));
+  // A chain of 99 links is 100 levels; in a list, 101.
+  EXPECT_ERROR_CONTAINS(render("{{ [" + chain("1", " + 1", 99) + "] }}"), "an expression nested deeper than 100 levels");
+  for (const auto& [first, link] : std::vector<std::pair<std::string, std::string>>{
+           {"1", " + 1"}, {"'a'", " ~ 'a'"}, {"1", " or 1"}, {"1", " and 1"}, {"1", " * 1"}, {"1", " ** 1"},
+           {"x", ".y"}, {"x", "[0]"}, {"x", ".0"}, {"x", "[1:]"}, {"range", "(1)"}, {"'a'", " | trim"}}) {
+    SCOPED_TRACE(link);
+    EXPECT_ERROR_CONTAINS(render("{{ " + chain(first, link, 100'000) + " }}"),
+                          "an expression nested deeper than 100 levels");
+  }
+}
+
 }  // namespace
 }  // namespace jambo::chat_template

@@ -165,6 +165,7 @@ jq -e -s 'length == 1 and .[0].id == 2' "$work/out" >/dev/null && pass "score go
 
 # hostile input: clear errors, never a crash
 python_free_nest() { local n=$1; printf '%*s' "$n" '' | tr ' ' '['; }
+python_free_close() { local n=$1; printf '%*s' "$n" '' | tr ' ' ']'; }
 { printf '{"id": %s1%s, "tokens": [1, 2]}\n' "$(python_free_nest 100000)" "$(printf '%*s' 100000 '' | tr ' ' ']')"; } >"$work/nested.jsonl"
 expect_exit 4 "score deeply nested id" "$jambo" score --model "$fixture" --input "$work/nested.jsonl"
 expect_stderr_line "nested id named" "nested.jsonl:1: field 'id'"
@@ -180,6 +181,56 @@ expect_exit 1 "absurd vocab size" "$jambo" bench --model "$work/hugevocab" --ran
 expect_stderr "absurd vocab named" "vocab_size"
 printf '%s' "$(python_free_nest 100000)" | "$jambo" detokenize --model "$demo" >/dev/null 2>"$work/err"
 [[ $? -eq 1 ]] && pass "detokenize deeply nested input" || fail "detokenize deeply nested input: $(cat "$work/err")"
+# a million levels: every JSON reader refuses past 256 levels while parsing, naming the top-level field
+printf '{"id": %s1%s, "tokens": [1, 2]}\n' "$(python_free_nest 1000000)" "$(python_free_close 1000000)" >"$work/nested.jsonl"
+expect_exit 4 "score a million levels deep" "$jambo" score --model "$fixture" --input "$work/nested.jsonl"
+expect_stderr_line "score depth named" "nested.jsonl:1: field 'id': JSON nested deeper than 256 levels"
+printf '{"type": "event", "request": %s1%s}\n' "$(python_free_nest 1000000)" "$(python_free_close 1000000)" \
+  >"$work/nested-trace.jsonl"
+expect_exit 1 "trace a million levels deep" "$jambo" trace --input "$work/nested-trace.jsonl" --request 1
+expect_stderr "trace of a nested line finds nothing" "no event or row of request '1'"
+mkdir -p "$work/nested-template" && cp "$demo"/* "$work/nested-template/"
+config=$(jq -c '.chat_template = [{"name": "NAME", "template": "x"}]' "$demo/tokenizer_config.json")
+{ printf '%s' "${config%%\"NAME\"*}"; python_free_nest 1000000; python_free_close 1000000; printf '%s' "${config#*\"NAME\"}"; } \
+  >"$work/nested-template/tokenizer_config.json"
+expect_exit 1 "serve with a chat template a million levels deep" timeout 60 "$jambo" serve --model "$work/nested-template"
+expect_stderr "nested chat template named" \
+  "nested-template/tokenizer_config.json: field 'chat_template': JSON nested deeper than 256 levels"
+printf '{"id": "huge", "prompt_ids": [1], "max_tokens": 18446744073709551615}\n' >"$work/huge.jsonl"
+expect_exit 4 "batch max_tokens past int64" "$jambo" batch --model "$demo" --input "$work/huge.jsonl" \
+  --output "$work/huge-out.jsonl"
+expect_stderr_line "max_tokens past int64 named as written" "field 'max_tokens' = 18446744073709551615 is out of range"
+printf '{"id": "long-stop", "prompt_ids": [1], "stop": "%s"}\n' "$(printf 'x%.0s' {1..300})" >"$work/stop.jsonl"
+expect_exit 4 "batch scalar stop over 256 bytes" "$jambo" batch --model "$demo" --input "$work/stop.jsonl" \
+  --output "$work/stop-out.jsonl"
+expect_stderr_line "scalar stop over 256 bytes named" "field 'stop' holds a string of 300 bytes; at most 256"
+printf '{"id": 1, "tokens": [1, 18446744073709551615]}\n' >"$work/huge-id.jsonl"
+expect_exit 4 "score token id past int64" "$jambo" score --model "$fixture" --input "$work/huge-id.jsonl"
+expect_stderr_line "token id past int64 named as written" "token id 18446744073709551615 is negative or too large"
+# only regular files are read: a FIFO would block its reader forever
+mkdir -p "$work/fifo-model" && cp "$fixture"/config.json "$work/fifo-model/" && mkfifo "$work/fifo-model/model.safetensors"
+expect_exit 1 "a FIFO for the weights" timeout 20 "$jambo" generate --model "$work/fifo-model" --prompt-ids 1
+expect_stderr "FIFO weights named" "fifo-model/model.safetensors: not a regular file"
+mkfifo "$work/fifo.jsonl"
+expect_exit 1 "a FIFO for the trace" timeout 20 "$jambo" trace --input "$work/fifo.jsonl" --request 1
+expect_stderr "FIFO trace named" "fifo.jsonl' does not exist or is not a regular file"
+expect_exit 1 "a FIFO for the batch output" timeout 20 "$jambo" batch --model "$demo" --input "$work/huge.jsonl" \
+  --output "$work/fifo.jsonl"
+expect_stderr "FIFO batch output named" "output file '$work/fifo.jsonl' is not a regular file"
+# every id the tokenizer makes must be a row of the model's embedding
+mkdir -p "$work/small-vocab" && cp "$demo"/tokenizer*.json "$work/small-vocab/"
+jq '.vocab_size = 4100' "$demo/config.json" >"$work/small-vocab/config.json"
+expect_exit 1 "a tokenizer beyond the model's vocabulary" "$jambo" generate --model "$work/small-vocab" --random-weights \
+  --prompt hi
+expect_stderr "tokenizer beyond the vocabulary named" "has id 4100, beyond the model's vocab_size 4100 (config.json)"
+# max_model_len within config.json's max_position_embeddings
+mkdir -p "$work/short" && cp "$demo"/* "$work/short/"
+jq '.max_position_embeddings = 1000' "$demo/config.json" >"$work/short/config.json"
+expect_exit 1 "serve past max_position_embeddings" timeout 60 "$jambo" serve --model "$work/short" --max-model-len 1001
+expect_stderr "serve past max_position_embeddings named" "max_model_len 1001 exceeds the model's max_position_embeddings (1000)"
+jq '.max_position_embeddings = -5' "$demo/config.json" >"$work/short/config.json"
+expect_exit 1 "negative max_position_embeddings" "$jambo" generate --model "$work/short" --prompt-ids 1
+expect_stderr "negative max_position_embeddings named" "field 'max_position_embeddings' = -5 must be positive"
 
 # tokenize works on a folder holding only tokenizer.json; detokenize inverts it
 mkdir -p "$work/tok" && cp "$demo/tokenizer.json" "$work/tok/"
@@ -225,6 +276,10 @@ expect_exit 0 "bench plot" "$jambo" bench --model "$work/shape" --random-weights
   --repeats 1 --batch 1,3 --plot "$work/bench.svg"
 [[ $(grep -o '<rect x=[^>]*fill="#4a78b5"' "$work/bench.svg" | wc -l) -eq 2 ]] && grep -q "batch 3" "$work/bench.svg" &&
   pass "bench plot: one bar per batch" || fail "bench plot: $(head -c 300 "$work/bench.svg")"
+# score checks its --output before the long part of the run (here, before even looking at the model)
+expect_exit 1 "score to an unwritable path" "$jambo" score --model "$work/no-such-model" --input /dev/null \
+  --output "$work/missing/scores.jsonl"
+expect_stderr "score output path named first" "cannot write output file '$work/missing/scores.jsonl'"
 expect_exit 1 "bench plot to an unwritable path" "$jambo" bench --model "$work/shape" --random-weights \
   --plot "$work/missing/bench.svg"
 expect_stderr "bench plot path named" "cannot write output file '$work/missing/bench.svg'"
@@ -255,6 +310,11 @@ expect_exit 0 "trace" "$jambo" trace --input "$work/trace.jsonl" --request sampl
 grep -q "prefill" "$work/out" && grep -q "decode" "$work/out" && grep -q "finished" "$work/out" \
   && pass "trace tells prefill, decode and finish" || fail "trace output: $(cat "$work/out")"
 expect_exit 1 "trace of an unknown request" "$jambo" trace --input "$work/trace.jsonl" --request nobody
+# a trace with an unreadable line follows the malformed-line policy: exit 4, or 0 with --allow-skipped
+{ cat "$work/trace.jsonl"; echo "not json"; } >"$work/trace-torn.jsonl"
+expect_exit 4 "trace that skipped a line" "$jambo" trace --input "$work/trace-torn.jsonl" --request sampled
+expect_stderr_line "trace counts the skipped line" "1 unreadable lines skipped"
+expect_exit 0 "trace --allow-skipped" "$jambo" trace --input "$work/trace-torn.jsonl" --request sampled --allow-skipped
 
 # compare: a clean batch passes; one perturbed logprob is flagged with exit code 3
 expect_exit 0 "compare clean" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --report "$work/report.html"
@@ -336,6 +396,46 @@ expect_exit 0 "batch resumes after a torn line" "$jambo" batch --model "$demo" -
   --output "$work/torn.jsonl" --allow-skipped
 jq -e -s 'length == 4' "$work/torn.jsonl" >/dev/null && pass "torn line replaced by a whole one" \
   || fail "torn resume: $(tail -c 300 "$work/torn.jsonl")"
+
+# weights holding NaN or infinity are refused at load, naming the file, the tensor and the first bad index
+source tests/support/checkpoint_edits.sh
+cp -r "$demo" "$work/inf-weight"
+set_bf16 "$work/inf-weight" model.layers.2.feed_forward.down_proj.weight 12345 '\x80\x7f'
+expect_exit 1 "a weight holding inf is refused at load" "$jambo" generate --model "$work/inf-weight" --prompt-ids 1
+expect_stderr "the inf weight named with its index" "$work/inf-weight/model.safetensors: tensor \
+'model.layers.2.feed_forward.down_proj.weight' holds inf at index 12345 (row 48, column 57)"
+
+# logits that are not finite fail every command loudly with exit code 5, naming the request or sequence and the
+# step: finite weights whose activations overflow past a sequence's first token (a first token computes)
+overflowing_demo "$work/overflow"
+overflow=$work/overflow
+nonfinite="the logits are not finite (NaN or infinity)"
+nonfinite_pattern="the logits are not finite \\(NaN or infinity\\)"
+expect_exit 0 "non-finite logits: a first token computes" "$jambo" generate --model "$overflow" --prompt-ids 5 \
+  --max-tokens 1
+expect_exit 5 "generate: non-finite logits" "$jambo" generate --model "$overflow" --prompt-ids 5 --max-tokens 3 --json
+expect_stderr "generate names request and step" \
+  "jambo: error: request 'generate' sample 0 (sequence 0), step 1: $nonfinite"
+[[ ! -s $work/out ]] && pass "generate --json prints no result" || fail "generate --json printed $(cat "$work/out")"
+printf '{"id": "two", "tokens": [5, 9]}\n' >"$work/overflow-score.jsonl"
+expect_exit 5 "score: non-finite logits" "$jambo" score --model "$overflow" --input "$work/overflow-score.jsonl"
+expect_stderr "score names the line and its tokens" \
+  "jambo: error: $work/overflow-score.jsonl:1 (id \"two\"), tokens 0 to 1: $nonfinite"
+printf '{"id": "first-token", "prompt_ids": [5], "max_tokens": 1}\n{"id": "overflows", "prompt_ids": [5], "max_tokens": 3}\n' \
+  >"$work/overflow-batch.jsonl"
+expect_exit 5 "batch: non-finite logits" "$jambo" batch --model "$overflow" --input "$work/overflow-batch.jsonl" \
+  --output "$work/overflow-batch-out.jsonl"
+expect_stderr_line "batch names request and step" "jambo: error: request 'overflows' sample 0 (sequence 1), step 1: $nonfinite"
+jq -e -s 'length == 1 and .[0].id == "first-token"' "$work/overflow-batch-out.jsonl" >/dev/null \
+  && pass "batch keeps what finished before" || fail "batch output: $(cat "$work/overflow-batch-out.jsonl")"
+expect_exit 5 "compare: non-finite reference logits" "$jambo" compare --model "$overflow" --input "$work/batch-out.jsonl"
+grep -qE "^jambo: error: sample \"[a-z]+\" [0-9] \(line [0-9]\), reference step 0: $nonfinite_pattern" "$work/err" \
+  && pass "compare names the sample and the reference step" || fail "compare: $(cat "$work/err")"
+expect_exit 5 "stress: non-finite logits" "$jambo" stress --model "$overflow" --requests 4 --max-prompt-tokens 8
+grep -qE "^jambo: error: request 'stress-[0-9]+' sample [0-9]+ \(sequence [0-9]+\), step [0-9]+: $nonfinite_pattern" "$work/err" \
+  && pass "stress names request and step" || fail "stress: $(cat "$work/err")"
+expect_exit 5 "bench: non-finite logits" "$jambo" bench --model "$overflow" --prompt-tokens 8 --decode-tokens 2 --repeats 1
+expect_stderr "bench names the sequence and step" "jambo: error: sequence 0, prefill: $nonfinite"
 
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]

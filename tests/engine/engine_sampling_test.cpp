@@ -1,5 +1,6 @@
 // The engine's sampling extensions (stop token ids, stop strings, min-p, n samples with their own
 // seeds) and its request lifecycle around them: validation errors, abort, counters and the trace.
+#include "backend/nonfinite_logits.h"
 #include "support/engine_test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -210,7 +211,7 @@ TEST_F(EngineSamplingTest, AbortReturnsTheSampleAndFreesItsMemory) {
 }
 
 // Logits that are not finite (a NaN in the final norm's weight makes every logit NaN) are counted in every mode:
-// unchecked, the samples go on, but the counter says how many rows were NaN; checked, the first is refused.
+// unchecked, the first row fails its request (engine_nonfinite_test.cpp); checked, it is a law 2 violation.
 TEST_F(EngineSamplingTest, NonFiniteLogitsAreCountedInEveryMode) {
   model::Model model = make_random_model(model_.config, DType::F32, /*seed=*/3);
   const_cast<float*>(static_cast<const float*>(model.weights.final_norm.data))[0] = NAN;
@@ -218,14 +219,15 @@ TEST_F(EngineSamplingTest, NonFiniteLogitsAreCountedInEveryMode) {
   options.checked = false;
   {
     engine::Engine engine(model, nullptr, options);
-    run_to_end(engine, {request("nan", {1, 2, 3}, 4)});
-    EXPECT_EQ(engine.counters().nonfinite_rows, 4);  // the prompt's row and three decode rows
+    EXPECT_THROW(run_to_end(engine, {request("nan", {1, 2, 3}, 4)}), backend::NonFiniteLogits);
+    EXPECT_EQ(engine.counters().nonfinite_rows, 1);  // the prompt's row
     EXPECT_EQ(engine.counters().law_violations, 0);
   }
   options.checked = true;
   engine::Engine engine(model, nullptr, options);
   EXPECT_THROW(run_to_end(engine, {request("nan", {1, 2, 3}, 4)}), Error);
   EXPECT_EQ(engine.counters().nonfinite_rows, 1);
+  EXPECT_EQ(engine.counters().law_violations, 1);
 }
 
 TEST_F(EngineSamplingTest, CountersAndTraceFollowEveryToken) {

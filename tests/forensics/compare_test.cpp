@@ -227,7 +227,7 @@ TEST_F(CompareTest, TransformersStyleLinesParseAndMatch) {
   cache.num_kv_blocks = 2;
   const std::unique_ptr<backend::Backend> backend = backend::cpu::make_cpu_backend(*model_, cache);
   SequenceRunner runner(*backend, cache);
-  const ScoredSequence scored = runner.score(sequences.get<std::vector<int32_t>>(), vocab_size);
+  const ScoredSequence scored = runner.score(sequences.get<std::vector<int32_t>>(), vocab_size, "the sequence");
   json scores = json::array();
   for (size_t position = jambo["prompt_ids"].size(); position < sequences.size(); ++position) {
     std::vector<double> row(vocab_size);

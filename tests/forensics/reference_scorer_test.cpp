@@ -19,7 +19,7 @@ std::vector<std::vector<double>> score_alone(const model::Model& model, const Se
     const backend::CacheConfig cache = single_sequence_cache(int64_t(sequence.size()));
     const std::unique_ptr<backend::Backend> backend = backend::cpu::make_cpu_backend(model, cache);
     SequenceRunner runner(*backend, cache);
-    const ScoredSequence scored = runner.score(sequence, /*num_top_logprobs=*/0);
+    const ScoredSequence scored = runner.score(sequence, /*num_top_logprobs=*/0, "the sequence");
     std::vector<double> logprobs;
     for (size_t t = 1; t < scored.logprobs.size(); ++t) logprobs.push_back(*scored.logprobs[t]);
     out.push_back(logprobs);

@@ -85,7 +85,7 @@ TEST_P(ReferenceTest, TeacherForcedLogprobsMatchTransformers) {
   double worst_fp64 = 0.0, worst_fp32 = 0.0;
   for (const auto& sequence : GetParam().reference["teacher_forced"]) {
     const auto tokens = sequence["tokens"].get<std::vector<int32_t>>();
-    const ScoredSequence scored = runner.score(tokens, 5);
+    const ScoredSequence scored = runner.score(tokens, 5, "the sequence");
     if (!tokens.empty()) {
       EXPECT_FALSE(scored.logprobs[0].has_value());
     }

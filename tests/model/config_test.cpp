@@ -155,6 +155,10 @@ TEST(Config, EachBadValueIsNamed) {
       {{{"rms_norm_eps", "small"}}, "'rms_norm_eps' must be a number"},
       {{{"eos_token_id", "two"}}, "'eos_token_id' must be an integer"},
       {{{"model_type", 7}}, "'model_type' must be a string"},
+      {{{"hidden_size", UINT64_MAX}}, "'hidden_size' = 18446744073709551615 is out of range"},
+      {{{"eos_token_id", {2, UINT64_MAX}}}, "'eos_token_id' = 18446744073709551615 is out of range"},
+      {{{"max_position_embeddings", -4}}, "'max_position_embeddings' = -4 must be positive"},
+      {{{"max_position_embeddings", 0}}, "'max_position_embeddings' = 0 must be positive"},
   };
   for (const auto& [config, expected] : cases) {
     SCOPED_TRACE(config.dump());

@@ -6,7 +6,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cmath>
+#include <fstream>
+#include <future>
 #include <limits>
 
 namespace jambo::model {
@@ -142,7 +147,7 @@ TEST(Safetensors, BrokenFilesAreRejected) {
   model_test::write_file(folder / "model.safetensors", header, data, uint64_t(1) << 40);
   EXPECT_THAT(open_error(folder), AllOf(HasSubstr("model.safetensors: header length 1099511627776 exceeds the file size")));
   model_test::write_file(folder / "model.safetensors", "{\"a.weight\": {\"dtype\": ", data);
-  EXPECT_THAT(open_error(folder), AllOf(HasSubstr("model.safetensors: malformed header JSON"), HasSubstr("column")));
+  EXPECT_THAT(open_error(folder), AllOf(HasSubstr("model.safetensors: header: malformed JSON"), HasSubstr("column")));
   model_test::write_file(folder / "model.safetensors", "[]", data);
   EXPECT_THAT(open_error(folder), HasSubstr("model.safetensors: the header is not a JSON object"));
   model_test::write_text(folder / "model.safetensors", "abc");
@@ -199,6 +204,36 @@ TEST(Safetensors, ShardErrorsNameIndexShardAndTensor) {
   EXPECT_THAT(open_error(folder), AllOf(HasSubstr("model.safetensors.index.json: malformed JSON")));
   model_test::write_text(folder / "model.safetensors.index.json", "{\"weight_map\": {\"a.weight\": 3}}");
   EXPECT_THAT(open_error(folder), HasSubstr("'weight_map' entry 'a.weight' = 3 is not a file name"));
+}
+
+TEST(Safetensors, ShardsAreFileNamesInTheModelFolder) {
+  TempFolder folder;
+  for (const std::string& shard : std::vector<std::string>{"../../../etc/passwd", "/etc/passwd", "sub/model.safetensors",
+                                                          "..", ".", "",
+                                                          std::string("model-00002-of-00002.safetensors\0x", 34)}) {
+    SCOPED_TRACE(shard);
+    json weight_map = kGoodWeightMap;
+    weight_map["b.weight"] = shard;
+    write_shards(folder, weight_map);
+    EXPECT_THAT(open_error(folder),
+                AllOf(HasSubstr("model.safetensors.index.json: 'weight_map' entry 'b.weight' = "),
+                      HasSubstr("is not a plain file name in the model folder")));
+  }
+}
+
+// Opening a FIFO for reading waits for a writer: it must be refused, not opened.
+TEST(Safetensors, AShardThatIsNotARegularFileIsRefused) {
+  TempFolder folder;
+  ASSERT_EQ(mkfifo((folder / "model.safetensors").c_str(), 0600), 0);
+  std::future<std::string> opened = std::async(std::launch::async, [&] { return open_error(folder); });
+  if (opened.wait_for(std::chrono::seconds(20)) == std::future_status::timeout) {
+    ADD_FAILURE() << "open() waits for a writer of the FIFO";
+    std::ofstream(folder / "model.safetensors").close();  // be that writer, so that the test ends
+  }
+  EXPECT_THAT(opened.get(), HasSubstr("model.safetensors: not a regular file"));
+  std::filesystem::remove(folder / "model.safetensors");
+  std::filesystem::create_directory(folder / "model.safetensors");
+  EXPECT_THAT(open_error(folder), HasSubstr("model.safetensors: not a regular file"));
 }
 
 }  // namespace

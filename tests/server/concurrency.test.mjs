@@ -83,8 +83,8 @@ test(`${NUM_CLIENTS} clients on a server short of memory (waiting, preemption, c
 });
 
 // A burst of clients connecting at once, faster than the server accepts (here it is stopped: SIGSTOP): the
-// kernel completes every handshake into the listen backlog, and each is served once the server runs again. With
-// httplib's own backlog of 5, all but six would wait for SYN retries (a second and more), or be reset.
+// kernel completes every handshake into the listen backlog, and each is served once the server runs again. With a
+// backlog of 5, all but six would wait for SYN retries (a second and more), or be reset.
 test(`${NUM_CLIENTS} connections made while the server accepts none are all served`, async () => {
   const burst = await startServer('burst');
   const { hostname, port } = new URL(burst.url);

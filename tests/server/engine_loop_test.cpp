@@ -1,10 +1,13 @@
 // The server's engine loop: requests from many threads at once come out as if run alone (law 5),
-// aborts free slots and blocks at once, a full loop refuses, and a dying loop fails every stream loudly.
+// aborts free slots and blocks at once, a full loop refuses, a request whose logits are not finite fails alone
+// (500), and a dying loop fails every stream loudly.
 #include "support/engine_test_util.h"
+#include "support/overflowing_model.h"
 #include "server/engine_loop.h"
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <thread>
 
 namespace jambo::server {
@@ -23,7 +26,7 @@ Outputs drain(RequestStream& stream, const std::vector<engine::RequestSpec>& spe
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (!stream.is_finished()) {
     if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("the stream does not finish");
-    if (stream.error()) throw std::runtime_error(*stream.error());
+    if (stream.error()) throw std::runtime_error(stream.error()->message);
     for (const StreamEvent& event : stream.take(kWait)) {
       engine::SampleOutput& output = outputs[keys.at(size_t(event.choice))];
       output.id = keys[size_t(event.choice)].first;
@@ -48,6 +51,15 @@ engine::EngineOptions small_engine(const model::Model& model) {
                                                                 /*kv_block_size=*/16, /*max_model_len=*/4096);
   options.max_num_batched_tokens = 32;
   return options;
+}
+
+// The loop's verdict on a submission, as a caller that waits for it sees it.
+EngineLoop::Admission submit_and_wait(EngineLoop& loop, std::vector<engine::RequestSpec> specs,
+                                      std::shared_ptr<RequestStream> stream) {
+  std::promise<EngineLoop::Admission> verdict;
+  loop.submit(std::move(specs), std::move(stream),
+              [&verdict](EngineLoop::Admission admission) { verdict.set_value(std::move(admission)); });
+  return verdict.get_future().get();
 }
 
 void wait_until(const std::function<bool()>& condition, const char* what) {
@@ -81,7 +93,7 @@ TEST(EngineLoop, RequestsFromManyThreadsEqualEachRunAlone) {
     threads.emplace_back([&, t] {
       for (size_t r = size_t(t); r < specs.size(); r += kNumThreads) {
         auto stream = std::make_shared<RequestStream>(specs[r].n, 0, nullptr);
-        ASSERT_EQ(loop.submit({specs[r]}, stream).verdict, EngineLoop::Verdict::Accepted);
+        ASSERT_EQ(submit_and_wait(loop, {specs[r]}, stream).verdict, EngineLoop::Verdict::Accepted);
         per_thread[size_t(t)].merge(drain(*stream, {specs[r]}));
       }
     });
@@ -99,7 +111,7 @@ TEST(EngineLoop, AbortFreesSlotsAndBlocksAtOnce) {
   engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 64);
   auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
-  ASSERT_EQ(loop.submit({long_request("long")}, stream).verdict, EngineLoop::Verdict::Accepted);
+  ASSERT_EQ(submit_and_wait(loop, {long_request("long")}, stream).verdict, EngineLoop::Verdict::Accepted);
   wait_until([&] { return loop.counters().slots_used == 1 && loop.counters().kv_blocks_used > 0; }, "the request runs");
   loop.abort({"long"});
   wait_until([&] { return loop.counters().slots_used == 0 && loop.counters().kv_blocks_used == 0; },
@@ -116,14 +128,15 @@ TEST(EngineLoop, RefusesWhenFullAndAcceptsAgainLater) {
   engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 2);
   auto stream = std::make_shared<RequestStream>(2, 0, nullptr);
-  ASSERT_EQ(loop.submit({long_request("a"), long_request("b")}, stream).verdict, EngineLoop::Verdict::Accepted);
+  ASSERT_EQ(submit_and_wait(loop, {long_request("a"), long_request("b")}, stream).verdict,
+            EngineLoop::Verdict::Accepted);
   const EngineLoop::Admission refused =
-      loop.submit({long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr));
+      submit_and_wait(loop, {long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr));
   EXPECT_EQ(refused.verdict, EngineLoop::Verdict::Full);
   EXPECT_NE(refused.message.find("--max-num-requests 2"), std::string::npos) << refused.message;
   loop.abort({"a", "b"});
   while (!stream->is_finished()) stream->take(kWait);
-  EXPECT_EQ(loop.submit({long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr)).verdict,
+  EXPECT_EQ(submit_and_wait(loop, {long_request("c")}, std::make_shared<RequestStream>(1, 0, nullptr)).verdict,
             EngineLoop::Verdict::Accepted);
 }
 
@@ -135,7 +148,7 @@ TEST(EngineLoop, ARejectedRequestTakesBackItsSiblings) {
   engine::RequestSpec bad = long_request("bad");
   bad.prompt_ids = {int32_t(model.config.vocab_size)};
   const EngineLoop::Admission rejected =
-      loop.submit({long_request("good"), bad}, std::make_shared<RequestStream>(2, 0, nullptr));
+      submit_and_wait(loop, {long_request("good"), bad}, std::make_shared<RequestStream>(2, 0, nullptr));
   EXPECT_EQ(rejected.verdict, EngineLoop::Verdict::Rejected);
   EXPECT_NE(rejected.message.find("not a token id"), std::string::npos) << rejected.message;
   wait_until([&] { return loop.counters().slots_used == 0 && loop.counters().num_waiting == 0; },
@@ -144,7 +157,7 @@ TEST(EngineLoop, ARejectedRequestTakesBackItsSiblings) {
   auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
   engine::RequestSpec good = long_request("good");
   good.stop.max_tokens = 3;
-  ASSERT_EQ(loop.submit({good}, stream).verdict, EngineLoop::Verdict::Accepted);
+  ASSERT_EQ(submit_and_wait(loop, {good}, stream).verdict, EngineLoop::Verdict::Accepted);
   EXPECT_EQ(drain(*stream, {good}).at({"good", 0}).ids.size(), 3u);
 }
 
@@ -154,17 +167,77 @@ TEST(EngineLoop, AStepThatThrowsKillsTheLoopLoudly) {
   engine::Engine engine(model, nullptr, small_engine(model));
   EngineLoop loop(engine, 8);
   auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
-  ASSERT_EQ(loop.submit({long_request("victim")}, stream).verdict, EngineLoop::Verdict::Accepted);
+  ASSERT_EQ(submit_and_wait(loop, {long_request("victim")}, stream).verdict, EngineLoop::Verdict::Accepted);
   while (stream->take(kWait).empty()) {
   }
   loop.corrupt_lease_for_testing("victim");
   wait_until([&] { return stream->error().has_value(); }, "the stream gets the error");
-  EXPECT_NE(stream->error()->find("law 2 violation"), std::string::npos) << *stream->error();
+  EXPECT_NE(stream->error()->message.find("law 2 violation"), std::string::npos) << stream->error()->message;
   EXPECT_FALSE(loop.is_alive());
   const EngineLoop::Admission refused =
-      loop.submit({long_request("next")}, std::make_shared<RequestStream>(1, 0, nullptr));
+      submit_and_wait(loop, {long_request("next")}, std::make_shared<RequestStream>(1, 0, nullptr));
   EXPECT_EQ(refused.verdict, EngineLoop::Verdict::Dead);
   EXPECT_NE(refused.message.find("law 2 violation"), std::string::npos) << refused.message;
+}
+
+engine::RequestSpec short_request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  engine::RequestSpec spec = long_request(id);
+  spec.prompt_ids = std::move(prompt);
+  spec.stop.max_tokens = max_tokens;
+  return spec;
+}
+
+// On a model whose logits overflow past a sequence's first token: "bad" fails at step 1, "good" needs one position.
+TEST(EngineLoop, ARequestWhoseLogitsAreNotFiniteFailsWith500AndTheLoopGoesOn) {
+  testing::OneThread one_thread;
+  const model::Model model = testing::overflowing_model();
+  engine::EngineOptions options = small_engine(model);
+  options.checked = false;
+  engine::Engine engine(model, nullptr, options);
+  EngineLoop loop(engine, 8);
+  const engine::RequestSpec good = short_request("good", {5}, 1);
+  auto bad_stream = std::make_shared<RequestStream>(1, 0, nullptr);
+  auto good_stream = std::make_shared<RequestStream>(1, 0, nullptr);
+  ASSERT_EQ(submit_and_wait(loop, {short_request("bad", {7}, 3)}, bad_stream).verdict, EngineLoop::Verdict::Accepted);
+  ASSERT_EQ(submit_and_wait(loop, {good}, good_stream).verdict, EngineLoop::Verdict::Accepted);
+  wait_until([&] { return bad_stream->error().has_value(); }, "the failed request's stream gets its error");
+  EXPECT_EQ(bad_stream->error()->status, 500);
+  EXPECT_EQ(bad_stream->error()->message.rfind("request 'bad' sample 0 (sequence 0), step 1: the logits are not "
+                                               "finite (NaN or infinity)", 0),
+            0u)
+      << bad_stream->error()->message;
+  EXPECT_EQ(drain(*good_stream, {good}).at({"good", 0}).ids.size(), 1u);
+  EXPECT_TRUE(loop.is_alive());
+  auto next_stream = std::make_shared<RequestStream>(1, 0, nullptr);
+  const engine::RequestSpec next = short_request("next", {6}, 1);
+  ASSERT_EQ(submit_and_wait(loop, {next}, next_stream).verdict, EngineLoop::Verdict::Accepted);
+  EXPECT_EQ(drain(*next_stream, {next}).at({"next", 0}).ids.size(), 1u);
+  EXPECT_EQ(loop.counters().nonfinite_rows, 1);
+  EXPECT_EQ(loop.counters().slots_used, 0);
+}
+
+// The HTTP request of a failed engine request gets no answer but the error, so its other engine requests stop: here
+// a long prompt still in its prefill chunks, which would otherwise reach its last chunk and fail there too.
+TEST(EngineLoop, AFailedRequestStopsItsSiblings) {
+  testing::OneThread one_thread;
+  const model::Model model = testing::overflowing_model();
+  engine::EngineOptions options = small_engine(model);
+  options.checked = false;
+  options.max_num_batched_tokens = 4;
+  engine::Engine engine(model, nullptr, options);
+  EngineLoop loop(engine, 8);
+  std::vector<int32_t> long_prompt(40);
+  for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = int32_t(i % 20);
+  auto stream = std::make_shared<RequestStream>(2, 0, nullptr);
+  ASSERT_EQ(
+      submit_and_wait(loop, {short_request("fails", {7}, 3), short_request("sibling", long_prompt, 1)}, stream).verdict,
+      EngineLoop::Verdict::Accepted);
+  wait_until([&] { return stream->error().has_value(); }, "the stream gets the error");
+  EXPECT_EQ(stream->error()->status, 500);
+  wait_until([&] { return loop.counters().num_running + loop.counters().num_waiting == 0; }, "the sibling stops");
+  EXPECT_EQ(loop.counters().nonfinite_rows, 1);  // the sibling's last chunk never ran
+  EXPECT_EQ(loop.counters().slots_used + loop.counters().kv_blocks_used, 0);
+  EXPECT_TRUE(loop.is_alive());
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Shared helpers of the end-to-end server tests: the openai client, extra servers, metrics, SSE.
 // tests/server/server_test.sh sets JAMBO_URL (the shared server), JAMBO_BIN, JAMBO_MODEL and JAMBO_WORK.
 import { spawn } from 'node:child_process';
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, readFileSync } from 'node:fs';
+import net from 'node:net';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 
@@ -56,6 +57,7 @@ export async function startServer(name, flags = []) {
   return {
     url,
     logPath,
+    pid: child.pid,
     signal: (name) => child.kill(name),
     // SIGTERM; past timeoutMs, SIGKILL and throw.
     async stop(timeoutMs = 10_000) {
@@ -68,6 +70,41 @@ export async function startServer(name, flags = []) {
       return code;
     },
   };
+}
+
+// A process's resident memory from /proc: {rss, peak} in bytes (VmRSS, VmHWM).
+export function memory(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (name) => Number(status.match(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm'))[1]) * 1024;
+  return { rss: kib('VmRSS'), peak: kib('VmHWM') };
+}
+
+// Raw bytes on a connection of its own: `send(socket)` writes them (it may write for long, errors once the server
+// closed are expected); resolves once the server closes or after timeoutMs with {text, status, closed, ms}, status
+// that of the first response (0: none).
+export function rawExchange(base, send, timeoutMs = 30_000) {
+  const { hostname, port } = new URL(base);
+  const started = performance.now();
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: hostname, port: Number(port) });
+    const chunks = [];
+    let done = false;
+    const finish = (closed) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      socket.destroy();
+      const text = Buffer.concat(chunks).toString('latin1');
+      const status = Number(text.match(/^HTTP\/1\.[01] (\d{3})/)?.[1] ?? 0);
+      resolve({ text, status, closed, ms: performance.now() - started });
+    };
+    const timer = setTimeout(() => finish(false), timeoutMs);
+    socket.on('data', (data) => chunks.push(data));
+    socket.on('end', () => finish(true));
+    socket.on('close', () => finish(true));
+    socket.on('error', () => {});  // a reset after the answer, while the client still writes
+    socket.on('connect', () => send(socket));
+  });
 }
 
 // GET /metrics as {name or name{labels}: number}.

@@ -20,6 +20,9 @@ const CASES = [
   ['a JSON string body', C, '"hello"', 400, null],
   ['not UTF-8', C, Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d]), 400, null],
   ['deeply nested prompt', C, nested(100_000), 400, 'prompt'],
+  ['a million levels of nesting', C, nested(1_000_000), 400, 'prompt'],
+  ['nested one level too deep', H, `{"model": "${MODEL}", "messages": ${'['.repeat(256)}${']'.repeat(256)}}`, 400,
+    'messages'],
   ['missing model', C, { prompt: 'Hi' }, 400, 'model'],
   ['model of wrong type', C, { ...ok, model: 5 }, 400, 'model'],
   ['wrong model', C, { ...ok, model: 'gpt-4o' }, 404, 'model'],
@@ -80,13 +83,20 @@ const CASES = [
   ['bad role', H, { ...chat, messages: [{ role: 'wizard', content: 'hi' }] }, 400, 'messages[0].role'],
   ['role missing', H, { ...chat, messages: [{ content: 'hi' }] }, 400, 'messages[0].role'],
   ['content of wrong type', H, user(5), 400, 'messages[0].content'],
-  ['content part not text', H, user([{ type: 'image_url', image_url: { url: 'x' } }]), 400, 'messages[0].content'],
+  ['content part not text', H, user([{ type: 'image_url', image_url: { url: 'x' } }]), 400,
+    'messages[0].content[0].type'],
+  ['content part type a number', H, user([{ type: 'text', text: 'a' }, { type: 5 }]), 400, 'messages[0].content[1].type'],
+  ['content part without a type', H, user([{ text: 'a' }]), 400, 'messages[0].content[0].type'],
+  ['content part text a number', H, user([{ type: 'text', text: 5 }]), 400, 'messages[0].content[0].text'],
+  ['content part a string', H, user(['hi']), 400, 'messages[0].content[0]'],
   ['unsupported message field', H, { ...chat, messages: [{ role: 'user', content: 'hi', tool_calls: [] }] }, 400,
     'messages[0].tool_calls'],
   ['top_logprobs without logprobs', H, { ...chat, top_logprobs: 2 }, 400, 'top_logprobs'],
   ['top_logprobs 21', H, { ...chat, logprobs: true, top_logprobs: 21 }, 400, 'top_logprobs'],
   ['chat logprobs a string', H, { ...chat, logprobs: 'yes' }, 400, 'logprobs'],
   ['response_format json', H, { ...chat, response_format: { type: 'json_object' } }, 400, 'response_format'],
+  ['response_format type a number', H, { ...chat, response_format: { type: 5 } }, 400, 'response_format.type'],
+  ['response_format a string', H, { ...chat, response_format: 'text' }, 400, 'response_format'],
   ['tools', H, { ...chat, tools: [{ type: 'function', function: { name: 'f' } }] }, 400, 'tools'],
   ['tool_choice auto', H, { ...chat, tool_choice: 'auto' }, 400, 'tool_choice'],
   ['max_completion_tokens over the context', H, { ...chat, max_completion_tokens: 100_000 }, 400, 'max_completion_tokens'],
@@ -134,8 +144,8 @@ test('a body over the size limit gets 413 with an error object', async () => {
   assert.match(response.json.error.message, /too large/);
 });
 
-// httplib reads an application/x-www-form-urlencoded body (what `curl -d` sends) only up to 8 KiB and
-// answers 413 "too large" past that: the body must be read, or the 413 must say it is the content type.
+// An application/x-www-form-urlencoded body (what `curl -d` sends) was once read only up to 8 KiB and refused
+// with 413 "too large" past that: the body must be read, or the 413 must say it is the content type.
 test('a JSON body over 8 KiB sent as a form (curl -d) is read, or refused naming the Content-Type',
   async () => {
     const body = JSON.stringify({ ...ok, prompt: 'word '.repeat(2000), max_tokens: 1 });

@@ -93,10 +93,11 @@ TEST(RequestStream, ReportsLatencies) {
 
 TEST(RequestStream, FailureReachesTheWaitingSide) {
   RequestStream stream(1, 0, nullptr);
-  stream.fail("the engine loop stopped: boom");
+  stream.fail({503, "the engine loop stopped: boom"});
   EXPECT_TRUE(stream.take(std::chrono::seconds(5)).empty());  // returns at once: the error woke it
   ASSERT_TRUE(stream.error().has_value());
-  EXPECT_EQ(*stream.error(), "the engine loop stopped: boom");
+  EXPECT_EQ(stream.error()->status, 503);
+  EXPECT_EQ(stream.error()->message, "the engine loop stopped: boom");
 }
 
 }  // namespace

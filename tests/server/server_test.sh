@@ -124,8 +124,8 @@ curl_json "wrong model is a 404" 404 POST /v1/completions '{"model": "nope", "pr
 curl_json "unknown route is a 404" 404 GET /v1/nothing
 body_has "404 is an error object" '.error.message | length > 0'
 
-# curl -d sends application/x-www-form-urlencoded, which httplib reads only up to 8 KiB: the body must be
-# read, or the 413 must say that the content type is the reason.
+# curl -d sends application/x-www-form-urlencoded (a server library once read such bodies only up to 8 KiB): the
+# body must be read, or the 413 must say that the content type is the reason.
 long_request="{\"model\": \"jambo-demo\", \"prompt\": \"$(printf 'word %.0s' {1..2000})\", \"max_tokens\": 1}"
 code=$(curl -sS -o "$work/body" -w '%{http_code}' -d "$long_request" "$url/v1/completions")
 if [[ $code == 200 ]] || { [[ $code == 413 ]] && grep -q "Content-Type" "$work/body"; }; then
@@ -153,7 +153,7 @@ grep -q '^jambo_http_requests_total{status="400"} [1-9]' "$work/body" && pass "/
 # The openai client tests, one file after another (they share the server and check it idles).
 for file in tests/server/completions.test.mjs tests/server/chat.test.mjs tests/server/streaming.test.mjs \
             tests/server/concurrency.test.mjs tests/server/malformed.test.mjs tests/server/disconnect.test.mjs \
-            tests/server/queue.test.mjs; do
+            tests/server/queue.test.mjs tests/server/transport.test.mjs; do
   kill -0 "$server_pid" 2>/dev/null || die "jambo serve is gone before $file"
   echo "---- node $file"
   file_started=$SECONDS
@@ -197,6 +197,78 @@ else
   wait "$quiet_pid"
   fail "jambo serve --quiet did not start: $(cat "$work/quiet.log")"
 fi
+
+# A model of fewer positions than the default context: max_model_len is max_position_embeddings, and holds.
+mkdir -p "$work/short/jambo-demo" && cp "$demo"/* "$work/short/jambo-demo/"
+jq '.max_position_embeddings = 1000' "$demo/config.json" >"$work/short/jambo-demo/config.json"
+"$jambo" serve --model "$work/short/jambo-demo" --port 0 --quiet >"$work/short.log" 2>&1 &
+short_pid=$!
+if short_url=$(serve_url "$work/short.log" "$short_pid"); then
+  models=$(curl -sS "$short_url/v1/models")
+  too_long=$(curl -sS -H 'Content-Type: application/json' "$short_url/v1/completions" \
+    --data-binary '{"model": "jambo-demo", "prompt": "The", "max_tokens": 1000}')
+  kill -TERM "$short_pid"
+  wait "$short_pid"
+  jq -e '.data[0].max_model_len == 1000' <<<"$models" >/dev/null \
+    && pass "max_model_len defaults to max_position_embeddings 1000" || fail "short model: $models"
+  jq -e '.error.param == "max_tokens" and (.error.message | contains("max_model_len is 1000"))' <<<"$too_long" \
+    >/dev/null && pass "a request past max_position_embeddings is a 400" || fail "short model: $too_long"
+else
+  kill -TERM "$short_pid" 2>/dev/null
+  wait "$short_pid"
+  fail "jambo serve of a 1000-position model did not start: $(cat "$work/short.log")"
+fi
+# A request whose logits are not finite is answered 500 server_error naming it and its step, alone: a second server
+# on finite weights that overflow past a sequence's first token (tests/support/checkpoint_edits.sh) still answers
+# what needs a first token only, before, beside and after the failures, and counts them.
+source tests/support/checkpoint_edits.sh
+mkdir -p "$work/overflowing" && overflowing_demo "$work/overflowing/jambo-demo"
+"$jambo" serve --model "$work/overflowing/jambo-demo" --port 0 --log-interval 0 >"$work/overflowing.log" 2>&1 &
+overflowing_pid=$!
+if overflowing_url=$(serve_url "$work/overflowing.log" "$overflowing_pid"); then
+  shared_url=$url
+  url=$overflowing_url
+  first_token='{"model": "jambo-demo", "prompt": [5], "max_tokens": 1, "temperature": 0}'
+  overflows='{"model": "jambo-demo", "prompt": [5], "max_tokens": 3, "temperature": 0, "ignore_eos": true}'
+  curl_json "non-finite logits: a first token is answered" 200 POST /v1/completions "$first_token"
+  curl_json "non-finite logits are a 500" 500 POST /v1/completions "$overflows"
+  body_has "the 500 is a server_error naming the request and its step" '.error.type == "server_error" and
+    (.error.message | test("^request .cmpl-[0-9]+-[0-9]+. sample 0 \\(sequence [0-9]+\\), step [0-9]+: the logits are not finite"))'
+  curl -sS -N -H 'Content-Type: application/json' --data-binary "${overflows%\}}, \"stream\": true}" \
+    "$url/v1/completions" >"$work/overflow-sse" 2>"$work/curl.err" || fail "SSE request: $(cat "$work/curl.err")"
+  grep '^data: {' "$work/overflow-sse" | head -n 1 | sed 's/^data: //' | jq -e '.choices[0].text | type == "string"' \
+    >/dev/null && grep '^data: {' "$work/overflow-sse" | tail -n 1 | sed 's/^data: //' \
+    | jq -e '.error.type == "server_error" and (.error.message | test("step [0-9]+: the logits are not finite"))' \
+    >/dev/null && ! grep -q '^data: \[DONE\]' "$work/overflow-sse" \
+    && pass "streamed: the first token, then a server_error event naming the step" \
+    || fail "streamed non-finite logits: $(cat "$work/overflow-sse")"
+  clients=()
+  for i in 1 2 3; do
+    curl -sS -o "$work/beside-good-$i" -w '%{http_code}\n' -H 'Content-Type: application/json' \
+      --data-binary "$first_token" "$url/v1/completions" >"$work/beside-good-$i.code" &
+    clients+=($!)
+    curl -sS -o "$work/beside-bad-$i" -w '%{http_code}\n' -H 'Content-Type: application/json' \
+      --data-binary "$overflows" "$url/v1/completions" >"$work/beside-bad-$i.code" &
+    clients+=($!)
+  done
+  wait "${clients[@]}"
+  [[ $(cat "$work"/beside-good-*.code | sort -u) == 200 && $(cat "$work"/beside-bad-*.code | sort -u) == 500 ]] \
+    && pass "side by side: each request gets its own answer (200s and 500s)" \
+    || fail "side by side: good $(cat "$work"/beside-good-*.code | tr '\n' ' '), bad $(cat "$work"/beside-bad-*.code | tr '\n' ' ')"
+  curl_json "non-finite logits: alive after the failures" 200 GET /health
+  curl_json "non-finite logits: answered after the failures" 200 POST /v1/completions "$first_token"
+  curl -sS "$url/metrics" >"$work/body"
+  grep -q '^jambo_nonfinite_logit_rows_total [1-9]' "$work/body" && grep -q '^jambo_http_requests_total{status="500"} 5$' \
+    "$work/body" && grep -q '^jambo_state_slots_used 0$' "$work/body" && grep -q '^jambo_engine_alive 1$' "$work/body" \
+    && pass "/metrics counts the rows and the 500s, nothing leaked" || fail "metrics: $(grep -E 'nonfinite|status=|slots_used|alive' "$work/body")"
+  grep -qE '^jambo serve: POST /v1/completions 500 [0-9]+B [0-9.]+ms id=cmpl-' "$work/overflowing.log" \
+    && pass "access log: a 500" || fail "access log lacks the 500: $(tail -n 5 "$work/overflowing.log")"
+  url=$shared_url
+else
+  fail "jambo serve on the overflowing model did not start: $(cat "$work/overflowing.log")"
+fi
+kill -TERM "$overflowing_pid" 2>/dev/null
+wait "$overflowing_pid"
 
 # Afterwards: alive, idle (nothing leaked), no law violation, and a clean stop on SIGTERM.
 curl_json "/health after everything" 200 GET /health

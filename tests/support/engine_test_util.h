@@ -146,7 +146,7 @@ inline void expect_scores_match_reference(const model::Model& model, const Outpu
     std::vector<int32_t> tokens = sample.prompt_ids;
     tokens.insert(tokens.end(), sample.ids.begin(), sample.ids.end());
     const int64_t num_top = sample.top_logprobs.empty() ? 0 : int64_t(sample.top_logprobs[0].size());
-    const forensics::ScoredSequence scored = runner.score(tokens, num_top);
+    const forensics::ScoredSequence scored = runner.score(tokens, num_top, "the sequence");
     const size_t num_prompt = sample.prompt_ids.size();
     for (size_t i = 0; i < sample.ids.size(); ++i) {
       ASSERT_TRUE(scored.logprobs[num_prompt + i]) << what << " token " << i;

@@ -80,8 +80,34 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
 TEST(TokenizerErrors, HugeTokenId) {
   const std::string error = load_error(
       "huge-id", R"({"model": {"type": "BPE", "vocab": {"a": 2000000000}, "merges": []}})");
-  EXPECT_NE(error.find("field 'model.vocab': token 'a' has id 2000000000"), std::string::npos)
+  EXPECT_NE(error.find("field 'model.vocab[\"a\"]': token 'a' has id 2000000000"), std::string::npos)
       << error;
+}
+
+// Ids index tables: a sparse id would cost a table entry for every id below it.
+TEST(TokenizerErrors, VocabIdsMustBeBelowTheNumberOfTokens) {
+  const std::string error = load_error(
+      "sparse-id", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 16777215}, "merges": []},
+                       "added_tokens": [{"id": 1, "content": "<s>"}]})");
+  EXPECT_NE(error.find("token 'b' has id 16777215; ids must be at least 0 and below 3"), std::string::npos) << error;
+  EXPECT_NE(load_error("unsigned-id", R"({"model": {"type": "BPE", "vocab": {"a": 18446744073709551615}}})")
+                .find("field 'model.vocab[\"a\"]': 18446744073709551615 is out of range"),
+            std::string::npos);
+}
+
+TEST(TokenizerErrors, AddedTokenIdsMustBeBelowTheNumberOfTokens) {
+  const std::string error =
+      load_error("added-id", "{" + kModel + R"(, "added_tokens": [{"id": 1000000000, "content": "<huge>"}]})");
+  EXPECT_NE(error.find("field 'added_tokens[0].id': token '<huge>' has id 1000000000; ids must be at least 0 and "
+                       "below 4"),
+            std::string::npos)
+      << error;
+}
+
+TEST(TokenizerErrors, AddedTokensMayFillGapsInTheVocab) {
+  EXPECT_EQ(load_error("gap", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 2}, "merges": []},
+                                  "added_tokens": [{"id": 1, "content": "<s>"}]})"),
+            "");
 }
 
 TEST(TokenizerErrors, WrongFieldType) {

@@ -14,14 +14,15 @@ __device__ inline StateValues slot_tail(const DeviceRows& rows, const MambaState
   return state_pool + (rows.state_offset[r] + layout.layer_offset + device_offset(c, layout.kernel_size - 1));
 }
 
-// silu(bias + sum_k tap(k) * input(k)) over the window's K entries, summed in tap order as the CPU twin sums it.
+// silu(bias + sum_k tap(k) * input(k)) over the window's K entries, summed in tap order as the CPU twin sums it,
+// each tap one fused multiply-add (device_math.cuh: pinned, as two kernels inline it).
 template <typename Tap, typename Input>
 __device__ inline float conv_output(int kernel_size, float bias, const Tap& tap, const Input& input) {
   float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < kMaxConvTaps; ++k)
-    if (k < kernel_size) sum += tap(k) * input(k);
-  return silu(sum + bias);
+    if (k < kernel_size) sum = __fmaf_rn(tap(k), input(k), sum);
+  return silu(__fadd_rn(sum, bias));
 }
 
 // DecodeConv's operands of one channel, one per lane of the warp that computes the channel's input u: loaded before

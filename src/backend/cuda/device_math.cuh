@@ -1,5 +1,8 @@
 // Device helpers shared by the kernels: the activations (as the CPU backend computes them) and
 // block-wide reductions. Included by .cu files only.
+// nvcc contracts a * b + c into one FMA where it sees fit, and may see fit differently in two kernels inlining the
+// same expression. Arithmetic that two paths must share bit for bit is therefore written with the rounding
+// intrinsics (__fmaf_rn, __fmul_rn, __fadd_rn, never contracted) in one device function both call.
 #pragma once
 
 #include "backend/cuda/cuda_check.h"
@@ -16,6 +19,9 @@ namespace jambo::backend::cuda {
 constexpr int kWarpSize = 32;
 
 __device__ inline float silu(float a) { return a / (1.0f + expf(-a)); }
+
+// silu(gate) * up: the SwiGLU kernel's and the GEMM's fused SwiGLU epilogue (skinny_gemm.cu).
+__device__ inline float swiglu_value(float gate, float up) { return __fmul_rn(silu(gate), up); }
 
 // PyTorch's softplus with beta 1 and threshold 20, as vector_ops.h.
 __device__ inline float softplus(float a) { return a > 20.0f ? a : log1pf(expf(a)); }

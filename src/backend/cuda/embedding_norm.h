@@ -1,5 +1,6 @@
 // Row gather (the embedding lookup, the MoE gather), RMSNorm (alone, fused with the residual add, and over
-// the tokens whose logits are asked for) and the bias add: the per-token ops between GEMMs (spec §3.3).
+// the tokens whose logits are asked for) and the bias add: the per-token ops between GEMMs (spec §3.3). Each is
+// row-invariant: a block per row whose threads and sums follow from the width alone (InvarianceTest).
 #pragma once
 
 #include "backend/cuda/device_rows.h"

@@ -34,7 +34,7 @@ __global__ void swiglu_kernel(const float* gate_up,  // [rows, 2I] gate, then up
     float values[kColumns];
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) {
-      values[j] = silu(reinterpret_cast<const float*>(&gates)[j]) * reinterpret_cast<const float*>(&ups)[j];
+      values[j] = swiglu_value(reinterpret_cast<const float*>(&gates)[j], reinterpret_cast<const float*>(&ups)[j]);
       if (out != nullptr) out[i + j] = values[j];
     }
     if (!out16.present()) continue;
@@ -138,8 +138,10 @@ __global__ void combine_kernel(const float* expert_output,  // [T*k, H]
   out[i] = sum;
 }
 
+}  // namespace
+
 void swiglu(const float* gate_up, int64_t num_rows, int64_t intermediate, float* out, cudaStream_t stream,
-            const Narrow16& out16 = {}) {
+            const Narrow16& out16) {
   if (num_rows == 0) return;
   const unsigned grid_rows = unsigned(std::min<int64_t>(num_rows, 65535));
   if (intermediate % 4 == 0)  // rows then start 16-byte aligned
@@ -149,6 +151,8 @@ void swiglu(const float* gate_up, int64_t num_rows, int64_t intermediate, float*
     launch_early(swiglu_kernel<1>, dim3(num_blocks_for(intermediate, kThreads), grid_rows), dim3(kThreads), 0, stream,
                  gate_up, num_rows, intermediate, out, out16);
 }
+
+namespace {
 
 // The rows' buffers of one MLP: gate_up [rows, 2I]; activation [rows, I], and its copy rounded for a 16-bit
 // down_proj (activation16, [rows, I]).
@@ -228,7 +232,37 @@ void run_experts_per_expert(Gemm& gemm, const DeviceMoe& moe, const int64_t* exp
   }
 }
 
+// route_kernel keeps a token's picks in registers, group_kernel takes a thread per expert.
+void check_routing(int64_t num_experts, int64_t k) {
+  require(k >= 1 && k <= kMaxExpertsPerToken && k <= num_experts,
+          "the CUDA MoE supports 1 to " + std::to_string(kMaxExpertsPerToken) +
+              " experts per token (and no more than the experts), got " + std::to_string(k));
+  require(num_experts <= 1024, "the CUDA MoE supports up to 1024 experts, got " + std::to_string(num_experts));
+}
+
 }  // namespace
+
+void route_tokens(const float* router_logits, int64_t num_tokens, int64_t num_experts, int64_t k,
+                  const ExpertRouting& routing, cudaStream_t stream) {
+  check_routing(num_experts, k);
+  if (num_tokens == 0) return;
+  route_kernel<<<num_blocks_for(num_tokens, kThreads), kThreads, 0, stream>>>(router_logits, num_tokens, num_experts, k,
+                                                                              routing.expert_of, routing.weight_of);
+  JAMBO_CUDA_CHECK_LAUNCH(route_kernel);
+  const int64_t num_launch_rows = std::min(num_experts, device_offset(num_tokens, k));
+  group_kernel<<<1, unsigned((num_experts + 31) / 32 * 32), 0, stream>>>(
+      routing.expert_of, num_tokens, num_experts, k, routing.position_of, routing.routed_token, routing.expert_rows,
+      routing.active_experts, num_launch_rows);
+  JAMBO_CUDA_CHECK_LAUNCH(group_kernel);
+}
+
+void combine_experts(const float* expert_output, const ExpertRouting& routing, int64_t num_tokens, int64_t k,
+                     int64_t hidden_size, float* out, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  combine_kernel<<<num_blocks_for(device_offset(num_tokens, hidden_size), kThreads), kThreads, 0, stream>>>(
+      expert_output, routing.position_of, routing.weight_of, num_tokens, k, hidden_size, out);
+  JAMBO_CUDA_CHECK_LAUNCH(combine_kernel);
+}
 
 bool experts_run_grouped(const DeviceMoe& moe, int64_t num_tokens, ExpertGemms gemms) {
   // Every expert's matrices are like expert 0's; skinny_gemm reads each matrix's K in whole 16-byte loads.
@@ -250,10 +284,7 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
                 float* out, FfnWorkspace& workspace, cudaStream_t stream, const Narrow16& x16, ExpertGemms gemms) {
   if (num_tokens == 0) return;
   const int64_t num_experts = moe.router.rows, hidden_size = moe.router.cols, k = num_experts_per_tok;
-  require(k >= 1 && k <= kMaxExpertsPerToken && k <= num_experts,
-          "the CUDA MoE supports 1 to " + std::to_string(kMaxExpertsPerToken) +
-              " experts per token (and no more than the experts), got " + std::to_string(k));
-  require(num_experts <= 1024, "the CUDA MoE supports up to 1024 experts, got " + std::to_string(num_experts));
+  check_routing(num_experts, k);
   const int64_t num_routed = device_offset(num_tokens, k);
   require(num_routed < (int64_t(1) << 31), std::to_string(num_routed) + " routed tokens are too many for one MoE step");
   const int64_t intermediate = moe.experts.front().down_proj.cols;
@@ -270,13 +301,10 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
   float* expert_output = workspace.expert_output.reserve(device_offset(num_routed, hidden_size));
   const MlpBuffers buffers = reserve_mlp_buffers(workspace, num_routed, intermediate);
 
+  const ExpertRouting routing{expert_of, weight_of, position_of, routed_token, expert_rows, active_experts};
+
   linear(gemm, x, num_tokens, moe.router, router_logits, x16);
-  route_kernel<<<num_blocks_for(num_tokens, kThreads), kThreads, 0, stream>>>(router_logits, num_tokens, num_experts, k,
-                                                                              expert_of, weight_of);
-  JAMBO_CUDA_CHECK_LAUNCH(route_kernel);
-  group_kernel<<<1, unsigned((num_experts + 31) / 32 * 32), 0, stream>>>(
-      expert_of, num_tokens, num_experts, k, position_of, routed_token, expert_rows, active_experts, num_launch_rows);
-  JAMBO_CUDA_CHECK_LAUNCH(group_kernel);
+  route_tokens(router_logits, num_tokens, num_experts, k, routing, stream);
   gather_rows(x, routed_token, num_routed, hidden_size, expert_input, stream);
 
   if (experts_run_grouped(moe, num_tokens, gemms))
@@ -284,9 +312,7 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
                         expert_output, stream);
   else
     run_experts_per_expert(gemm, moe, expert_rows, expert_input, buffers, expert_output, workspace, stream);
-  combine_kernel<<<num_blocks_for(device_offset(num_tokens, hidden_size), kThreads), kThreads, 0, stream>>>(
-      expert_output, position_of, weight_of, num_tokens, k, hidden_size, out);
-  JAMBO_CUDA_CHECK_LAUNCH(combine_kernel);
+  combine_experts(expert_output, routing, num_tokens, k, hidden_size, out, stream);
 }
 
 }  // namespace jambo::backend::cuda

@@ -28,12 +28,42 @@ struct FfnWorkspace {
   std::vector<int64_t> host_expert_rows;  // [E + 1]
 };
 
+// out[r, i] = silu(gate_up[r, i]) * gate_up[r, I + i] (swiglu_value, the arithmetic of the GEMM's fused SwiGLU);
+// out16, when present, gets the same rounded.
+void swiglu(const float* gate_up,  // [num_rows, 2I] gate, then up
+            int64_t num_rows, int64_t intermediate,
+            float* out,  // [num_rows, I], or null where out16 suffices
+            cudaStream_t stream, const Narrow16& out16 = {});
+
 // out = down(silu(gate(x)) * up(x)). x16: x rounded by its producer (gemm.h), or absent.
 void dense_mlp(Gemm& gemm, const DeviceMlp& mlp,
                const float* x,  // [num_rows, H]
                int64_t num_rows,
                float* out,  // [num_rows, H]
                FfnWorkspace& workspace, cudaStream_t stream, const Narrow16& x16 = {});
+
+// Where sparse_moe's routing of a step's T tokens to their k experts lies (buffers of the FfnWorkspace).
+struct ExpertRouting {
+  int32_t* expert_of = nullptr;       // [T, k] chosen experts, increasing within a token
+  float* weight_of = nullptr;         // [T, k] their router probabilities
+  int32_t* position_of = nullptr;     // [T, k] row of each (token, choice) in the grouped expert inputs
+  int32_t* routed_token = nullptr;    // [T*k] token of each grouped row
+  int64_t* expert_rows = nullptr;     // [E + 1] first grouped row of each expert, then the total
+  int32_t* active_experts = nullptr;  // [min(E, T*k)] the experts with rows, increasing, then -1s
+};
+
+// A token's routing is its own (row-invariant): softmax over its router logits in expert order, top-k by repeated
+// arg-max (ties to the lowest index). The grouping places each expert's tokens in token order, so a token's grouped
+// rows move with the batch, but they hold its own input.
+void route_tokens(const float* router_logits,  // [T, E]
+                  int64_t num_tokens, int64_t num_experts, int64_t k, const ExpertRouting& routing,
+                  cudaStream_t stream);
+
+// out[t] = sum over t's k choices, in increasing expert order, of weight_of * expert_output at position_of.
+void combine_experts(const float* expert_output,  // [T*k, H]
+                     const ExpertRouting& routing, int64_t num_tokens, int64_t k, int64_t hidden_size,
+                     float* out,  // [T, H]
+                     cudaStream_t stream);
 
 constexpr int64_t kMaxGroupedTokens = 32;
 

@@ -14,6 +14,7 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
+constexpr int kWarpLanes = 32, kWarps = kThreads / kWarpLanes;
 
 // Unsigned keys in the order of the floats (radix select and sort work on these).
 __device__ inline uint32_t order_key(float x) {
@@ -46,63 +47,109 @@ struct HigherLogit {
   }
 };
 
-// A vector's statistics are split over a cluster of blocks, each walking a slice of the vocabulary and sharing its
-// partial results through distributed shared memory. Few vectors (decode at small batches) take kMaxStatsBlocks
-// blocks each: one block per vector left a batch-1 step with one SM reading 256 KB twice (H200, ncu, the 3B
-// shape's 65,536 logits: 39-48 us, 11.5 us with 8 blocks). Many take one block each, which fills the GPU already
-// (256 vectors: 62 us with one block each, 171 us with 8).
-constexpr int kMaxStatsBlocks = 8;
+// A vector's exp-sum has one decomposition whatever the step's vector count (batch invariance): kStatsSlices
+// contiguous slices of ceil(V / kStatsSlices) ids, each summed in double by a block's threads over strided ids and
+// then by slice_totals' tree, and the slice sums added in slice order. Max, argmax and the non-finite count are exact
+// in any order. A vector takes a cluster of blocks sharing partial results through distributed shared memory: few
+// vectors (decode at small batches) take kStatsSlices blocks each, one slice a block: one block per vector left a
+// batch-1 step with one SM reading 256 KB twice (H200, ncu, the 3B shape's 65,536 logits: 39-48 us, 11.5 us with 8
+// blocks). Many take one block each, which fills the GPU already (256 vectors: 62 us with one block each, 171 us
+// with 8); it sums all its slices' partials in one pass and reduces them together (a cub reduction for each slice,
+// each ending in one thread's serial walk over the warps' sums, made the step's statistics markedly slower).
+constexpr int kStatsSlices = 8;
 constexpr int64_t kMaxVectorsToSplit = 32;
 
+// values[j] summed over the block's threads, for thread 0: xor butterflies within each warp, the warps' sums written
+// to `warp_sums`, the same butterflies over them in warp 0. Each entry's tree is the same whatever kCount, so a
+// block reducing one slice and a block reducing eight give a slice the same bits. blockDim.x is 1024.
+template <int kCount>
+__device__ void slice_totals(double (&values)[kCount], double (&warp_sums)[kWarps][kCount]) {
+  const int lane = int(threadIdx.x) % kWarpLanes, warp = int(threadIdx.x) / kWarpLanes;
+  const auto butterfly = [&] {
+#pragma unroll
+    for (int j = 0; j < kCount; ++j)
+#pragma unroll
+      for (int offset = kWarpLanes / 2; offset > 0; offset /= 2)
+        values[j] += __shfl_xor_sync(0xffffffffu, values[j], offset);
+  };
+  butterfly();
+  if (lane == 0)
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) warp_sums[warp][j] = values[j];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int j = 0; j < kCount; ++j) values[j] = warp_sums[lane][j];
+  butterfly();
+}
+
+// The ids [begin, end) of slice s of a vector.
+struct Slice {
+  int64_t begin, end;
+};
+__device__ inline Slice stats_slice(int64_t vocab_size, int s) {
+  const int64_t size = (vocab_size + kStatsSlices - 1) / kStatsSlices;
+  const int64_t begin = min(vocab_size, s * size);
+  return {begin, min(vocab_size, begin + size)};
+}
+
+// A block of a vector's cluster of kBlocks = kStatsSlices / kSlicesPerBlock blocks walks slices rank + j * kBlocks.
+template <int kSlicesPerBlock>
 __global__ void __launch_bounds__(kThreads) logits_stats_kernel(const float* logits,     // [num_vectors, V]
                                                                 const int32_t* targets,  // [num_vectors]
                                                                 int64_t vocab_size,
                                                                 VectorStats* stats) {  // [num_vectors]
   using MaxReduce = cub::BlockReduce<MaxArg, kThreads>;
-  using SumReduce = cub::BlockReduce<double, kThreads>;
   using CountReduce = cub::BlockReduce<int, kThreads>;
   __shared__ union {
     typename MaxReduce::TempStorage max;
-    typename SumReduce::TempStorage sum;
     typename CountReduce::TempStorage count;
   } scratch;
-  __shared__ MaxArg slice_best;  // this block's, then read by the cluster's blocks
-  __shared__ int slice_nonfinite;
-  __shared__ double slice_sum;
+  __shared__ MaxArg block_best;  // this block's, then read by the cluster's blocks
+  __shared__ int block_nonfinite;
+  __shared__ double warp_sums[kWarps][kSlicesPerBlock];
+  __shared__ double slice_sums[kSlicesPerBlock];  // of slices rank + j * kBlocks, at [j]
+  constexpr int kBlocks = kStatsSlices / kSlicesPerBlock;
   cg::cluster_group cluster = cg::this_cluster();
-  const int rank = int(cluster.block_rank()), num_blocks = int(cluster.num_blocks());
-  const int64_t v = blockIdx.x / num_blocks;
+  const int rank = int(cluster.block_rank());
+  const int64_t v = blockIdx.x / kBlocks;
   const float* row = logits + device_offset(v, vocab_size);
-  const int64_t slice = (vocab_size + num_blocks - 1) / num_blocks;
-  const int64_t begin = min(vocab_size, rank * slice), end = min(vocab_size, begin + slice);
+  const auto slice = [&](int j) { return stats_slice(vocab_size, rank + j * kBlocks); };
 
   MaxArg best{-INFINITY, 0};
   int num_nonfinite = 0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float logit = row[i];
-    if (!isfinite(logit)) ++num_nonfinite;
-    if (logit > best.value) best = {logit, int32_t(i)};  // strided ids rise, so ties keep the lower
-  }
-  const MaxArg block_best = MaxReduce(scratch.max).Reduce(best, HigherLogit());
+#pragma unroll
+  for (int j = 0; j < kSlicesPerBlock; ++j)
+    for (int64_t i = slice(j).begin + threadIdx.x; i < slice(j).end; i += blockDim.x) {
+      const float logit = row[i];
+      if (!isfinite(logit)) ++num_nonfinite;
+      if (logit > best.value) best = {logit, int32_t(i)};  // a thread's ids rise, so ties keep the lower
+    }
+  const MaxArg reduced_best = MaxReduce(scratch.max).Reduce(best, HigherLogit());
   __syncthreads();
-  const int block_nonfinite = CountReduce(scratch.count).Sum(num_nonfinite);
-  if (threadIdx.x == 0) slice_best = block_best, slice_nonfinite = block_nonfinite;
+  const int reduced_nonfinite = CountReduce(scratch.count).Sum(num_nonfinite);
+  if (threadIdx.x == 0) block_best = reduced_best, block_nonfinite = reduced_nonfinite;
   cluster.sync();
-  // Every block combines the slices in rank order: the same maximum everywhere, ties to the lower id.
-  MaxArg top = *cluster.map_shared_rank(&slice_best, 0);
-  for (int r = 1; r < num_blocks; ++r) top = HigherLogit()(top, *cluster.map_shared_rank(&slice_best, r));
-  double sum = 0.0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) sum += exp(double(row[i]) - double(top.value));
-  const double block_sum = SumReduce(scratch.sum).Sum(sum);
-  if (threadIdx.x == 0) slice_sum = block_sum;
+  // Every block combines the blocks' maxima in rank order: the same maximum everywhere, ties to the lower id.
+  MaxArg top = *cluster.map_shared_rank(&block_best, 0);
+  for (int r = 1; r < kBlocks; ++r) top = HigherLogit()(top, *cluster.map_shared_rank(&block_best, r));
+  double partials[kSlicesPerBlock];  // this thread's share of each slice, all loads of the pass in flight at once
+#pragma unroll
+  for (int j = 0; j < kSlicesPerBlock; ++j) {
+    partials[j] = 0.0;
+    for (int64_t i = slice(j).begin + threadIdx.x; i < slice(j).end; i += blockDim.x)
+      partials[j] += exp(double(row[i]) - double(top.value));
+  }
+  slice_totals(partials, warp_sums);
+  if (threadIdx.x == 0)
+#pragma unroll
+    for (int j = 0; j < kSlicesPerBlock; ++j) slice_sums[j] = partials[j];
   cluster.sync();
   if (rank == 0 && threadIdx.x == 0) {
     double total = 0.0;
+    for (int s = 0; s < kStatsSlices; ++s) total += *cluster.map_shared_rank(&slice_sums[s / kBlocks], s % kBlocks);
     int total_nonfinite = 0;
-    for (int r = 0; r < num_blocks; ++r) {
-      total += *cluster.map_shared_rank(&slice_sum, r);
-      total_nonfinite += *cluster.map_shared_rank(&slice_nonfinite, r);
-    }
+    for (int r = 0; r < kBlocks; ++r) total_nonfinite += *cluster.map_shared_rank(&block_nonfinite, r);
     VectorStats out;
     out.max_logit = top.value;
     out.argmax = top.id;
@@ -317,7 +364,8 @@ void logits_stats(const float* logits, const int32_t* targets, int64_t num_vecto
                   VectorStats* stats, cudaStream_t stream) {
   if (num_vectors == 0) return;
   require(num_vectors < (int64_t(1) << 31), "too many logits vectors in one step");
-  const int blocks_per_vector = num_vectors <= kMaxVectorsToSplit ? kMaxStatsBlocks : 1;
+  const bool split = num_vectors <= kMaxVectorsToSplit;
+  const int blocks_per_vector = split ? kStatsSlices : 1;
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = unsigned(blocks_per_vector), cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
@@ -327,7 +375,8 @@ void logits_stats(const float* logits, const int32_t* targets, int64_t num_vecto
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  JAMBO_CUDA_CHECK(cudaLaunchKernelEx(&config, logits_stats_kernel, logits, targets, vocab_size, stats));
+  JAMBO_CUDA_CHECK(cudaLaunchKernelEx(&config, split ? logits_stats_kernel<1> : logits_stats_kernel<kStatsSlices>,
+                                      logits, targets, vocab_size, stats));
 }
 
 void top_candidates(const float* logits, const TopRequest* requests, int64_t num_requests, int64_t vocab_size,

@@ -176,8 +176,9 @@ void LogitsOutputs::assemble(std::span<const BatchRow> rows, const float* logits
       const VectorStats& stats = stats_[work.vector];
       const bool on_host =
           work.on_host || (work.sample_request >= 0 && sample_results_[work.sample_request].needs_host);
-      if (on_host) {
-        out.chosen.push_back(choose_token(download_vector(logits, work.vector, vocab_size, stream), choice));
+      if (on_host) {  // logprobs against the GPU's normalizer, as every other logprob of the vector
+        out.chosen.push_back(choose_token_given(download_vector(logits, work.vector, vocab_size, stream), choice,
+                                                stats.log_normalizer));
         continue;
       }
       const bool sampled = work.sample_request >= 0;

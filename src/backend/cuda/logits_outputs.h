@@ -1,7 +1,8 @@
 // A step's outputs from its logits on the GPU (backend.h: target logprobs with top-K, token choices, copies
 // asked for): builds the work items of the logits kernels (logits_ops.h), runs them, brings back the small
 // results in one transfer and assembles the StepOutput. Choices the kernels cannot make (a top_k or
-// nucleus wider than kMaxCandidates) are made on the host from that one vector by the CPU twin.
+// nucleus wider than kMaxCandidates) are made on the host from that one vector by the CPU twin, their logprobs
+// taken against the GPU's normalizer of the vector, so that a token has one logprob whichever side chose it.
 #pragma once
 
 #include "backend/backend.h"

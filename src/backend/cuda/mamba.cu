@@ -119,6 +119,20 @@ struct ScanParams {
   float* delta_sum;        // [num_chunks, Di] the sum of a chunk's deltas
 };
 
+// The scan's arithmetic, shared by the chunked scan and the one-token update and pinned (device_math.cuh), so that
+// a token advances a state entry to the same bits in both: h = exp(delta * a) * h + delta * b * u.
+__device__ inline float ssm_step(float h, float delta, float a, float b, float u) {
+  return __fmaf_rn(expf(__fmul_rn(delta, a)), h, __fmul_rn(__fmul_rn(delta, b), u));
+}
+
+// y + h * c: one term of the readout h · C.
+__device__ inline float readout_add(float y, float h, float c) { return __fmaf_rn(h, c, y); }
+
+// (y + D * u) * silu(z): the token's output from its readout y.
+__device__ inline float gated_output(float y, float skip, float u, float z) {
+  return __fmul_rn(__fmaf_rn(skip, u, y), silu(z));
+}
+
 __device__ inline void store_gated(const ScanParams& p, int64_t i, float value) {
   if (p.gated != nullptr) p.gated[i] = value;
   if (p.gated16.present()) store_narrow(p.gated16, i, value);
@@ -199,10 +213,10 @@ __device__ float scan_tokens(const ScanParams& p, int64_t c, int64_t first, int6
 #pragma unroll
     for (int n = 0; n < kMaxStateSize; ++n) {
       if (n >= state_size) continue;
-      h[n] = expf(step * a[n]) * h[n] + step * b[n] * u;
-      if (kOutputs) y += h[n] * b[state_size + n];
+      h[n] = ssm_step(h[n], step, a[n], b[n], u);
+      if (kOutputs) y = readout_add(y, h[n], b[state_size + n]);
     }
-    if (kOutputs) store_gated(p, device_offset(t, num_channels) + c, (y + skip * u) * silu(in.z));
+    if (kOutputs) store_gated(p, device_offset(t, num_channels) + c, gated_output(y, skip, u, in.z));
   }
   return delta_sum;
 }
@@ -243,8 +257,8 @@ __global__ void chunk_start_kernel(const ScanParams p) {
     const int64_t chunk = first_chunk + j;
     p.chunk_start[device_offset(chunk, device_offset(num_channels, state_size)) + entry] = h;
     if (j + 1 < num_chunks)
-      h = expf(a * p.delta_sum[device_offset(chunk, num_channels) + c]) * h +
-          p.chunk_end[device_offset(chunk, device_offset(num_channels, state_size)) + entry];
+      h = __fmaf_rn(expf(__fmul_rn(a, p.delta_sum[device_offset(chunk, num_channels) + c])), h,
+                    p.chunk_end[device_offset(chunk, device_offset(num_channels, state_size)) + entry]);
   }
 }
 
@@ -406,14 +420,14 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
       for (int k = 0; k < kSlots; ++k) {
         const int n = Lane::entry(part, k);
         if (n >= state_size) continue;
-        h[j][k] = expf(delta * a[j][k]) * h[j][k] + delta * b[n] * u[j];
-        y += h[j][k] * c[n];
+        h[j][k] = ssm_step(h[j][k], delta, a[j][k], b[n], u[j]);
+        y = readout_add(y, h[j][k], c[n]);
       }
       Lane::store(slot + device_offset(channel, state_size), part, state_size, h[j]);
     }
     for (int offset = 1; offset < kLanesPerChannel; offset *= 2) y += __shfl_xor_sync(0xffffffffu, y, offset);
     if (!active || part != 0) continue;
-    store_gated(p, device_offset(t, num_channels) + channel, (y + skip[j] * u[j]) * silu(z[j]));
+    store_gated(p, device_offset(t, num_channels) + channel, gated_output(y, skip[j], u[j], z[j]));
   }
 }
 

@@ -64,7 +64,10 @@ struct ScanScratch {
 // run in parallel, a thread per (chunk, channel) with the channel's N entries of h in registers: each chunk but
 // a row's last first scans from zero state (its end state, and the sum S of its deltas); then, per row, the
 // chunks' starting states follow in order, h_start(j+1) = exp(A * S_j) * h_start(j) + h_end(j) (the recurrence
-// is linear in h); then each chunk scans again from its starting state, writing its outputs.
+// is linear in h); then each chunk scans again from its starting state, writing its outputs. Both advance h with one
+// pinned update (ssm_step), so a row of up to kScanChunkTokens tokens leaves the state its one-token steps leave;
+// the chained starting states of later chunks, and the readout's order, still differ from the decode's (not yet
+// invariant: docs/DESIGN.md, "GPU invariance").
 void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
                     const float* activated,  // [T, Di] u after the conv and SiLU
                     const float* delta_raw,  // [T, Di] dt_proj output before its bias

@@ -35,9 +35,16 @@ struct WeightLoad {
   __device__ static float round(float value) { return float(Weight(value)); }
 };
 
+// sum + (((x0 w0 + x1 w1) + x2 w2) + x3 w3), pinned (device_math.cuh): every instantiation of the kernel (x as fp32
+// or as its 16-bit copy, one to kSkinnyRows rows a pass, each epilogue) adds a row's products in this one way.
+__device__ inline float add_four_products(float sum, float x0, float w0, float x1, float w1, float x2, float w2,
+                                          float x3, float w3) {
+  return __fadd_rn(sum, __fmaf_rn(x3, w3, __fmaf_rn(x2, w2, __fmaf_rn(x1, w1, __fmul_rn(x0, w0)))));
+}
+
 // Adds x[m, k .. k + kCount) · widened to sums[m] for the pass's rows m: x read as fp32 and rounded to the
 // weights' type, or (kNarrowX) read as its producer's 16-bit copy of that type, half the bytes. Both add four
-// products at a time in the same order, so that the two give the same sums bit for bit; and neither holds a row's
+// products at a time (add_four_products), so that the two give the same sums bit for bit; and neither holds a row's
 // x in registers (with eight rows of x per pass that doubled the registers, and halved the occupancy).
 // x is read with plain loads, never through the read-only path (__ldg, ld.global.nc): the kernel starts early,
 // while the kernel that writes x may still run, and a read-only load may be served stale or issued before the wait
@@ -57,14 +64,14 @@ __device__ inline void accumulate(const SkinnyGemm& p, int64_t first_row, int nu
       Load::widen(packed_x, x);
 #pragma unroll
       for (int q = 0; q < Load::kCount; q += 4)
-        sums[m] += x[q] * w[q] + x[q + 1] * w[q + 1] + x[q + 2] * w[q + 2] + x[q + 3] * w[q + 3];
+        sums[m] = add_four_products(sums[m], x[q], w[q], x[q + 1], w[q + 1], x[q + 2], w[q + 2], x[q + 3], w[q + 3]);
     } else {
       const float4* chunk = reinterpret_cast<const float4*>(p.x + device_offset(first_row + m, p.x_stride) + k);
 #pragma unroll
       for (int q = 0; q < Load::kCount; q += 4) {
         const float4 v = chunk[q / 4];
-        sums[m] += Load::round(v.x) * w[q] + Load::round(v.y) * w[q + 1] + Load::round(v.z) * w[q + 2] +
-                   Load::round(v.w) * w[q + 3];
+        sums[m] = add_four_products(sums[m], Load::round(v.x), w[q], Load::round(v.y), w[q + 1], Load::round(v.z),
+                                    w[q + 2], Load::round(v.w), w[q + 3]);
       }
     }
   }
@@ -89,7 +96,7 @@ __device__ inline float output_sum(float value) {
 }
 
 // SwiGLU's epilogue (SkinnyGemm::swiglu): warp 0 holds the gate of output i, warp 1 its up; the up meets the gate
-// in shared memory. The same products as the unfused GEMM and SwiGLU kernel.
+// in shared memory. The same arithmetic as the SwiGLU kernel (swiglu_value).
 template <int kRows>
 __device__ inline void store_swiglu(const SkinnyGemm& p, int64_t first_row, int num_rows, int64_t i, int lane,
                                     const float (&sums)[kRows]) {
@@ -106,7 +113,7 @@ __device__ inline void store_swiglu(const SkinnyGemm& p, int64_t first_row, int 
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     if (m >= num_rows || !holds_gate || lane != 0) continue;
-    const float value = silu(totals[m]) * ups[m];
+    const float value = swiglu_value(totals[m], ups[m]);
     const int64_t at = device_offset(first_row + m, half) + i;
     if (p.y != nullptr) p.y[at] = value;
     if (p.y16.present()) store_narrow(p.y16, at, value);
@@ -187,9 +194,6 @@ __global__ void __launch_bounds__(kWarpsPerOutput* kOutputsPerBlock* kWarpSize) 
     }
   }
 }
-
-// Below this many outputs (8 warps per SM of an H200's 132), a dense GEMM takes kWarpsPerWideOutput warps per output.
-constexpr int64_t kMinOutputsOfOneWarp = 8 * 132;
 
 // 16-byte loads per lane in flight in a dense launch. Four rather than eight: fewer registers, more resident warps,
 // and a row's loads in even batches (H200, bf16, one row, each 3B shape 8 times over in a CUDA graph, us per GEMM

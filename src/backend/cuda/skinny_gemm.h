@@ -9,6 +9,8 @@
 // (swiglu) or the Mamba conv of the inputs among them (conv). H200, 3B shape, batch 1, GPU time in the layers: 2.48
 // ms a step without them, 2.37-2.41 with both. Fusing dt's RMSNorm into dt_proj, or dt_proj into the state update,
 // made the step slower: the work they add sits on the consumer's critical path and costs more than the launch.
+// Every instantiation adds a row's products in one pinned order (add_four_products), so a row's sums do not depend
+// on the pass it shares; the warps an output takes still follow N, and linear() leaves this kernel past two rows.
 #pragma once
 
 #include "backend/cuda/device_memory.h"
@@ -25,6 +27,10 @@ constexpr int64_t kSkinnyRows = 8;
 // A dense GEMM (one group) of at most this many rows of x takes one pass over the weights, the only launch with an
 // epilogue; linear() (gemm.h) runs 16-bit weights with this many rows or fewer here rather than in cuBLAS.
 constexpr int64_t kMaxSkinnyGemmRows = 2;
+
+// Below this many outputs (8 warps per SM of an H200's 132), a dense GEMM of one or two rows takes four warps per
+// output, summed in warp order; from here on, and always with SwiGLU, one.
+constexpr int64_t kMinOutputsOfOneWarp = 8 * 132;
 
 struct SkinnyGemm {
   const float* x = nullptr;              // [R, x_stride] groups of rows, the first k columns read

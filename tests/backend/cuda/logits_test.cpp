@@ -167,6 +167,49 @@ TEST_P(LogitsOutputsTest, TiesAndMinusInfinityFollowTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, LogitsOutputsTest, ::testing::Values(3, 50, 1000, 3001, 65536));
 
+// Choices made on the host (a top_k past the GPU's candidates, a nucleus wider than them, more top logprobs than
+// the candidates hold) report logprobs against the GPU's normalizer of the vector, as its target logprobs and the
+// GPU's own choices do: a token has one logprob, bit for bit, whichever side chose it. The host's own normalizer
+// sums the vocabulary in another order and differs in its last bits.
+TEST_F(GpuTest, HostChoicesTakeTheGpusNormalizer) {
+  constexpr int64_t kVocabulary = 65536;
+  std::mt19937_64 random(11);
+  const std::vector<float> logits = random_logits(kVocabulary, 0.3, random);  // flat: a nucleus of thousands
+  const int32_t argmax = backend::argmax(logits);
+  const std::vector<int32_t> tokens = {1}, targets = {argmax};
+  std::vector<backend::TokenChoice> choices(3);
+  choices[0].num_top_logprobs = 2000;  // greedy
+  choices[1].temperature = 1.0, choices[1].top_k = 2000, choices[1].uniform = 0.3;
+  choices[2].temperature = 0.9, choices[2].top_p = 0.999, choices[2].uniform = 0.6;
+  backend::BatchRow row;
+  row.tokens = tokens;
+  row.targets = targets;
+  row.choices = choices;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const backend::cuda::DeviceBuffer<float> device = upload(logits.data(), kVocabulary);
+  const backend::cuda::DeviceBuffer<int32_t> device_targets = upload(targets.data(), 1);
+  backend::cuda::DeviceBuffer<backend::cuda::VectorStats> stats(1);
+  backend::cuda::logits_stats(device.data(), device_targets.data(), 1, kVocabulary, stats.data(), stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const double normalizer = download(stats.data(), 1)[0].log_normalizer;
+  backend::cuda::LogitsOutputs outputs;
+  backend::StepOutput gpu;
+  outputs.compute({&row, 1}, device.data(), kVocabulary, stream, gpu);
+  cudaStreamDestroy(stream);
+  const backend::RowOutput& out = gpu.rows[0];
+  ASSERT_EQ(out.chosen.size(), choices.size());
+  EXPECT_EQ(out.chosen[0].token, argmax);
+  EXPECT_EQ(out.chosen[0].logprob, out.target_logprobs[0]) << "the greedy choice against the target";
+  for (size_t c = 0; c < choices.size(); ++c) {
+    const backend::ChosenToken& chosen = out.chosen[c];
+    EXPECT_EQ(chosen.logprob, double(logits[size_t(chosen.token)]) - normalizer) << "choice " << c;
+    for (const backend::TokenLogprob& top : chosen.top_logprobs)
+      ASSERT_EQ(top.logprob, double(logits[size_t(top.token)]) - normalizer) << "choice " << c << " top " << top.token;
+  }
+  EXPECT_NE(backend::log_sum_exp(logits), normalizer) << "the host's own normalizer would have passed unnoticed";
+}
+
 TEST_F(GpuTest, NanLogitsAreReportedNotFinite) {
   const int64_t vocab_size = 500;
   std::mt19937_64 random(3);

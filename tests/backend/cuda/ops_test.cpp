@@ -471,15 +471,18 @@ TEST(GemmCandidateTest, SplitKFirstGivesWayOnlyToAnUnsplitCandidateFillingAWave)
   EXPECT_EQ(backend::cuda::choose_gemm_candidate(std::vector<C>{{true, 0.5f}, {false, short_of}, {false, 0.9f}}), 2u);
 }
 
-// SwiGLU fused into the skinny GEMM of stacked gate and up weights (decode): the fp32 output equals SwiGLU of the
-// unfused GEMM's outputs (to the device's and the host's expf), and the 16-bit copy is that output rounded; for one
-// and two rows, bf16 and f16 weights, intermediate sizes odd and even; not taken for three rows or fp32 weights.
+// SwiGLU fused into the skinny GEMM of stacked gate and up weights (decode) equals the unfused GEMM and then the
+// SwiGLU kernel bit for bit: the same sums (one warp an output both ways, which the unfused GEMM takes from
+// kMinOutputsOfOneWarp outputs on) and the one swiglu_value; and the 16-bit copy is that output rounded. For one and
+// two rows, bf16 and f16 weights, intermediate sizes odd and even; not taken for three rows or fp32 weights.
 TEST_F(GemmTest, SwiGluFusedIntoTheSkinnyGemmEqualsGemmThenSwiGlu) {
   backend::cuda::Gemm gemm(stream_, /*pedantic=*/false);
   TensorStore store(37);
   constexpr int64_t kWidth = 264;  // K: a multiple of one 16-byte load of 16-bit weights
+  constexpr int64_t kOdd = backend::cuda::kMinOutputsOfOneWarp / 2 + 1;
+  static_assert(kOdd % 2 == 1, "an odd intermediate size");
   for (const DType dtype : {DType::BF16, DType::F16})
-    for (const int64_t intermediate : {int64_t(25), int64_t(50), int64_t(1024)}) {
+    for (const int64_t intermediate : {kOdd, int64_t(1024)}) {
       const int64_t n = 2 * intermediate;
       const TensorView w = store.make({n, kWidth}, dtype, 1.0f);
       const backend::cuda::DeviceBuffer<uint16_t> device_w = upload(static_cast<const uint16_t*>(w.data), n * kWidth);
@@ -490,20 +493,15 @@ TEST_F(GemmTest, SwiGluFusedIntoTheSkinnyGemmEqualsGemmThenSwiGlu) {
         const backend::cpu::Matrix x = store.matrix(rows, kWidth, 1.0f);
         backend::cuda::DeviceBuffer<float> device_x = upload(x.data(), rows * kWidth);
         ASSERT_TRUE(backend::cuda::linear_swiglu_fuses(device_x.data(), rows, matrix, {})) << where;
-        backend::cuda::DeviceBuffer<float> gate_up(rows * n), fused(rows * intermediate);
+        backend::cuda::DeviceBuffer<float> gate_up(rows * n), unfused(rows * intermediate), fused(rows * intermediate);
         backend::cuda::DeviceBuffer<uint16_t> fused16(rows * intermediate);
         backend::cuda::linear(gemm, device_x.data(), rows, matrix, gate_up.data());
+        backend::cuda::swiglu(gate_up.data(), rows, intermediate, unfused.data(), stream_);
         backend::cuda::linear_swiglu(gemm, device_x.data(), rows, matrix, {}, fused.data(), {fused16.data(), dtype});
         ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-        const std::vector<float> sums = download(gate_up.data(), rows * n),
-                                 out = download(fused.data(), rows * intermediate);
-        std::vector<float> expected(size_t(rows * intermediate));
-        for (int64_t m = 0; m < rows; ++m)
-          for (int64_t i = 0; i < intermediate; ++i) {
-            const float gate = sums[size_t(m * n + i)], up = sums[size_t(m * n + intermediate + i)];
-            expected[size_t(m * intermediate + i)] = gate / (1.0f + std::exp(-gate)) * up;
-          }
-        expect_close(out, expected.data(), "fused SwiGLU, " + where, 1e-6);
+        const std::vector<float> out = download(fused.data(), rows * intermediate);
+        const std::vector<float> expected = download(unfused.data(), rows * intermediate);
+        EXPECT_TRUE(bitwise_equal(out.data(), expected.data(), rows * intermediate)) << "fused SwiGLU, " << where;
         std::vector<uint16_t> copy(size_t(rows * intermediate));
         ASSERT_EQ(cudaMemcpy(copy.data(), fused16.data(), copy.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
         for (size_t i = 0; i < copy.size(); ++i) {
