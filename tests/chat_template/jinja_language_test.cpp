@@ -340,8 +340,8 @@ TEST(JinjaLimits, OperatorChainsAreBounded) {
            {"1", " + 1"}, {"'a'", " ~ 'a'"}, {"1", " or 1"}, {"1", " and 1"}, {"1", " * 1"}, {"1", " ** 1"},
            {"x", ".y"}, {"x", "[0]"}, {"x", ".0"}, {"x", "[1:]"}, {"range", "(1)"}, {"'a'", " | trim"}}) {
     SCOPED_TRACE(link);
-    EXPECT_ERROR_CONTAINS(render("{{ " + chain(first, link, 100'000) + " }}"),
-                          "an expression nested deeper than 100 levels");
+    const std::string source = "{{ " + chain(first, link, 100'000) + " }}";  // clang 14 cannot capture a binding
+    EXPECT_ERROR_CONTAINS(render(source), "an expression nested deeper than 100 levels");
   }
 }
 

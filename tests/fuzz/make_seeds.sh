@@ -151,3 +151,21 @@ EOF
 seed tokenize_request prompt.json <<<'{"prompt": "Hello world", "add_special_tokens": false}'
 seed tokenize_request messages.json <<<'{"messages": [{"role": "user", "content": "Hello"}], "add_generation_prompt": true}'
 seed detokenize_request tokens.json <<<'{"tokens": [1, 1686, 483, 1735, 393, 763]}'
+
+# http_request: a byte setting the read size, then what a client sends on one connection.
+http_seed() {  # NAME READ_SIZE: the bytes on stdin
+  { printf "\\$(printf '%03o' "$2")"; cat; } | seed http_request "$1"
+}
+body='{"model": "jambo-demo", "prompt": "Hello", "max_tokens": 4}'
+printf 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n' | http_seed get 63
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\nX-Request-Id: r1\r\n\r\n%s' \
+  ${#body} "$body" | http_seed content-length 0
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x;ext=1\r\n%s\r\n0\r\nTrailer: t\r\n\r\n' \
+  ${#body} "$body" | http_seed chunked 6
+{
+  printf 'POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n' \
+    "$(printf '%s' "$body" | gzip -c | wc -c)"
+  printf '%s' "$body" | gzip -c
+} | http_seed gzip 12
+printf 'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\nHEAD /health HTTP/1.1\r\nConnection: close\r\n\r\n' |
+  http_seed pipelined 1
