@@ -241,7 +241,9 @@ void read_prompts(const json& prompt, const ServerLimits& limits, const tokenize
   }
   for (const auto& ids : request.prompts)
     if (ids.empty()) bad_field("prompt", "a prompt encodes to no tokens");
-  if (int64_t(request.prompts.size()) * request.options.n > limits.max_n)
+  // An n outside [1, max_n] is the contract's to refuse (check_contract); inside it the product cannot overflow.
+  const bool n_in_range = request.options.n >= 1 && request.options.n <= limits.max_n;
+  if (n_in_range && int64_t(request.prompts.size()) * request.options.n > limits.max_n)
     bad_field("n",
               fmt::format("{} prompts of n = {} make {} samples; this server holds {} at once", request.prompts.size(),
                           request.options.n, int64_t(request.prompts.size()) * request.options.n, limits.max_n));
