@@ -4,6 +4,7 @@
 #include "cuda_test_util.h"
 #include "server/engine_loop.h"
 
+#include <future>
 #include <thread>
 
 namespace jambo::testing {
@@ -30,10 +31,13 @@ std::map<std::string, engine::SampleOutput> serve(const model::Model& model,
     threads.emplace_back([&, t] {
       for (size_t r = t; r < specs.size(); r += per_thread.size()) {
         auto stream = std::make_shared<server::RequestStream>(1, 0, nullptr);
-        ASSERT_EQ(loop.submit({specs[r]}, stream).verdict, server::EngineLoop::Verdict::Accepted);
+        std::promise<server::EngineLoop::Admission> admission;
+        loop.submit({specs[r]}, stream,
+                    [&admission](server::EngineLoop::Admission given) { admission.set_value(std::move(given)); });
+        ASSERT_EQ(admission.get_future().get().verdict, server::EngineLoop::Verdict::Accepted);
         engine::SampleOutput& output = per_thread[t][specs[r].id];
         while (!stream->is_finished()) {
-          ASSERT_FALSE(stream->error()) << *stream->error();
+          ASSERT_FALSE(stream->error()) << stream->error()->message;
           for (const server::StreamEvent& event : stream->take(std::chrono::milliseconds(50))) {
             output.ids.insert(output.ids.end(), event.ids.begin(), event.ids.end());
             output.logprobs.insert(output.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
