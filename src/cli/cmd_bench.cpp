@@ -206,7 +206,7 @@ void run_bench(const BenchOptions& options) {
   const model::Model model = options.model.load(choice.kind);
   const backend::CacheConfig cache{max_batch, max_batch * BatchBench::blocks_per_sequence(options), kKvBlockSize,
                                    choice.state_dtype};
-  std::unique_ptr<backend::Backend> backend = make_backend(choice.kind, model, cache, choice.cuda_weights);
+  std::unique_ptr<backend::Backend> backend = make_backend(choice.kind, model, cache, choice.cuda_weights, choice.cuda_gemm);
   const double load_seconds = seconds_since(load_start);  // random weights: their fill, on the host or the GPU
   BatchBench bench(*backend, options, max_batch, model.config.vocab_size);
 
@@ -215,7 +215,8 @@ void run_bench(const BenchOptions& options) {
              options.model.folder, options.model.random_weights ? " (random weights)" : "",
              model.config.num_hidden_layers, model.config.hidden_size, model.config.vocab_size,
              double(model.weights.bytes_total) / 1e6);
-  const std::string detail = (on_gpu ? fmt::format("{} weights", name(choice.cuda_weights))
+  const std::string detail = (on_gpu ? fmt::format("{} weights, {} GEMMs", name(choice.cuda_weights),
+                                                   name(choice.cuda_gemm))
                                      : fmt::format("{} threads", omp_get_max_threads())) +
                              fmt::format(", {} state", engine::state_dtype_name(choice.state_dtype));
   fmt::print(

@@ -207,6 +207,7 @@ void add_stress_command(CLI::App& app) {
                       engine::state_dtype_name(engine_backend.state_dtype), options->threshold));
     if (command->count("--reference-backend") == 0) options->reference.backend = engine_backend.kind;
     if (command->count("--reference-cuda-weights") == 0) options->reference.cuda_weights = engine_backend.cuda_weights;
+    if (command->count("--reference-cuda-gemm") == 0) options->reference.cuda_gemm = engine_backend.cuda_gemm;
     if (const int status = run_stress_command(*options); status != 0) throw ExitStatus{status};
   });
 }

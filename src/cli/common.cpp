@@ -114,6 +114,15 @@ CLI::Option* add_cuda_weights_option(CLI::App& command, const std::string& flag,
   return add_parsed_option(command, flag, weights, engine::parse_cuda_weights, help, engine::cuda_weights_names());
 }
 
+CLI::Option* add_cuda_gemm_option(CLI::App& command, const std::string& flag, engine::CudaGemm& gemm,
+                                  const std::string& help) {
+  return add_parsed_option(command, flag, gemm, engine::parse_cuda_gemm, help, engine::cuda_gemm_names());
+}
+
+constexpr const char* kCudaGemmHelp =
+    "the GPU's 16-bit GEMMs: cublas (fastest), or invariant (one summation order for every batch size: a row's GEMM "
+    "outputs do not depend on its batch; slower, see docs/DESIGN.md: GPU invariance)";
+
 }  // namespace
 
 void add_backend_flags(CLI::App& command, engine::BackendChoice& choice) {
@@ -122,6 +131,8 @@ void add_backend_flags(CLI::App& command, engine::BackendChoice& choice) {
                           "weights on the GPU: f32 (upcast, exact against the CPU), bf16 (as stored, faster) or f16 "
                           "(converted to IEEE half)")
       ->default_str(std::string(name(choice.cuda_weights)));
+  add_cuda_gemm_option(command, "--cuda-gemm", choice.cuda_gemm, kCudaGemmHelp)
+      ->default_str(std::string(name(choice.cuda_gemm)));
   add_parsed_option(command, "--state-dtype", choice.state_dtype, engine::parse_state_dtype,
                     "recurrent-state storage (conv tails and SSM states): f32, or bf16 (half the memory, rounded "
                     "on every store, so chunk boundaries then move logprobs slightly; computed in fp32 either way)",
@@ -133,7 +144,7 @@ SingleSequenceBackend make_single_sequence_backend(const model::Model& model, in
                                                    const engine::BackendChoice& choice) {
   backend::CacheConfig cache = forensics::single_sequence_cache(max_tokens);
   cache.state_dtype = choice.state_dtype;
-  return {make_backend(choice.kind, model, cache, choice.cuda_weights), cache};
+  return {make_backend(choice.kind, model, cache, choice.cuda_weights, choice.cuda_gemm), cache};
 }
 
 void add_reference_flags(CLI::App& command, forensics::ReferenceOptions& reference, const std::string& prefix,
@@ -144,9 +155,12 @@ void add_reference_flags(CLI::App& command, forensics::ReferenceOptions& referen
   CLI::Option* weights =
       add_cuda_weights_option(command, "--" + prefix + "cuda-weights", reference.cuda_weights,
                               "its weights on the GPU: f32 (exact against the CPU), bf16 or f16" + engine_default);
+  CLI::Option* gemm =
+      add_cuda_gemm_option(command, "--" + prefix + "cuda-gemm", reference.cuda_gemm, kCudaGemmHelp + engine_default);
   if (!defaults_from_engine) {
     backend->default_str(std::string(name(reference.backend)));
     weights->default_str(std::string(name(reference.cuda_weights)));
+    gemm->default_str(std::string(name(reference.cuda_gemm)));
   }
   command
       .add_option("--" + prefix + "step-tokens", reference.max_step_tokens,

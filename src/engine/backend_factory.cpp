@@ -18,6 +18,7 @@ namespace {
 constexpr Names<BackendKind, 2> kBackendNames{{{"cpu", BackendKind::Cpu}, {"cuda", BackendKind::Cuda}}};
 constexpr Names<CudaWeights, 3> kCudaWeightNames{
     {{"f32", CudaWeights::F32}, {"bf16", CudaWeights::Bf16}, {"f16", CudaWeights::F16}}};
+constexpr Names<CudaGemm, 2> kCudaGemmNames{{{"cublas", CudaGemm::Cublas}, {"invariant", CudaGemm::Invariant}}};
 constexpr Names<DType, 2> kStateDTypeNames{{{"f32", DType::F32}, {"bf16", DType::BF16}}};
 
 [[noreturn]] void fail_unknown_backend(std::string_view name) {
@@ -42,6 +43,7 @@ int64_t host_available_memory_bytes() {
 
 std::string_view name(BackendKind kind) { return name_of(kBackendNames, kind); }
 std::string_view name(CudaWeights weights) { return name_of(kCudaWeightNames, weights); }
+std::string_view name(CudaGemm gemm) { return name_of(kCudaGemmNames, gemm); }
 std::string_view state_dtype_name(DType dtype) { return name_of(kStateDTypeNames, dtype); }
 
 std::vector<BackendKind> available_backends() {
@@ -59,6 +61,7 @@ std::vector<std::string_view> backend_names() {
 }
 
 std::vector<std::string_view> cuda_weights_names() { return all_names(kCudaWeightNames); }
+std::vector<std::string_view> cuda_gemm_names() { return all_names(kCudaGemmNames); }
 std::vector<std::string_view> state_dtype_names() { return all_names(kStateDTypeNames); }
 
 BackendKind parse_backend_kind(const std::string& text) {
@@ -71,19 +74,23 @@ CudaWeights parse_cuda_weights(const std::string& text) {
   return parse_named(kCudaWeightNames, "CUDA weight mode", text);
 }
 
+CudaGemm parse_cuda_gemm(const std::string& text) { return parse_named(kCudaGemmNames, "CUDA GEMM", text); }
+
 DType parse_state_dtype(const std::string& text) { return parse_named(kStateDTypeNames, "state dtype", text); }
 
 // make_cuda_backend and cuda_weight_bytes keep their weight-mode strings (the CUDA library and its tests use them):
 // the typed mode becomes its name here, and only here.
 std::unique_ptr<backend::Backend> make_backend(BackendKind kind, const model::Model& model,
                                                const backend::CacheConfig& cache,
-                                               [[maybe_unused]] CudaWeights cuda_weights) {
+                                               [[maybe_unused]] CudaWeights cuda_weights,
+                                               [[maybe_unused]] CudaGemm cuda_gemm) {
   if (kind == BackendKind::Cpu) {
     require_host_data(model, "the CPU backend");
     return backend::cpu::make_cpu_backend(model, cache);
   }
 #ifdef JAMBO_WITH_CUDA
-  return backend::cuda::make_cuda_backend(model, cache, std::string(name(cuda_weights)));
+  return backend::cuda::make_cuda_backend(model, cache, std::string(name(cuda_weights)), /*decode_graphs=*/true,
+                                          cuda_gemm == CudaGemm::Invariant);
 #else
   fail_unknown_backend(name(kind));
 #endif

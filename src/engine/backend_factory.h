@@ -17,17 +17,24 @@ enum class BackendKind { Cpu, Cuda };
 // (GEMM weights converted to IEEE half). Not a DType: Bf16 keeps an fp32 checkpoint's matrices in fp32.
 enum class CudaWeights { F32, Bf16, F16 };
 
+// The CUDA backend's 16-bit GEMMs: Cublas (cuBLASLt, and the skinny GEMM with its decode fusions; the fastest
+// today, its sums ordered by the step's row count) or Invariant (our tensor-core GEMM in one order for every row
+// count: a row's GEMM outputs do not depend on its batch; docs/DESIGN.md: GPU invariance).
+enum class CudaGemm { Cublas, Invariant };
+
 // Where and how one model runs: the backend, the CUDA backend's weight mode (the CPU backend ignores it) and the
 // recurrent state's storage (F32, or BF16 at half the memory; CacheConfig::state_dtype).
 struct BackendChoice {
   BackendKind kind = BackendKind::Cpu;
   CudaWeights cuda_weights = CudaWeights::F32;
+  CudaGemm cuda_gemm = CudaGemm::Cublas;
   DType state_dtype = DType::F32;
 };
 
-// The flags' spellings: "cpu", "cuda"; "f32", "bf16", "f16"; "f32", "bf16".
+// The flags' spellings: "cpu", "cuda"; "f32", "bf16", "f16"; "cublas", "invariant"; "f32", "bf16".
 std::string_view name(BackendKind kind);
 std::string_view name(CudaWeights weights);
+std::string_view name(CudaGemm gemm);
 std::string_view state_dtype_name(DType dtype);
 
 // The backends this build has, Cpu first.
@@ -36,17 +43,21 @@ std::vector<BackendKind> available_backends();
 // The valid spellings, for help texts: of this build's backends, of the weight modes, of the state dtypes.
 std::vector<std::string_view> backend_names();
 std::vector<std::string_view> cuda_weights_names();
+std::vector<std::string_view> cuda_gemm_names();
 std::vector<std::string_view> state_dtype_names();
 
 // Each throws jambo::Error naming the value and listing the valid ones; a backend not in this build is refused.
 BackendKind parse_backend_kind(const std::string& text);
 CudaWeights parse_cuda_weights(const std::string& text);
+CudaGemm parse_cuda_gemm(const std::string& text);
 DType parse_state_dtype(const std::string& text);
 
-// Throws jambo::Error naming the backend when it is not in this build. The CPU backend ignores cuda_weights.
+// Throws jambo::Error naming the backend when it is not in this build. The CPU backend ignores cuda_weights and
+// cuda_gemm.
 std::unique_ptr<backend::Backend> make_backend(BackendKind kind, const model::Model& model,
                                                const backend::CacheConfig& cache,
-                                               CudaWeights cuda_weights = CudaWeights::F32);
+                                               CudaWeights cuda_weights = CudaWeights::F32,
+                                               CudaGemm cuda_gemm = CudaGemm::Cublas);
 
 // The bytes of weights that backend holds for the model (what a memory plan takes before the caches): the
 // checkpoint's bytes on the CPU, which reads the mmap; on the GPU what the weight mode uploads.

@@ -33,7 +33,8 @@ struct Activations {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const model::Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs);
+  CudaBackend(const model::Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs,
+              bool invariant_gemm);
   ~CudaBackend() override;
 
   const model::JambaConfig& config() const override { return config_; }
@@ -89,7 +90,8 @@ class CudaBackend final : public Backend {
   double layers_gpu_seconds_ = 0.0;
 };
 
-CudaBackend::CudaBackend(const model::Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs)
+CudaBackend::CudaBackend(const model::Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs,
+                         bool invariant_gemm)
     : config_(model.config),
       cache_(cache),
       index_in_kind_(indices_within_kind(model.config)),
@@ -102,7 +104,7 @@ CudaBackend::CudaBackend(const model::Model& model, const CacheConfig& cache, We
                 "the CUDA backend needs a GPU, and none is visible (check nvidia-smi and "
                 "CUDA_VISIBLE_DEVICES)");
   JAMBO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  gemm_ = std::make_unique<Gemm>(stream_, /*pedantic=*/mode == WeightMode::F32);
+  gemm_ = std::make_unique<Gemm>(stream_, /*pedantic=*/mode == WeightMode::F32, invariant_gemm);
   weights_ = std::make_unique<DeviceWeights>(model, mode, stream_);
   // Norms round their outputs to this type for the GEMMs they feed; linear() uses such a copy only for a weight
   // of the same type (a checkpoint stores its matrices in one type). Layer 0 has a mixer.
@@ -306,9 +308,9 @@ int64_t cuda_available_memory_bytes() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const model::Model& model, const CacheConfig& cache,
-                                           const std::string& weights, bool decode_graphs) {
+                                           const std::string& weights, bool decode_graphs, bool invariant_gemm) {
   const WeightMode mode = parse_weight_mode(weights);
-  return std::make_unique<CudaBackend>(model, cache, mode, decode_graphs);
+  return std::make_unique<CudaBackend>(model, cache, mode, decode_graphs, invariant_gemm);
 }
 
 int64_t cuda_graph_replays(const Backend& backend) {

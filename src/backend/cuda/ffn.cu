@@ -182,7 +182,7 @@ void run_mlp(Gemm& gemm, const DeviceMlp& mlp, const float* x, const Narrow16& x
       mlp.down_proj.dtype == DType::F32 ? Narrow16{} : Narrow16{buffers.activation16, mlp.down_proj.dtype};
   // A 16-bit down_proj reads only the rounded copy (gemm.h), so the fp32 activation is not written then.
   float* activation = activation16.present() ? nullptr : buffers.activation;
-  if (linear_swiglu_fuses(x, num_rows, mlp.gate_up, x16)) {
+  if (linear_swiglu_fuses(gemm, x, num_rows, mlp.gate_up, x16)) {
     linear_swiglu(gemm, x, num_rows, mlp.gate_up, x16, activation, activation16);
   } else {
     linear(gemm, x, num_rows, mlp.gate_up, buffers.gate_up, x16);

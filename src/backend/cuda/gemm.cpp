@@ -99,7 +99,7 @@ GemmCandidate as_candidate(const cublasLtMatmulHeuristicResult_t& result) {
 
 }  // namespace
 
-Gemm::Gemm(cudaStream_t stream, bool pedantic) : stream_(stream) {
+Gemm::Gemm(cudaStream_t stream, bool pedantic, bool invariant) : stream_(stream), invariant_(invariant) {
   JAMBO_CUBLAS_CHECK(cublasCreate(&handle_));
   JAMBO_CUBLAS_CHECK(cublasLtCreate(&lt_));
   JAMBO_CUBLAS_CHECK(cublasSetStream(handle_, stream));
@@ -142,9 +142,10 @@ void Gemm::matmul16(const uint16_t* x16, int64_t num_rows, const DeviceMatrix& w
 
 namespace {
 
-// 16-bit weights and a row or two of x: the skinny GEMM's case, the only one its fusions take.
-bool runs_skinny(const DeviceMatrix& w, int64_t num_rows) {
-  return w.dtype != DType::F32 && num_rows >= 1 && num_rows <= kMaxSkinnyGemmRows;
+// 16-bit weights and a row or two of x, outside the invariant mode: the skinny GEMM's case, the only one its fusions
+// take.
+bool runs_skinny(const Gemm& gemm, const DeviceMatrix& w, int64_t num_rows) {
+  return !gemm.invariant() && w.dtype != DType::F32 && num_rows >= 1 && num_rows <= kMaxSkinnyGemmRows;
 }
 
 // The skinny GEMM's operands for y = x · wᵀ (16-bit weights), x16 used where it has the weights' type.
@@ -185,7 +186,7 @@ void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, 
                                    static_cast<const float*>(w.data), k, x, int(x_stride), &zero, y, m));
     return;
   }
-  if (runs_skinny(w, num_rows)) {
+  if (runs_skinny(gemm, w, num_rows)) {
     const SkinnyGemm skinny = skinny_params(x, x_stride, num_rows, w, y, x16);
     if (skinny_gemm_applies(skinny)) {
       skinny_gemm(skinny, gemm.stream());
@@ -197,6 +198,13 @@ void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, 
     uint16_t* rounded = gemm.narrow_input(element_offset(num_rows, w.cols));
     narrow_to_16(x, x_stride, num_rows, w.cols, w.dtype == DType::BF16, rounded, gemm.stream());
     narrow = rounded;
+  }
+  if (gemm.invariant()) {
+    TensorGemm operands;
+    operands.w = static_cast<const uint16_t*>(w.data), operands.dtype = w.dtype, operands.x = narrow;
+    operands.y = y, operands.num_rows = num_rows, operands.n = w.rows, operands.k = w.cols;
+    tensor_gemm(operands, gemm.tensor_scratch(), gemm.stream());
+    return;
   }
   gemm.matmul16(narrow, num_rows, w, y);
 }
@@ -212,20 +220,21 @@ void linear_strided(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_ro
   run_linear(gemm, x, x_stride, num_rows, w, y, x16);
 }
 
-bool linear_swiglu_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16) {
-  return runs_skinny(w, num_rows) && skinny_gemm_applies(swiglu_params(x, num_rows, w, x16, nullptr, {}));
+bool linear_swiglu_fuses(const Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w,
+                         const Narrow16& x16) {
+  return runs_skinny(gemm, w, num_rows) && skinny_gemm_applies(swiglu_params(x, num_rows, w, x16, nullptr, {}));
 }
 
 void linear_swiglu(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16, float* out,
                    const Narrow16& out16) {
-  require(linear_swiglu_fuses(x, num_rows, w, x16),
+  require(linear_swiglu_fuses(gemm, x, num_rows, w, x16),
           "linear_swiglu called on operands it does not take (please report this)");
   skinny_gemm(swiglu_params(x, num_rows, w, x16, out, out16), gemm.stream());
 }
 
-bool linear_conv_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16,
+bool linear_conv_fuses(const Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16,
                        const DecodeConv& conv) {
-  return runs_skinny(w, num_rows) && conv.rows.num_chunks == 0 && conv.rows.num_tokens == num_rows &&
+  return runs_skinny(gemm, w, num_rows) && conv.rows.num_chunks == 0 && conv.rows.num_tokens == num_rows &&
          w.rows == 2 * conv.layout.num_channels && conv.layout.kernel_size >= 1 &&
          conv.layout.kernel_size <= kMaxConvTaps &&
          skinny_gemm_applies(conv_params(x, num_rows, w, x16, nullptr, conv));
@@ -233,7 +242,7 @@ bool linear_conv_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, 
 
 void linear_conv(Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16, float* y,
                  const DecodeConv& conv) {
-  require(linear_conv_fuses(x, num_rows, w, x16, conv),
+  require(linear_conv_fuses(gemm, x, num_rows, w, x16, conv),
           "linear_conv called on operands it does not take (please report this)");
   skinny_gemm(conv_params(x, num_rows, w, x16, y, conv), gemm.stream());
 }

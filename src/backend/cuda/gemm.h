@@ -1,7 +1,9 @@
 // Dense GEMMs: y = x · wᵀ with w in nn.Linear layout, all row-major. fp32 weights run as fp32 cuBLAS GEMMs;
 // 16-bit weights (the bf16 and f16 modes) run with the activations rounded to the weight's 16-bit type at the GEMM
 // input, fp32 accumulation and fp32 output: as a cuBLASLt matmul on a narrowed copy of x, or, for a row or two
-// (decode), as skinny_gemm, which rounds x as it reads it.
+// (decode), as skinny_gemm, which rounds x as it reads it. An invariant Gemm runs them all as the tensor-core GEMM
+// in one summation order for every row count instead (tensor_gemm.h), without the decode fusions: slower today
+// (bench/gemm_bench.cpp), and a row's GEMM outputs no longer depend on its batch.
 //
 // Why round the input rather than keep it fp32: cuBLAS and the tensor cores take both operands in one type, so an
 // fp32 input would need the weights upcast (the f32 mode: twice the bytes, and decode is bandwidth-bound) or a custom
@@ -20,6 +22,7 @@
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/mamba.h"
 #include "backend/cuda/narrow16.h"
+#include "backend/cuda/tensor_gemm.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -52,14 +55,17 @@ size_t choose_gemm_candidate(std::span<const GemmCandidate> candidates);
 class Gemm {
  public:
   // pedantic: TF32 and other reduced-precision shortcuts off (the f32 mode must agree with the CPU backend
-  // to 1e-4 on logprobs); the bf16 mode leaves cuBLAS its default math.
-  Gemm(cudaStream_t stream, bool pedantic);
+  // to 1e-4 on logprobs); the bf16 mode leaves cuBLAS its default math. invariant: 16-bit weights through
+  // tensor_gemm, for every row count.
+  Gemm(cudaStream_t stream, bool pedantic, bool invariant = false);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
   cublasHandle_t handle() const { return handle_; }
   cudaStream_t stream() const { return stream_; }
+  bool invariant() const { return invariant_; }
+  TensorGemmScratch& tensor_scratch() { return tensor_scratch_; }
   uint16_t* narrow_input(int64_t num_elements) { return narrow_input_.reserve(num_elements); }
 
   // y [num_rows, w.rows] = x16 [num_rows, w.cols] · wᵀ for 16-bit weights, fp32 accumulation and output, as the
@@ -76,6 +82,8 @@ class Gemm {
   cublasHandle_t handle_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  bool invariant_ = false;
+  TensorGemmScratch tensor_scratch_;
   DeviceBuffer<uint16_t> narrow_input_;  // [rows, K] x in the weight's 16-bit type
   DeviceBuffer<std::byte> workspace_;    // cuBLAS's own, set once: a captured GEMM must not allocate
   std::map<LtShape, std::unique_ptr<LtPlan>> plans_;
@@ -101,9 +109,10 @@ void linear_strided(Gemm& gemm,
 
 // SwiGLU fused into the GEMM of a row or two (decode): out[m, i] = silu(y[m, i]) * y[m, I + i] for y = x · wᵀ,
 // w's first I rows the gates and its last I the ups; out16, when present, gets out rounded, and out may then be
-// null. linear_swiglu_fuses says whether the operands take it (16-bit weights, the skinny GEMM); where
-// not, the caller runs linear and then SwiGLU.
-bool linear_swiglu_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16);
+// null. linear_swiglu_fuses says whether the operands take it (16-bit weights, the skinny GEMM, a Gemm that is not
+// invariant); where not, the caller runs linear and then SwiGLU.
+bool linear_swiglu_fuses(const Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w,
+                         const Narrow16& x16);
 void linear_swiglu(Gemm& gemm,
                    const float* x,  // [num_rows, w.cols]
                    int64_t num_rows,
@@ -114,8 +123,9 @@ void linear_swiglu(Gemm& gemm,
 
 // A decode step's Mamba in_proj with the conv fused (DecodeConv, mamba.h): y = x · wᵀ where outputs
 // [0, Di), the conv's inputs u, go through the conv instead of into y. linear_conv_fuses says whether the operands
-// take it (16-bit weights, the skinny GEMM, every row one token); where not, the caller runs linear, then the conv.
-bool linear_conv_fuses(const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16,
+// take it (16-bit weights, the skinny GEMM, every row one token, a Gemm that is not invariant); where not, the caller
+// runs linear, then the conv.
+bool linear_conv_fuses(const Gemm& gemm, const float* x, int64_t num_rows, const DeviceMatrix& w, const Narrow16& x16,
                        const DecodeConv& conv);
 void linear_conv(Gemm& gemm,
                  const float* x,  // [num_rows, w.cols]

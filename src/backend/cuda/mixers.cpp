@@ -29,7 +29,7 @@ void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const model::JambaConfig& con
 
   // Decode steps of few rows run the conv in in_proj's GEMM (DecodeConv) where in_proj has no bias to add first.
   const DecodeConv conv{rows, layout, w.conv_weight, w.conv_bias, state_pool, activated, activated16};
-  if (w.in_proj_bias == nullptr && linear_conv_fuses(x, num_tokens, w.in_proj, x16, conv)) {
+  if (w.in_proj_bias == nullptr && linear_conv_fuses(gemm, x, num_tokens, w.in_proj, x16, conv)) {
     linear_conv(gemm, x, num_tokens, w.in_proj, x16, projected, conv);
   } else {
     linear(gemm, x, num_tokens, w.in_proj, projected, x16);

@@ -128,12 +128,12 @@ int64_t expect_same_greedy_ids(const std::vector<Logits>& expected, const std::v
 }
 
 void check_against_cpu(const model::Model& model, const std::string& name, const std::string& weights = "f32",
-                       DType state_dtype = DType::F32) {
+                       DType state_dtype = DType::F32, bool invariant_gemm = false) {
   const bool bf16 = weights != "f32";
   backend::CacheConfig cache = test_cache(4);
   cache.state_dtype = state_dtype;
   auto cpu = backend::cpu::make_cpu_backend(model, cache);
-  auto gpu = backend::cuda::make_cuda_backend(model, cache, weights);
+  auto gpu = backend::cuda::make_cuda_backend(model, cache, weights, /*decode_graphs=*/true, invariant_gemm);
   const std::vector<Logits> expected = run_scenario(*cpu, model.config.vocab_size);
   double tolerance = bf16 ? kBf16Tolerance : kLogprobTolerance;
   if (state_dtype == DType::BF16) {  // the bf16 state's whole effect, on the CPU (see the top of the file)
@@ -149,9 +149,10 @@ void check_against_cpu(const model::Model& model, const std::string& name, const
   const int64_t greedy = expect_same_greedy_ids(expected, actual, tolerance, name);
   const bool routed = bf16 && routes(model.config);
   std::printf(
-      "[cuda %s%s vs cpu] %-28s max |dlogprob| = %.3g; median position %.3g, mean KL %.2g%s (%lld greedy "
+      "[cuda %s%s%s vs cpu] %-28s max |dlogprob| = %.3g; median position %.3g, mean KL %.2g%s (%lld greedy "
       "ids)\n",
-      weights.c_str(), state_dtype == DType::BF16 ? ", bf16 state" : "", name.c_str(), difference, median(stats.worst),
+      weights.c_str(), state_dtype == DType::BF16 ? ", bf16 state" : "", invariant_gemm ? ", invariant GEMMs" : "",
+      name.c_str(), difference, median(stats.worst),
       mean(stats.kl), routed ? ", routed" : "", static_cast<long long>(greedy));
   ::testing::Test::RecordProperty("max_abs_dlogprob", std::to_string(difference));
   if (routed) {
@@ -177,6 +178,11 @@ TEST_P(FixtureForwardTest, Bf16StateMatchesCpuBf16State) {
 
 TEST_P(FixtureForwardTest, Bf16WeightsWithinTolerance) {
   check_against_cpu(load_fixture(GetParam()), GetParam(), "bf16");
+}
+
+// The invariant GEMMs (tensor_gemm.h) round the same inputs and sum in fp32 too: the same bounds.
+TEST_P(FixtureForwardTest, Bf16WeightsWithInvariantGemmsWithinTolerance) {
+  check_against_cpu(load_fixture(GetParam()), GetParam(), "bf16", DType::F32, /*invariant_gemm=*/true);
 }
 
 TEST_P(FixtureForwardTest, F16WeightsWithinTolerance) {

@@ -358,7 +358,7 @@ TEST_P(OpsTest, DecodeConvInTheGemmEqualsTheConvKernel) {
         const backend::StateValues state{pool.data(), DType::F32};
         const backend::cuda::DecodeConv conv{rows, layout, mamba.conv_weight, mamba.conv_bias, state, activated.data(),
                                              copy};
-        ASSERT_TRUE(backend::cuda::linear_conv_fuses(device_x.data(), rows_count, mamba.in_proj, {}, conv));
+        ASSERT_TRUE(backend::cuda::linear_conv_fuses(gemm, device_x.data(), rows_count, mamba.in_proj, {}, conv));
         if (fused) {
           backend::cuda::linear_conv(gemm, device_x.data(), rows_count, mamba.in_proj, {}, projected.data(), conv);
         } else {
@@ -492,7 +492,7 @@ TEST_F(GemmTest, SwiGluFusedIntoTheSkinnyGemmEqualsGemmThenSwiGlu) {
                                   std::to_string(rows) + " rows";
         const backend::cpu::Matrix x = store.matrix(rows, kWidth, 1.0f);
         backend::cuda::DeviceBuffer<float> device_x = upload(x.data(), rows * kWidth);
-        ASSERT_TRUE(backend::cuda::linear_swiglu_fuses(device_x.data(), rows, matrix, {})) << where;
+        ASSERT_TRUE(backend::cuda::linear_swiglu_fuses(gemm, device_x.data(), rows, matrix, {})) << where;
         backend::cuda::DeviceBuffer<float> gate_up(rows * n), unfused(rows * intermediate), fused(rows * intermediate);
         backend::cuda::DeviceBuffer<uint16_t> fused16(rows * intermediate);
         backend::cuda::linear(gemm, device_x.data(), rows, matrix, gate_up.data());
@@ -510,10 +510,10 @@ TEST_F(GemmTest, SwiGluFusedIntoTheSkinnyGemmEqualsGemmThenSwiGlu) {
         }
       }
       backend::cuda::DeviceBuffer<float> three_rows(3 * kWidth);
-      EXPECT_FALSE(backend::cuda::linear_swiglu_fuses(three_rows.data(), 3, matrix, {}));
+      EXPECT_FALSE(backend::cuda::linear_swiglu_fuses(gemm, three_rows.data(), 3, matrix, {}));
     }
   backend::cuda::DeviceBuffer<float> weights(8 * 8), x(8);
-  EXPECT_FALSE(backend::cuda::linear_swiglu_fuses(x.data(), 1, {weights.data(), DType::F32, 8, 8}, {}));
+  EXPECT_FALSE(backend::cuda::linear_swiglu_fuses(gemm, x.data(), 1, {weights.data(), DType::F32, 8, 8}, {}));
 }
 
 // Grouped skinny GEMMs (the experts') with group_ids: launch rows listing only the groups with rows, then -1s (or

@@ -1,0 +1,126 @@
+// The 16-bit GEMMs of the Jamba-Reasoning-3B shape, our tensor-core GEMM (tensor_gemm.h, one summation order for
+// every row count) beside cuBLAS's bf16 GEMM with its own heuristic (the kernels it picks differ by row count):
+// microseconds per GEMM, weight GB/s, TFLOP/s. Each figure is the mean of 16 launches in a CUDA graph, replayed 10
+// times, cycling through 4 copies of the weight so that L2 holds none of it. Prints figures; never fails on time.
+//   build-gpu/jambo_gemm_bench [rows,...]   (default 1,8,32,64,256,2048)
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/tensor_gemm.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace jambo;
+using namespace jambo::backend::cuda;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+constexpr Shape kShapes[] = {{"q_proj", 2560, 2560},   {"k_proj", 128, 2560},     {"in_proj", 10240, 2560},
+                             {"x_proj", 192, 5120},    {"dt_proj", 5120, 160},    {"out_proj", 2560, 5120},
+                             {"gate_up", 16384, 2560}, {"down_proj", 2560, 8192}, {"lm_head", 65536, 2560}};
+constexpr int kCopies = 4, kLaunches = 16, kReplays = 10;
+
+DeviceBuffer<uint16_t> random_bf16(int64_t count, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<uint16_t> host(static_cast<size_t>(count));
+  for (uint16_t& value : host) value = __bfloat16_as_ushort(__float2bfloat16(uniform(random)));
+  DeviceBuffer<uint16_t> device(count);
+  JAMBO_CUDA_CHECK(cudaMemcpy(device.data(), host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  return device;
+}
+
+// Mean microseconds of one of the launches `enqueue(i)` issues, captured in a graph.
+template <typename Enqueue>
+double time_launches(cudaStream_t stream, const Enqueue& enqueue) {
+  for (int i = 0; i < kCopies; ++i) enqueue(i);  // eager first: scratch is sized outside the capture
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  JAMBO_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kLaunches; ++i) enqueue(i % kCopies);
+  JAMBO_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  JAMBO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  JAMBO_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm
+  cudaEvent_t start, stop;
+  JAMBO_CUDA_CHECK(cudaEventCreate(&start));
+  JAMBO_CUDA_CHECK(cudaEventCreate(&stop));
+  JAMBO_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int r = 0; r < kReplays; ++r) JAMBO_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  JAMBO_CUDA_CHECK(cudaEventRecord(stop, stream));
+  JAMBO_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  JAMBO_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start), cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec), cudaGraphDestroy(graph);
+  return 1000.0 * ms / (kReplays * kLaunches);
+}
+
+std::vector<int64_t> parse_rows(int argc, char** argv) {
+  std::vector<int64_t> rows = {1, 8, 32, 64, 256, 2048};
+  if (argc < 2) return rows;
+  rows.clear();
+  std::stringstream list(argv[1]);
+  for (std::string item; std::getline(list, item, ',');) rows.push_back(std::stoll(item));
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<int64_t> row_counts = parse_rows(argc, argv);
+  cudaStream_t stream;
+  JAMBO_CUDA_CHECK(cudaStreamCreate(&stream));
+  cublasHandle_t cublas;
+  JAMBO_CUBLAS_CHECK(cublasCreate(&cublas));
+  JAMBO_CUBLAS_CHECK(cublasSetStream(cublas, stream));
+  DeviceBuffer<std::byte> workspace(int64_t(32) << 20);
+  JAMBO_CUBLAS_CHECK(cublasSetWorkspace(cublas, workspace.data(), size_t(32) << 20));
+  TensorGemmScratch scratch;
+  std::printf("%-10s %6s %6s %6s | %9s %8s %7s | %9s %8s %7s | %6s\n", "gemm", "N", "K", "rows", "ours us", "GB/s",
+              "TFLOP/s", "cuBLAS us", "GB/s", "TFLOP/s", "ratio");
+  double total_ours = 0.0, total_cublas = 0.0;
+  for (const int64_t rows : row_counts) {
+    double step_ours = 0.0, step_cublas = 0.0;
+    for (const Shape& shape : kShapes) {
+      std::vector<DeviceBuffer<uint16_t>> weights;
+      for (int c = 0; c < kCopies; ++c) weights.push_back(random_bf16(shape.n * shape.k, 100 + c));
+      const DeviceBuffer<uint16_t> x = random_bf16(rows * shape.k, 7);
+      DeviceBuffer<float> y(rows * shape.n);
+      const double ours = time_launches(stream, [&](int c) {
+        tensor_gemm({weights[c].data(), DType::BF16, x.data(), y.data(), rows, shape.n, shape.k}, scratch, stream);
+      });
+      const double theirs = time_launches(stream, [&](int c) {
+        const float one = 1.0f, zero = 0.0f;
+        JAMBO_CUBLAS_CHECK(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(shape.n), int(rows), int(shape.k), &one,
+                                        weights[c].data(), CUDA_R_16BF, int(shape.k), x.data(), CUDA_R_16BF,
+                                        int(shape.k), &zero, y.data(), CUDA_R_32F, int(shape.n), CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+      });
+      const double bytes = double(shape.n) * double(shape.k) * 2.0, flops = 2.0 * shape.n * shape.k * rows;
+      std::printf("%-10s %6lld %6lld %6lld | %9.1f %8.0f %7.1f | %9.1f %8.0f %7.1f | %6.2f\n", shape.name,
+                  (long long)shape.n, (long long)shape.k, (long long)rows, ours, bytes / ours / 1e3,
+                  flops / ours / 1e6, theirs, bytes / theirs / 1e3, flops / theirs / 1e6, ours / theirs);
+      step_ours += ours, step_cublas += theirs;
+    }
+    std::printf("%-10s %20lld | %9.1f %26s | %6.2f\n", "all", (long long)rows, step_ours, "", step_ours / step_cublas);
+    std::printf("           (cuBLAS %.1f us for the same)\n", step_cublas);
+    total_ours += step_ours, total_cublas += step_cublas;
+  }
+  std::printf("every row count: ours %.1f us, cuBLAS %.1f us, ratio %.3f\n", total_ours, total_cublas,
+              total_ours / total_cublas);
+  cublasDestroy(cublas);
+  cudaStreamDestroy(stream);
+  return 0;
+}

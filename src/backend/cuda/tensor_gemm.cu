@@ -1,0 +1,353 @@
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/tensor_gemm.h"
+
+#include <algorithm>
+
+namespace jambo::backend::cuda {
+
+GemmOrder gemm_order(int64_t n, int64_t k) {
+  GemmOrder order;
+  order.num_steps = (k + 15) / 16;
+  const int64_t num_pieces = (n + 15) / 16;
+  const int64_t slices_wanted = std::max<int64_t>(1, (kGemmPiecesWanted + num_pieces - 1) / num_pieces);
+  order.slice_steps = std::max((order.num_steps + slices_wanted - 1) / slices_wanted,
+                               std::min(kGemmMinSliceSteps, order.num_steps));
+  order.num_slices = order.slice_steps == 0 ? 0 : (order.num_steps + order.slice_steps - 1) / order.slice_steps;
+  return order;
+}
+
+namespace {
+
+// A block's tile: kRows output rows of w (kWarpsM warps of kTilesM mma tiles of 16) by kTokens rows of x (kWarpsN
+// warps of kTilesN tiles of 8), its operands staged in shared memory kSteps k-steps at a time in a ring of kStages.
+template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kTilesN_, int kSteps_, int kStages_>
+struct Tile {
+  static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_, kTilesM = kTilesM_, kTilesN = kTilesN_;
+  static constexpr int kSteps = kSteps_, kStages = kStages_;
+  static constexpr int kThreads = kWarpsM * kWarpsN * kWarpSize;
+  static constexpr int kRows = kWarpsM * kTilesM * 16;
+  static constexpr int kTokens = kWarpsN * kTilesN * 8;
+  static constexpr int kDepth = kSteps * 16;  // elements of K a stage holds
+  // Padding a staged row by 16 bytes puts the 8 rows an ldmatrix reads in 8 different bank quads.
+  static constexpr int kPitch = kDepth + 8;
+  static constexpr int kStageElements = (kRows + kTokens) * kPitch;
+  static constexpr int kChunksPerRow = kDepth / 8;  // 16-byte copies
+  static constexpr size_t kPipelineBytes = size_t(kStages) * kStageElements * sizeof(uint16_t);
+  static_assert(kTilesN == 1 || kTilesN % 2 == 0, "B fragments are loaded two tiles at a time");
+};
+
+struct Operands {
+  const uint16_t* w;
+  const uint16_t* x;
+  float* y;
+  int64_t num_rows, n, k;
+  GemmOrder order;
+  float* partials;     // [num_slices, num_rows, n], for a launch of a block per slice
+  uint32_t* arrivals;  // [tiles], zero between launches
+};
+
+__device__ inline uint32_t shared_address(const void* pointer) {
+  return uint32_t(__cvta_generic_to_shared(pointer));
+}
+
+// 16 bytes from global to shared memory through L2, or zeros where !valid (src then only names a mapped address).
+__device__ inline void copy_16_bytes(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ inline void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ inline void wait_for_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ inline void load_matrices_x4(uint32_t (&r)[4], const uint16_t* address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(address)));
+}
+__device__ inline void load_matrices_x2(uint32_t (&r)[2], const uint16_t* address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(address)));
+}
+
+// d += a · b on the tensor cores: a 16x16 tile of w (rows = outputs), b 16x8 of x (columns = rows of x). Not
+// volatile: registers only, so the compiler may interleave it with the next k-step's ldmatrix.
+template <DType kType>
+__device__ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kType == DType::BF16)
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Copies the stage of k columns [k0, k0 + kDepth) of the block's rows of w and x into `stage`: zeros past k_end (the
+// end of what the block sums), past the last output row and past the last row of x. kWholeCopies: every row starts
+// 16-byte aligned and holds whole copies of 16 bytes (K a multiple of 8), which go through cp.async; otherwise the
+// stage is filled one element at a time (the small test models: dt_proj of K = 3).
+template <typename T, bool kWholeCopies>
+__device__ void load_stage(const Operands& p, uint16_t* stage, int64_t row0, int64_t token0, int64_t k0,
+                           int64_t k_end) {
+  constexpr int kChunks = (T::kRows + T::kTokens) * T::kChunksPerRow;
+#pragma unroll
+  for (int c = int(threadIdx.x); c < kChunks; c += T::kThreads) {
+    const int r = c / T::kChunksPerRow, q = c % T::kChunksPerRow;
+    const bool of_w = r < T::kRows;
+    const int64_t row = of_w ? row0 + r : token0 + (r - T::kRows);
+    const int64_t column = k0 + q * 8;
+    const bool row_valid = row < (of_w ? p.n : p.num_rows);
+    const uint16_t* base = of_w ? p.w : p.x;
+    uint16_t* chunk = stage + r * T::kPitch + q * 8;
+    if constexpr (kWholeCopies) {
+      const bool valid = row_valid && column < k_end;
+      copy_16_bytes(chunk, valid ? base + device_offset(row, p.k) + column : base, valid);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        chunk[e] = row_valid && column + e < k_end ? base[device_offset(row, p.k) + column + e] : uint16_t(0);
+    }
+  }
+}
+
+// The mma's of k-step j of a staged stage for the warp's tiles: A fragments of its kTilesM tiles of w, B fragments
+// of its kTilesN tiles of x, each read by ldmatrix.
+template <typename T>
+using Accumulators = float[T::kTilesM][T::kTilesN][4];
+
+template <DType kType, typename T>
+__device__ inline void multiply_step(const uint16_t* stage, int j, Accumulators<T>& acc) {
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  const uint16_t* w_tile = stage + (warp % T::kWarpsM) * T::kTilesM * 16 * T::kPitch + j * 16;
+  const uint16_t* x_tile = stage + (T::kRows + (warp / T::kWarpsM) * T::kTilesN * 8) * T::kPitch + j * 16;
+  uint32_t a[T::kTilesM][4];
+#pragma unroll
+  for (int i = 0; i < T::kTilesM; ++i) load_matrices_x4(a[i], w_tile + (i * 16 + lane % 16) * T::kPitch + (lane / 16) * 8);
+  uint32_t b[T::kTilesN][2];
+  if constexpr (T::kTilesN == 1) {
+    load_matrices_x2(b[0], x_tile + (lane % 8) * T::kPitch + ((lane / 8) % 2) * 8);
+  } else {
+#pragma unroll
+    for (int jj = 0; jj < T::kTilesN / 2; ++jj) {
+      uint32_t r[4];
+      load_matrices_x4(r, x_tile + (jj * 16 + lane % 8 + (lane / 16) * 8) * T::kPitch + ((lane / 8) % 2) * 8);
+      b[2 * jj][0] = r[0], b[2 * jj][1] = r[1], b[2 * jj + 1][0] = r[2], b[2 * jj + 1][1] = r[3];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < T::kTilesM; ++i)
+#pragma unroll
+    for (int jn = 0; jn < T::kTilesN; ++jn) mma_16x8x16<kType>(acc[i][jn], a[i], b[jn][0], b[jn][1]);
+}
+
+// Where accumulator q of the warp's tile (i, j) lies: its output row of w and its row of x, for the block's corner
+// (row0, token0). The mma's C fragment: lane l holds rows l/4 and l/4 + 8, columns 2(l%4) and 2(l%4) + 1.
+struct Place {
+  int64_t output, token;
+};
+template <typename T>
+__device__ inline Place accumulator_place(int64_t row0, int64_t token0, int i, int j, int q) {
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  return {row0 + (warp % T::kWarpsM) * T::kTilesM * 16 + i * 16 + lane / 4 + (q / 2) * 8,
+          token0 + (warp / T::kWarpsM) * T::kTilesN * 8 + j * 8 + (lane % 4) * 2 + q % 2};
+}
+
+// Calls f(place, accumulator, its running total) for each of the thread's accumulators.
+template <typename T, typename F>
+__device__ inline void for_each_accumulator(int64_t row0, int64_t token0, Accumulators<T>& acc,
+                                            Accumulators<T>& totals, F&& f) {
+#pragma unroll
+  for (int i = 0; i < T::kTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < T::kTilesN; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) f(accumulator_place<T>(row0, token0, i, j, q), acc[i][j][q], totals[i][j][q]);
+}
+
+// One launch of the GEMM. A launch of one block per (piece, slice) (gridDim.z = the slices) sums one slice per block
+// into the partials, and the last of a piece's blocks adds them up in slice order. Any other launch walks all of K per
+// block, adding each slice's sum to running totals (kKeepsTotals: in registers, beside the accumulators) as it ends.
+template <DType kType, typename T, bool kWholeCopies, bool kKeepsTotals>
+__global__ void __launch_bounds__(T::kThreads, 1) tensor_gemm_kernel(const Operands p) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  uint16_t* ring = reinterpret_cast<uint16_t*>(shared);
+  let_next_kernel_start();
+  wait_for_previous_kernel();  // x is the previous kernel's output
+  const int64_t row0 = int64_t(blockIdx.x) * T::kRows, token0 = int64_t(blockIdx.y) * T::kTokens;
+  const bool sliced = gridDim.z > 1;
+  const int64_t slice_steps = p.order.slice_steps;
+  const int64_t first_step = sliced ? int64_t(blockIdx.z) * slice_steps : 0;
+  const int64_t end_step = sliced ? min(first_step + slice_steps, p.order.num_steps) : p.order.num_steps;
+  const int64_t k_end = min(end_step * 16, p.k);
+  const int64_t num_stages = (end_step - first_step + T::kSteps - 1) / T::kSteps;
+
+  Accumulators<T> acc = {}, totals = {};
+  int64_t steps_left_in_slice = slice_steps;  // a counter, not a division per k-step
+#pragma unroll
+  for (int s = 0; s < T::kStages - 1; ++s) {
+    if (s < num_stages)
+      load_stage<T, kWholeCopies>(p, ring + s * T::kStageElements, row0, token0, (first_step + s * T::kSteps) * 16,
+                                  k_end);
+    commit_copies();
+  }
+  for (int64_t stage = 0; stage < num_stages; ++stage) {
+    wait_for_copies<T::kStages - 2>();
+    __syncthreads();  // the stage is in, and every warp is done with the buffer refilled next
+    const int64_t next = stage + T::kStages - 1;
+    if (next < num_stages)
+      load_stage<T, kWholeCopies>(p, ring + (next % T::kStages) * T::kStageElements, row0, token0,
+                                  (first_step + next * T::kSteps) * 16, k_end);
+    commit_copies();
+    const uint16_t* staged = ring + (stage % T::kStages) * T::kStageElements;
+#pragma unroll
+    for (int j = 0; j < T::kSteps; ++j) {
+      const int64_t step = first_step + stage * T::kSteps + j;
+      if (step >= end_step) break;
+      multiply_step<kType, T>(staged, j, acc);
+      // A slice ends before the last step: its sum joins the totals (0 + slice 0, then + slice 1, ...).
+      if constexpr (kKeepsTotals) {
+        if (--steps_left_in_slice == 0 && step + 1 < end_step) {
+          for_each_accumulator<T>(row0, token0, acc, totals, [&](Place, float& sum, float& total) {
+            total = __fadd_rn(total, sum);
+            sum = 0.0f;
+          });
+          steps_left_in_slice = slice_steps;
+        }
+      }
+    }
+  }
+
+  if (!sliced) {
+    for_each_accumulator<T>(row0, token0, acc, totals, [&](Place at, float& sum, float& total) {
+      if (at.output < p.n && at.token < p.num_rows) p.y[device_offset(at.token, p.n) + at.output] = __fadd_rn(total, sum);
+    });
+    return;
+  }
+  const int64_t slice_size = device_offset(p.num_rows, p.n);
+  float* partial = p.partials + device_offset(blockIdx.z, slice_size);
+  for_each_accumulator<T>(row0, token0, acc, totals, [&](Place at, float& sum, float&) {
+    if (at.output < p.n && at.token < p.num_rows) partial[device_offset(at.token, p.n) + at.output] = sum;
+  });
+  __threadfence();  // the partials reach every block before the count says they are there
+  __syncthreads();
+  __shared__ bool adds_up;
+  uint32_t& arrivals = p.arrivals[blockIdx.y * gridDim.x + blockIdx.x];
+  if (threadIdx.x == 0) adds_up = atomicAdd(&arrivals, 1u) == gridDim.z - 1;
+  __syncthreads();
+  if (!adds_up) return;
+  __threadfence();
+  for_each_accumulator<T>(row0, token0, acc, totals, [&](Place at, float&, float&) {
+    if (at.output >= p.n || at.token >= p.num_rows) return;
+    const int64_t offset = device_offset(at.token, p.n) + at.output;
+    float total = 0.0f;
+    for (unsigned s = 0; s < gridDim.z; ++s) total = __fadd_rn(total, __ldcg(p.partials + s * slice_size + offset));
+    p.y[offset] = total;
+  });
+  if (threadIdx.x == 0) arrivals = 0;  // ready for the next launch
+}
+
+// Decode (up to 32 rows of x): a block is one warp, a piece of 16 outputs by 8, 16 or 32 rows, staged 8 k-steps at a
+// time, so that a GEMM of one row has a block for each of its (piece, slice) pairs. More rows: 128 outputs by 128
+// rows (eight warps of 64 by 32), or 128 by 64 (four such warps) where the larger tiles would not fill the GPU, a
+// block per slice of those where neither would, and the decode blocks over tiles of 32 rows where even that would
+// not (few outputs: x_proj, k_proj).
+template <int kTilesN>
+using SlicedTile = Tile<1, 1, 1, kTilesN, 8, 3>;
+using WideTile = Tile<2, 4, 4, 4, 4, 3>;
+using MidTile = Tile<2, 2, 4, 4, 4, 3>;
+constexpr int64_t kMinBlocks = 2 * 132;
+
+template <DType kType, typename T, bool kWholeCopies, bool kKeepsTotals>
+void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
+  static const bool configured = [] {
+    JAMBO_CUDA_CHECK(cudaFuncSetAttribute(tensor_gemm_kernel<kType, T, kWholeCopies, kKeepsTotals>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kPipelineBytes)));
+    return true;
+  }();
+  (void)configured;
+  launch_early(tensor_gemm_kernel<kType, T, kWholeCopies, kKeepsTotals>, grid, dim3(T::kThreads), T::kPipelineBytes,
+               stream, p);
+}
+
+// Rows staged by cp.async where they allow it; running totals where a block walks several slices.
+template <DType kType, typename T>
+void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
+  const auto aligned = [](const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; };
+  const bool whole_copies = p.k % 8 == 0 && aligned(p.w) && aligned(p.x);
+  const bool keeps_totals = grid.z == 1 && p.order.num_slices > 1;
+  if (whole_copies && keeps_totals)
+    launch<kType, T, true, true>(p, grid, stream);
+  else if (whole_copies)
+    launch<kType, T, true, false>(p, grid, stream);
+  else if (keeps_totals)
+    launch<kType, T, false, true>(p, grid, stream);
+  else
+    launch<kType, T, false, false>(p, grid, stream);
+}
+
+// A block per tile, or per (tile, slice) with sliced (the slices' sums then meet in the partials).
+template <DType kType, typename T>
+void launch_tiles(Operands p, bool sliced, TensorGemmScratch& scratch, cudaStream_t stream) {
+  const dim3 grid(num_blocks_for(p.n, T::kRows), num_blocks_for(p.num_rows, T::kTokens),
+                  sliced ? unsigned(p.order.num_slices) : 1u);
+  if (grid.z > 1) {
+    const int64_t num_tiles = int64_t(grid.x) * grid.y;
+    p.partials = scratch.partials.reserve(device_offset(p.order.num_slices, device_offset(p.num_rows, p.n)));
+    if (scratch.arrivals.size() < num_tiles) {
+      scratch.arrivals.reserve(num_tiles);
+      JAMBO_CUDA_CHECK(cudaMemsetAsync(scratch.arrivals.data(), 0,
+                                       size_t(device_offset(scratch.arrivals.size(), sizeof(uint32_t))), stream));
+    }
+    p.arrivals = scratch.arrivals.data();
+  }
+  launch<kType, T>(p, grid, stream);
+}
+
+template <typename T>
+int64_t num_tiles(const Operands& p) {
+  return int64_t(num_blocks_for(p.n, T::kRows)) * num_blocks_for(p.num_rows, T::kTokens);
+}
+
+template <DType kType>
+void launch_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
+  if (p.num_rows <= 8)
+    launch_tiles<kType, SlicedTile<1>>(p, true, scratch, stream);
+  else if (p.num_rows <= 16)
+    launch_tiles<kType, SlicedTile<2>>(p, true, scratch, stream);
+  else if (p.num_rows <= kMaxSlicedGemmRows)
+    launch_tiles<kType, SlicedTile<4>>(p, true, scratch, stream);
+  else if (num_tiles<WideTile>(p) >= kMinBlocks)
+    launch_tiles<kType, WideTile>(p, false, scratch, stream);
+  else if (num_tiles<MidTile>(p) >= kMinBlocks)
+    launch_tiles<kType, MidTile>(p, false, scratch, stream);
+  else if (num_tiles<MidTile>(p) * p.order.num_slices >= kMinBlocks)
+    launch_tiles<kType, MidTile>(p, true, scratch, stream);
+  else
+    launch_tiles<kType, SlicedTile<4>>(p, true, scratch, stream);
+}
+
+}  // namespace
+
+void tensor_gemm(const TensorGemm& g, TensorGemmScratch& scratch, cudaStream_t stream) {
+  require((g.dtype == DType::BF16 || g.dtype == DType::F16) && g.num_rows >= 1 && g.n >= 1 && g.k >= 1,
+          "tensor_gemm takes 16-bit weights and at least one row, output and column (please report this)");
+  const GemmOrder order = gemm_order(g.n, g.k);
+  require(order.num_slices < 65536 && g.num_rows <= int64_t(65535) * 64,
+          "a GEMM of " + std::to_string(g.num_rows) + " rows by a [" + std::to_string(g.n) + ", " +
+              std::to_string(g.k) + "] weight is beyond the tensor-core GEMM's grid");
+  const Operands p{g.w, g.x, g.y, g.num_rows, g.n, g.k, order, nullptr, nullptr};
+  if (g.dtype == DType::BF16)
+    launch_for_rows<DType::BF16>(p, scratch, stream);
+  else
+    launch_for_rows<DType::F16>(p, scratch, stream);
+}
+
+}  // namespace jambo::backend::cuda

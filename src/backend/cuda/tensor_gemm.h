@@ -1,0 +1,65 @@
+// The GEMM of 16-bit weights on the tensor cores, in one summation order for every number of rows: y = x · wᵀ with
+// w [N, K] bf16 or f16 (nn.Linear layout), x [rows, K] rounded to w's type, fp32 accumulation and output. A row's
+// outputs are therefore the same bits whether it runs alone, among 255 others, first or last (docs/DESIGN.md: GPU
+// invariance). cuBLAS cannot promise that: it picks tiles and split-K by the number of rows.
+//
+// The order (GemmOrder): K is cut into k-steps of 16, the operand depth of the m16n8k16 mma instruction (a K that is
+// not a multiple of 16 ends in a step padded with zeros), and the k-steps into slices. A slice is summed from zero,
+// k-step after k-step in increasing order, by mma alone; y = ((0 + slice 0) + slice 1) + ... in slice order. The
+// slices follow N and K alone. They exist for the rows of a decode step: a GEMM of one row has only N / 16 pieces of
+// 16 output rows to spread over the GPU, too few to stream the weights at full bandwidth, so each slice of each piece
+// becomes a block of its own there, and the block that finishes a piece's last slice adds the slices' partial sums in
+// slice order. A GEMM of many rows has pieces enough: one block walks all of K for its tile and adds each slice's sum
+// to a running total as the slice ends. The instruction's own sum of a k-step does not depend on where in the tile
+// the row or the output sits (tests/backend/cuda/tensor_core_probe_test.cpp), so both launches give the same bits.
+#pragma once
+
+#include "backend/cuda/device_memory.h"
+#include "core/dtype.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace jambo::backend::cuda {
+
+// How the sum over K of a [N, K] weight is ordered: num_slices slices of slice_steps k-steps of 16 (the last may be
+// shorter).
+struct GemmOrder {
+  int64_t num_steps = 0;    // ceil(K / 16)
+  int64_t slice_steps = 0;  // k-steps per slice
+  int64_t num_slices = 0;   // ceil(num_steps / slice_steps)
+};
+
+// The order of a [n, k] weight: slices enough for kGemmPiecesWanted (16-row piece, slice) pairs, none shorter than
+// kGemmMinSliceSteps k-steps (nor than K).
+constexpr int64_t kGemmPiecesWanted = 1024;
+constexpr int64_t kGemmMinSliceSteps = 8;
+GemmOrder gemm_order(int64_t n, int64_t k);
+
+// A GEMM of at most this many rows takes the decode launch (a block per slice of a piece of 16 outputs); more rows
+// take tiles of 128 outputs, a block per slice of a tile too where the tiles alone would not fill the GPU.
+constexpr int64_t kMaxSlicedGemmRows = 32;
+
+// Operands whose rows start 16-byte aligned with K a multiple of 8 are staged by cp.async, others an element at a
+// time: the same arithmetic either way.
+struct TensorGemm {
+  const uint16_t* w = nullptr;  // [n, k] in dtype's bits
+  DType dtype = DType::BF16;    // BF16 or F16
+  const uint16_t* x = nullptr;  // [num_rows, k] rounded to dtype
+  float* y = nullptr;           // [num_rows, n]
+  int64_t num_rows = 0, n = 0, k = 0;
+};
+
+// What the blocks of a launch with a block per slice share: the partial sums of the slices and, per tile, a count of
+// the slices done.
+// Sized on first use for a shape (a captured launch must not allocate: the eager step before capture sizes it).
+struct TensorGemmScratch {
+  DeviceBuffer<float> partials;     // [num_slices, rows, n]
+  DeviceBuffer<uint32_t> arrivals;  // [tiles] zero between launches: the last block of a tile sets it back
+};
+
+// y = x · wᵀ in gemm_order(n, k), for num_rows >= 1.
+void tensor_gemm(const TensorGemm& gemm, TensorGemmScratch& scratch, cudaStream_t stream);
+
+}  // namespace jambo::backend::cuda

@@ -1,0 +1,141 @@
+// The tensor-core GEMM of 16-bit weights (tensor_gemm.h), through linear(): its products against a double-precision
+// sum of the same rounded operands, and its one summation order, bit for bit, for a row alone and among 1 to 257
+// rows (the decode launch of a block per slice up to 32 rows, the tiled launch beyond), at shapes of the 3B model,
+// of a small model (K = 20: staged an element at a time) and of ragged tiles.
+#include "invariance_util.h"
+#include "support/random_tensors.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/tensor_gemm.h"
+#include "cuda_test_util.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace jambo::testing {
+namespace {
+
+using backend::cuda::DeviceBuffer;
+
+struct Shape {
+  int64_t n, k;
+};
+
+std::string describe(DType dtype, const Shape& shape) {
+  return std::string(dtype_name(dtype)) + " [" + std::to_string(shape.n) + ", " + std::to_string(shape.k) + "]";
+}
+
+class TensorGemmTest : public StreamTest {
+ protected:
+  // The weight on the GPU, and its values as the host sees them.
+  struct Weight {
+    TensorView host;
+    DeviceBuffer<uint16_t> device;
+    backend::cuda::DeviceMatrix matrix;
+  };
+  Weight make_weight(DType dtype, const Shape& shape) {
+    Weight w;
+    w.host = store_.make({shape.n, shape.k}, dtype, 1.0f);
+    w.device = upload(static_cast<const uint16_t*>(w.host.data), shape.n * shape.k);
+    w.matrix = {w.device.data(), dtype, shape.n, shape.k};
+    return w;
+  }
+
+  // linear_strided over rows of x that lie `stride` floats apart, as dt_proj reads its input.
+  std::vector<float> multiply(const backend::cuda::DeviceMatrix& w, const std::vector<float>& x, int64_t num_rows,
+                              int64_t stride) {
+    DeviceBuffer<float> device_x = upload(x.data(), num_rows * stride);
+    DeviceBuffer<float> y(num_rows * w.rows);
+    backend::cuda::linear_strided(gemm_, device_x.data(), stride, num_rows, w, y.data());
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    return download(y.data(), num_rows * w.rows);
+  }
+
+  TensorStore store_{71};
+  backend::cuda::Gemm gemm_{stream_, /*pedantic=*/false, /*invariant=*/true};
+};
+
+// y equals the product of x rounded to the weight's type with the weights, summed in double, to fp32 accumulation
+// order: every launch (1, 8, 9, 17, 33 and 65 rows and more; the largest tiles at [11392, 64] and 257 rows), outputs
+// and rows that fill no whole tile, a K that is not a multiple of 16 or 8, a weight of several slices (K = 2560 at 40
+// outputs: 20 of 8 k-steps).
+TEST_F(TensorGemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
+  for (const DType dtype : {DType::BF16, DType::F16})
+    for (const Shape& shape : {Shape{37, 64}, Shape{40, 2560}, Shape{1000, 2560}, Shape{5, 8}, Shape{24, 20},
+                               Shape{1100, 136}, Shape{130, 3}, Shape{11392, 64}}) {
+      const Weight w = make_weight(dtype, shape);
+      for (const int64_t rows : {1, 2, 8, 9, 17, 33, 65, 130, 257}) {
+        const int64_t stride = shape.k + 4;
+        const backend::cpu::Matrix x = store_.matrix(rows, stride, 1.0f);
+        const std::vector<float> x_values(x.data(), x.data() + rows * stride);
+        const std::vector<float> y = multiply(w.matrix, x_values, rows, stride);
+        double magnitude = 0.0, worst = 0.0;
+        for (int64_t m = 0; m < rows; ++m)
+          for (int64_t o = 0; o < shape.n; ++o) {
+            double sum = 0.0;
+            for (int64_t i = 0; i < shape.k; ++i) {
+              const float value = x_values[size_t(m * stride + i)];
+              const double rounded = dtype == DType::BF16 ? to_float(to_bf16(value)) : to_float(to_f16(value));
+              sum += rounded * double(w.host.at(o * shape.k + i));
+            }
+            magnitude = std::max(magnitude, std::fabs(sum));
+            worst = std::max(worst, std::fabs(double(y[size_t(m * shape.n + o)]) - sum));
+          }
+        EXPECT_LE(worst, 1e-5 * magnitude) << describe(dtype, shape) << ", " << rows << " rows";
+      }
+    }
+}
+
+// A row's outputs are the same bits alone and among any other rows, first, in the middle or last, whichever launch
+// the row count takes: the 3B model's down_proj (7 slices), x_proj (40 slices of 8 k-steps), dt_proj (K = 160, a
+// slice of 8 k-steps and one of 2), k_proj (N = 128), gate_up (N = 16384: the largest tiles from 129 rows on), a
+// [7168, 2560] of 3 slices (at 257 rows its tiles keep running totals, below 33 rows its slices meet in the partials:
+// the two ways of adding slices, with enough of them for the order to matter), and shapes of the small models.
+TEST_F(TensorGemmTest, ARowsOutputsAreItsOwn) {
+  struct Case {
+    DType dtype;
+    Shape shape;
+  };
+  for (const Case& c : {Case{DType::BF16, {2560, 8192}}, Case{DType::BF16, {192, 5120}}, Case{DType::BF16, {5120, 160}},
+                        Case{DType::BF16, {128, 2560}}, Case{DType::BF16, {16384, 2560}},
+                        Case{DType::BF16, {7168, 2560}},
+                        Case{DType::F16, {1000, 2560}}, Case{DType::BF16, {24, 20}},
+                        Case{DType::F16, {130, 3}}}) {
+    SCOPED_TRACE(describe(c.dtype, c.shape));
+    const Weight w = make_weight(c.dtype, c.shape);
+    const BatchOp<float> op = [&](const std::vector<float>& inputs, int64_t num_rows) {
+      return multiply(w.matrix, inputs, num_rows, c.shape.k);
+    };
+    std::mt19937_64 random(73);
+    expect_row_invariant(op, uniform_rows(c.shape.k, 2.0f)(random), c.shape.n, uniform_rows(c.shape.k, 2.0f));
+  }
+}
+
+// The same launch again gives the same bits: the decode launch's per-piece counts are back at zero after it.
+TEST_F(TensorGemmTest, RepeatedDecodeLaunchesAgree) {
+  const Weight w = make_weight(DType::BF16, {2560, 8192});
+  const backend::cpu::Matrix x = store_.matrix(3, 8192, 1.0f);
+  const std::vector<float> x_values(x.data(), x.data() + 3 * 8192);
+  const std::vector<float> first = multiply(w.matrix, x_values, 3, 8192);
+  for (int repeat = 0; repeat < 3; ++repeat)
+    EXPECT_TRUE(bitwise_equal(multiply(w.matrix, x_values, 3, 8192).data(), first.data(), 3 * 2560)) << repeat;
+}
+
+// The order follows the weight's shape alone (no GPU needed): slices for 1024 pieces of 16 outputs, none shorter
+// than 8 k-steps nor than K.
+TEST(GemmOrderTest, SlicesFollowTheShapeAlone) {
+  const auto expect_order = [](int64_t n, int64_t k, int64_t steps, int64_t slice_steps, int64_t slices) {
+    const backend::cuda::GemmOrder order = backend::cuda::gemm_order(n, k);
+    EXPECT_EQ(order.num_steps, steps) << n << " x " << k;
+    EXPECT_EQ(order.slice_steps, slice_steps) << n << " x " << k;
+    EXPECT_EQ(order.num_slices, slices) << n << " x " << k;
+  };
+  expect_order(2560, 8192, 512, 74, 7);   // down_proj: 160 pieces
+  expect_order(192, 5120, 320, 8, 40);    // x_proj: 12 pieces, slices of the shortest length
+  expect_order(5120, 160, 10, 8, 2);      // dt_proj: a short last slice
+  expect_order(65536, 2560, 160, 160, 1);  // lm_head: pieces enough
+  expect_order(24, 20, 2, 2, 1);           // K shorter than the shortest slice
+}
+
+}  // namespace
+}  // namespace jambo::testing
