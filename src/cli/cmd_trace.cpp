@@ -19,12 +19,16 @@ int run_trace(const TraceOptions& options) {
   std::ifstream file = open_input_file(options.path);
   const forensics::RequestLife life = options.sequence_id ? forensics::read_sequence_life(file, *options.sequence_id)
                                                           : forensics::read_request_life(file, options.request_id);
-  JAMBO_REQUIRE(!life.lines.empty(), "{}: no event or row of {}", options.path,
+  const std::string skipped =
+      life.num_unreadable == 0
+          ? ""
+          : fmt::format("{} unreadable lines skipped; the first, {}", life.num_unreadable, life.first_unreadable);
+  JAMBO_REQUIRE(!life.lines.empty(), "{}: no event or row of {}{}", options.path,
                 options.sequence_id ? fmt::format("sequence {}", *options.sequence_id)
-                                    : fmt::format("request '{}'", options.request_id));
+                                    : fmt::format("request '{}'", options.request_id),
+                skipped.empty() ? "" : " (" + skipped + ")");
   for (const std::string& line : life.lines) fmt::print("{}\n", line);
-  if (life.num_unreadable > 0)
-    fmt::print(stderr, "{}: {} unreadable lines skipped\n", options.path, life.num_unreadable);
+  if (life.num_unreadable > 0) fmt::print(stderr, "{}: {}\n", options.path, skipped);
   return skipped_lines_exit_code("trace", life.num_unreadable, options.allow_skipped);
 }
 

@@ -55,14 +55,16 @@ std::string event_line(const json& event) {
 RequestLife read_life(std::istream& trace, const std::function<bool(const json&)>& matches) {
   RequestLife life;
   std::string text;
-  while (std::getline(trace, text)) {
+  for (int64_t number = 1; std::getline(trace, text); ++number) {
     json line;
+    std::string why = "not a JSON object";
     try {
       line = parse_json(text);
-    } catch (const Error&) {  // unreadable: counted below
+    } catch (const Error& error) {  // unreadable: counted below
+      why = error.what();
     }
     if (!line.is_object()) {
-      ++life.num_unreadable;
+      if (life.num_unreadable++ == 0) life.first_unreadable = fmt::format("line {}: {}", number, why);
       continue;
     }
     if (string_or(line, "type", "") == "event") {

@@ -15,6 +15,7 @@ namespace jambo::forensics {
 struct RequestLife {
   std::vector<std::string> lines;
   int64_t num_unreadable = 0;
+  std::string first_unreadable;  // "line N: why", for the first of them
 };
 
 // By the caller's request id (every sample of it), or by the engine's numeric sequence id, which backend and

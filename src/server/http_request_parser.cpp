@@ -29,6 +29,11 @@ std::string size_text(size_t bytes) {
   return fmt::format("{} bytes", bytes);
 }
 
+HttpRefusal over_budget(const BodyBudget& budget) {
+  return {503, fmt::format("the server holds too many request bodies at once (over {} in all); retry later",
+                           size_text(budget.max_bytes()))};
+}
+
 HttpRefusal body_too_large(size_t limit, std::string_view coding) {
   if (coding.empty()) return {413, fmt::format("the request body is too large (over {})", size_text(limit))};
   return {413, fmt::format("the request body is too large once decoded (over {}, Content-Encoding {})",
@@ -93,6 +98,7 @@ struct DecodedBody {
     ContentCoding coding = ContentCoding::Identity;
     std::string coding_name;
     size_t limit = 0;
+    std::shared_ptr<BodyCharge> charge;  // the text's share of the server's budget, or null
     std::optional<HttpRefusal> refusal;  // why the reader stopped
   };
 
@@ -138,6 +144,8 @@ struct DecodedBody {
       } else {
         body_.text.append(bytes);
       }
+      if (!body_.refusal && body_.charge && !body_.charge->grow_to(body_.text.size()))
+        body_.refusal = over_budget(body_.charge->budget());
       return !body_.refusal;
     }
 
@@ -190,7 +198,25 @@ struct RequestParser::State {
   std::optional<HttpRefusal> refusal;
 };
 
-RequestParser::RequestParser(const HttpLimits& limits) : limits_(limits), state_(std::make_unique<State>()) {
+bool BodyBudget::try_take(size_t num_bytes) {
+  size_t held = held_.load();
+  do {
+    if (num_bytes > max_bytes_ - std::min(held, max_bytes_)) return false;
+  } while (!held_.compare_exchange_weak(held, held + num_bytes));
+  return true;
+}
+
+void BodyBudget::give_back(size_t num_bytes) { held_.fetch_sub(num_bytes); }
+
+bool BodyCharge::grow_to(size_t num_bytes) {
+  if (num_bytes <= bytes_) return true;
+  if (!budget_->try_take(num_bytes - bytes_)) return false;
+  bytes_ = num_bytes;
+  return true;
+}
+
+RequestParser::RequestParser(const HttpLimits& limits, std::shared_ptr<BodyBudget> budget)
+    : limits_(limits), budget_(std::move(budget)), state_(std::make_unique<State>()) {
   start_next();
 }
 
@@ -201,6 +227,7 @@ void RequestParser::start_next() {
   parser.header_limit(std::uint32_t(std::min<size_t>(limits_.max_header_bytes, UINT32_MAX)));
   parser.body_limit(limits_.max_body_bytes);
   parser.get().body().limit = limits_.max_body_bytes;
+  if (budget_) parser.get().body().charge = std::make_shared<BodyCharge>(budget_);
   state_->header_checked = false;
 }
 
@@ -285,6 +312,7 @@ HttpRequest RequestParser::take() {
   request.keep_alive = message.keep_alive();
   for (const auto& field : message) request.headers.emplace_back(field.name_string(), field.value());
   request.body = std::move(message.body().text);
+  request.body_charge = std::move(message.body().charge);
   start_next();
   return request;
 }

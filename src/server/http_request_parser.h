@@ -3,6 +3,7 @@
 // connections of http_transport read through it, and so does parse_http_requests, the entry point for fuzzing.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -18,11 +19,42 @@ namespace jambo::server {
 // What one connection may send and how long it may take (docs/server.md, "Limits").
 struct HttpLimits {
   size_t max_body_bytes = 16 << 20;                     // a body once decoded, and as sent
+  size_t max_body_bytes_in_flight = size_t(1) << 30;    // the bodies of every connection, decoded, until answered
   size_t max_header_bytes = 64 << 10;                   // the request line and the header fields
   size_t max_header_fields = 100;                       // header fields, trailer fields included
   std::chrono::milliseconds request_timeout{10'000};    // a request's first byte to its last
   std::chrono::milliseconds keep_alive_timeout{5'000};  // a connection's wait for the next request's first byte
   std::chrono::milliseconds write_timeout{10'000};      // a response, or one streamed chunk, to be taken by the client
+};
+
+// The bytes that the request bodies of all connections hold at once, against HttpLimits::max_body_bytes_in_flight:
+// each connection within its own limit, many connections together could otherwise take memory without bound.
+class BodyBudget {
+ public:
+  explicit BodyBudget(size_t max_bytes) : max_bytes_(max_bytes) {}
+  size_t max_bytes() const { return max_bytes_; }
+  size_t bytes_held() const { return held_.load(); }
+  bool try_take(size_t num_bytes);  // false, taking nothing, where it would go past the budget
+  void give_back(size_t num_bytes);
+
+ private:
+  const size_t max_bytes_;
+  std::atomic<size_t> held_{0};
+};
+
+// One body's share of a BodyBudget, given back when the last holder drops it (the request, once answered).
+class BodyCharge {
+ public:
+  explicit BodyCharge(std::shared_ptr<BodyBudget> budget) : budget_(std::move(budget)) {}
+  ~BodyCharge() { budget_->give_back(bytes_); }
+  BodyCharge(const BodyCharge&) = delete;
+  BodyCharge& operator=(const BodyCharge&) = delete;
+  bool grow_to(size_t num_bytes);  // the body now holds num_bytes: takes the difference, false where refused
+  const BodyBudget& budget() const { return *budget_; }
+
+ private:
+  std::shared_ptr<BodyBudget> budget_;
+  size_t bytes_ = 0;
 };
 
 struct HttpRequest {
@@ -33,6 +65,7 @@ struct HttpRequest {
   bool keep_alive = true;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;  // decoded
+  std::shared_ptr<BodyCharge> body_charge;  // the body's share of the server's budget, or null
   // The first header field of that name (case-insensitive), if any.
   std::optional<std::string_view> header(std::string_view name) const;
 };
@@ -53,7 +86,8 @@ class RequestParser {
     Refused,       // answer refusal(), then close
   };
 
-  explicit RequestParser(const HttpLimits& limits);
+  // budget: what the bodies of every connection share (null: this parser's own limit alone).
+  explicit RequestParser(const HttpLimits& limits, std::shared_ptr<BodyBudget> budget = nullptr);
   ~RequestParser();
   RequestParser(const RequestParser&) = delete;
   RequestParser& operator=(const RequestParser&) = delete;
@@ -76,6 +110,7 @@ class RequestParser {
   void start_next();
 
   const HttpLimits limits_;
+  const std::shared_ptr<BodyBudget> budget_;
   std::unique_ptr<State> state_;
 };
 

@@ -89,7 +89,8 @@ std::string bind_failure(const beast::error_code& error) {
 class Session;
 
 struct HttpTransport::Impl {
-  Impl(HttpHandler& handler, const HttpLimits& limits) : handler(handler), limits(limits) {}
+  Impl(HttpHandler& handler, const HttpLimits& limits)
+      : handler(handler), limits(limits), body_budget(std::make_shared<BodyBudget>(limits.max_body_bytes_in_flight)) {}
 
   void accept();
   void begin_shutdown();
@@ -99,6 +100,7 @@ struct HttpTransport::Impl {
 
   HttpHandler& handler;
   const HttpLimits limits;
+  const std::shared_ptr<BodyBudget> body_budget;  // what every connection's request bodies share
   std::atomic<bool> stopping{false};
 
   std::mutex mutex;  // guards sessions and next_id
@@ -127,7 +129,7 @@ class Session : public std::enable_shared_from_this<Session> {
         stream_(std::move(socket)),
         deadline_(stream_.get_executor()),
         pulse_(stream_.get_executor()),
-        parser_(transport.limits) {}
+        parser_(transport.limits, transport.body_budget) {}
 
   ~Session() { transport_.forget(id_); }
 

@@ -315,6 +315,11 @@ expect_exit 1 "trace of an unknown request" "$jambo" trace --input "$work/trace.
 expect_exit 4 "trace that skipped a line" "$jambo" trace --input "$work/trace-torn.jsonl" --request sampled
 expect_stderr_line "trace counts the skipped line" "1 unreadable lines skipped"
 expect_exit 0 "trace --allow-skipped" "$jambo" trace --input "$work/trace-torn.jsonl" --request sampled --allow-skipped
+# a trace of only unreadable lines (here nested past the JSON depth limit) says so, naming the first
+python3 -c 'print("{\"a\": " * 300 + "1" + "}" * 300)' >"$work/trace-deep.jsonl"
+expect_exit 1 "trace of unreadable lines only" "$jambo" trace --input "$work/trace-deep.jsonl" --request sampled
+expect_stderr_line "trace names the first unreadable line" \
+  "jambo: error: $work/trace-deep.jsonl: no event or row of request 'sampled' (1 unreadable lines skipped; the first, line 1: field 'a': JSON nested deeper than 256 levels)"
 
 # compare: a clean batch passes; one perturbed logprob is flagged with exit code 3
 expect_exit 0 "compare clean" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --report "$work/report.html"

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
 
 namespace jambo::server {
@@ -108,6 +112,54 @@ TEST(HttpRequestParser, ABodyOverTheLimitIs413WhateverItsFraming) {
   const HttpRefusal refusal = refusal_of(chunked(std::vector<std::string>(17, std::string(1 << 20, 'x'))));
   EXPECT_EQ(refusal.status, 413);
   EXPECT_EQ(refusal.message, "the request body is too large (over 16 MiB)");
+}
+
+// Feeds bytes to a connection's parser until it completes a request, refuses one, or wants more than there is.
+RequestParser::Status feed(RequestParser& parser, std::string_view bytes) {
+  for (;;) {
+    const RequestParser::Status status = parser.parse();
+    if (status == RequestParser::Status::Complete || status == RequestParser::Status::Refused) return status;
+    if (status == RequestParser::Status::SendContinue) continue;
+    if (bytes.empty()) return status;
+    const std::span<char> space = parser.read_space();
+    const size_t count = std::min(space.size(), bytes.size());
+    std::memcpy(space.data(), bytes.data(), count);
+    parser.commit(count);
+    bytes.remove_prefix(count);
+  }
+}
+
+// The bodies of every connection share one budget, each body counted as it arrives (decoded) and until its request
+// is dropped: past it a body is refused with 503, the others untouched; a budget given back takes bodies again.
+TEST(HttpRequestParser, TheBodiesOfAllConnectionsShareOneBudget) {
+  const auto budget = std::make_shared<BodyBudget>(100 << 10);
+  const std::string body(60'000, 'x');
+  std::optional<HttpRequest> held;
+  {
+    RequestParser first(kLimits, budget), second(kLimits, budget);
+    ASSERT_EQ(feed(first, post(body)), RequestParser::Status::Complete);
+    held = first.take();
+    EXPECT_EQ(held->body, body);
+    EXPECT_EQ(budget->bytes_held(), body.size());
+    ASSERT_EQ(feed(second, post(body)), RequestParser::Status::Refused);
+    EXPECT_EQ(second.refusal().status, 503);
+    EXPECT_EQ(second.refusal().message,
+              "the server holds too many request bodies at once (over 100 KiB in all); retry later");
+    // Small bodies still fit beside the one held.
+    RequestParser third(kLimits, budget);
+    ASSERT_EQ(feed(third, post("{}")), RequestParser::Status::Complete);
+    EXPECT_EQ(third.take().body, "{}");
+  }
+  EXPECT_EQ(budget->bytes_held(), body.size());  // the refused and the finished connections gave theirs back
+  held.reset();
+  EXPECT_EQ(budget->bytes_held(), 0u);
+  RequestParser fourth(kLimits, budget);
+  ASSERT_EQ(feed(fourth, post(body)), RequestParser::Status::Complete);
+  // A gzip body counts by its decoded size: 200 KiB of zeros in a few hundred bytes.
+  RequestParser fifth(kLimits, budget);
+  const std::string bomb = compressed(std::string(200 << 10, '\0'), 31);
+  ASSERT_EQ(feed(fifth, post(bomb, "Content-Encoding: gzip\r\n")), RequestParser::Status::Refused);
+  EXPECT_EQ(fifth.refusal().status, 503);
 }
 
 // The limit holds for the body once decoded: a small gzip or deflate body that inflates past it is refused.
