@@ -98,6 +98,13 @@ void add_serve_command(CLI::App& app) {
                    "seconds between throughput and occupancy lines on stderr, when anything ran (0: none)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  command
+      ->add_option("--control-api-key", server.control_api_key,
+                   "enables the control endpoints (POST /pause, /resume, /abort_requests; GET /is_paused) for "
+                   "callers that send 'Authorization: Bearer KEY'; without it they do not exist")
+      ->check([](const std::string& key) {
+        return key.size() >= 16 ? std::string() : std::string("the control key must have at least 16 characters");
+      });
   command->add_flag("--quiet", options->quiet, "no access log and no throughput lines on stderr");
   command->callback([options] { run_serve(*options); });
 }

@@ -56,8 +56,45 @@ void EngineLoop::abort(const std::vector<std::string>& ids) {
   {
     std::lock_guard lock(mutex_);
     aborts_.insert(aborts_.end(), ids.begin(), ids.end());
+    for (const auto& submission : submissions_)
+      for (const engine::RequestSpec& spec : submission->specs)
+        if (std::find(ids.begin(), ids.end(), spec.id) != ids.end()) aborted_in_inbox_.insert(spec.id);
   }
   inbox_changed_.notify_all();
+}
+
+void EngineLoop::pause(PauseMode mode, std::function<void()> on_paused) {
+  bool over = false;
+  {
+    std::lock_guard lock(mutex_);
+    over = dead_ || stopping_;
+    if (!over) {
+      paused_ = true;
+      pause_mode_ = mode;
+      abort_all_ = abort_all_ || mode == PauseMode::Abort;
+      on_paused_.push_back(std::move(on_paused));
+      control_changed_ = true;
+    }
+  }
+  if (over) return on_paused();
+  inbox_changed_.notify_all();
+}
+
+void EngineLoop::resume() {
+  std::vector<std::function<void()>> waiting;
+  {
+    std::lock_guard lock(mutex_);
+    paused_ = false;
+    waiting = std::exchange(on_paused_, {});
+    control_changed_ = true;
+  }
+  inbox_changed_.notify_all();
+  for (const auto& on_paused : waiting) on_paused();
+}
+
+bool EngineLoop::is_paused() const {
+  std::lock_guard lock(mutex_);
+  return paused_;
 }
 
 void EngineLoop::corrupt_lease_for_testing(const std::string& id) {
@@ -86,10 +123,14 @@ engine::EngineCounters EngineLoop::counters() const {
 void EngineLoop::run() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
+    control_changed_ = false;
     take_inbox(lock);
-    if (!engine_.has_unfinished()) {
+    if (paused_) settle_pause(lock);
+    const bool frozen = paused_ && pause_mode_ != PauseMode::Wait;
+    if (!engine_.has_unfinished() || frozen) {
       inbox_changed_.wait(lock, [this] {
-        return stopping_ || !submissions_.empty() || !aborts_.empty() || !leases_to_corrupt_.empty();
+        return stopping_ || control_changed_ || (!paused_ && !submissions_.empty()) || !aborts_.empty() ||
+               !leases_to_corrupt_.empty();
       });
       continue;
     }
@@ -114,12 +155,17 @@ void EngineLoop::run() {
 }
 
 // Runs with the lock held on entry and exit; the engine is touched without it.
+// While paused, submissions stay in the inbox.
 void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
-  std::vector<std::unique_ptr<Submission>> submissions = std::exchange(submissions_, {});
+  std::vector<std::unique_ptr<Submission>> submissions;
+  if (!paused_) submissions = std::exchange(submissions_, {});
   std::vector<std::string> aborts = std::exchange(aborts_, {});
   std::vector<std::string> leases_to_corrupt = std::exchange(leases_to_corrupt_, {});
-  if (submissions.empty() && aborts.empty() && leases_to_corrupt.empty()) return;
+  const bool abort_all = std::exchange(abort_all_, false);
+  if (submissions.empty() && aborts.empty() && leases_to_corrupt.empty() && !abort_all) return;
   lock.unlock();
+  if (abort_all)
+    for (const auto& [id, route] : routes_) aborts.push_back(id);
   for (const std::string& id : aborts)
     if (routes_.contains(id)) engine_.abort_request(id);
   for (const std::string& id : leases_to_corrupt) engine_.corrupt_lease_for_testing(id);
@@ -129,9 +175,19 @@ void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
     num_rejected.push_back(admission.verdict == Verdict::Accepted ? 0 : int64_t(submission->specs.size()));
     submission->on_verdict(std::move(admission));
   }
+  notify_stepped();  // the aborted requests' streams
   lock.lock();
   for (int64_t count : num_rejected) num_unfinished_ -= count;
   counters_ = engine_.counters();
+}
+
+// Runs with the lock held on entry and exit: the pauses waiting are told once theirs holds.
+void EngineLoop::settle_pause(std::unique_lock<std::mutex>& lock) {
+  if (on_paused_.empty() || (pause_mode_ == PauseMode::Wait && engine_.has_unfinished())) return;
+  std::vector<std::function<void()>> holding = std::exchange(on_paused_, {});
+  lock.unlock();
+  for (const auto& on_paused : holding) on_paused();
+  lock.lock();
 }
 
 // All of a submission's requests or none: one the engine refuses (bad input) or fails on (a bug) takes back those
@@ -146,6 +202,13 @@ EngineLoop::Admission EngineLoop::admit(Submission& submission) {
       routes_[spec.id] = Route{submission.stream, first_choice, spec.n, 0};
       first_choice += spec.n;
     }
+    std::vector<std::string> aborted;
+    {
+      std::lock_guard lock(mutex_);
+      for (const std::string& id : added)
+        if (aborted_in_inbox_.erase(id) > 0) aborted.push_back(id);
+    }
+    for (const std::string& id : aborted) engine_.abort_request(id);
   } catch (const std::exception& error) {
     for (const std::string& id : added) {
       routes_.erase(id);
@@ -190,10 +253,14 @@ void EngineLoop::die(std::unique_lock<std::mutex>& lock, const std::string& reas
   refuse_all(lock, death_reason_);
 }
 
-// Every open stream fails and every submission waiting in the inbox is refused, the lock released for their callbacks.
+// Every open stream fails, every submission waiting in the inbox is refused and every pause waiting is told, the lock
+// released for their callbacks.
 void EngineLoop::refuse_all(std::unique_lock<std::mutex>& lock, const std::string& reason) {
   std::vector<std::unique_ptr<Submission>> submissions = std::exchange(submissions_, {});
+  std::vector<std::function<void()>> pauses = std::exchange(on_paused_, {});
+  aborted_in_inbox_.clear();
   lock.unlock();
+  for (const auto& on_paused : pauses) on_paused();
   for (const auto& [id, route] : routes_) {
     route.stream->fail({503, reason});
     route.stream->notify();

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace jambo::server {
@@ -44,8 +45,20 @@ class EngineLoop {
   // when the loop is full, dead or stopping, else on the loop's thread when it takes them (within a step).
   void submit(std::vector<engine::RequestSpec> specs, std::shared_ptr<RequestStream> stream,
               VerdictCallback on_verdict);
-  // Aborts whichever of these requests is unfinished; frees their slots and KV blocks at the next turn.
+  // Aborts whichever of these requests is unfinished; frees their slots and KV blocks at the next turn. A request
+  // still waiting in the inbox (the loop is paused) ends with "abort" as soon as it is admitted.
   void abort(const std::vector<std::string>& ids);
+
+  // Pausing, as vLLM's /pause names the modes: Abort ends every unfinished request at once (finish_reason "abort",
+  // with the output so far); Wait lets the running requests finish; Keep freezes them where they are, state and KV
+  // blocks kept, to go on after resume(). Meanwhile requests that arrive wait in the inbox, neither admitted nor
+  // refused. on_paused is called once: on the loop's thread when the pause holds (the aborts done, the last running
+  // request finished, or the step under way ended), or by resume() or stop() when those come first, or at once
+  // when the loop is dead.
+  enum class PauseMode { Abort, Wait, Keep };
+  void pause(PauseMode mode, std::function<void()> on_paused);
+  void resume();
+  bool is_paused() const;
 
   bool is_alive() const;
   std::string death_reason() const;
@@ -74,6 +87,7 @@ class EngineLoop {
   void on_progress(const engine::SampleProgress& progress);
   void notify_stepped();
   void abort_failed_requests();
+  void settle_pause(std::unique_lock<std::mutex>& lock);
   void die(std::unique_lock<std::mutex>& lock, const std::string& reason);
   void refuse_all(std::unique_lock<std::mutex>& lock, const std::string& reason);
 
@@ -87,6 +101,12 @@ class EngineLoop {
   std::vector<std::unique_ptr<Submission>> submissions_;
   std::vector<std::string> aborts_;
   std::vector<std::string> leases_to_corrupt_;
+  std::unordered_set<std::string> aborted_in_inbox_;  // ids of waiting submissions to abort once admitted
+  bool paused_ = false;
+  PauseMode pause_mode_ = PauseMode::Abort;
+  bool abort_all_ = false;                         // a pause in Abort mode: every unfinished request, next turn
+  std::vector<std::function<void()>> on_paused_;   // the pauses not yet holding
+  bool control_changed_ = false;                   // pause() or resume() since the loop last looked
   int64_t num_unfinished_ = 0;  // engine requests accepted or waiting in the inbox, not finished
   bool stopping_ = false;
   bool dead_ = false;

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <unordered_map>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -77,6 +78,27 @@ size_t longest(const std::vector<std::string>& strings) {
 
 std::string sse_event(const json& data) { return fmt::format("data: {}\n\n", to_wire(data)); }
 
+// The value of `key` in the target's query ("/pause?mode=keep"), if given; values are taken as sent, undecoded.
+std::optional<std::string> query_value(const std::string& target, std::string_view key) {
+  const size_t question = target.find('?');
+  if (question == std::string::npos) return std::nullopt;
+  std::string_view query = std::string_view(target).substr(question + 1);
+  while (!query.empty()) {
+    const std::string_view pair = query.substr(0, query.find('&'));
+    query.remove_prefix(std::min(query.size(), pair.size() + 1));
+    const size_t equals = pair.find('=');
+    if (pair.substr(0, equals) == key) return std::string(equals == std::string_view::npos ? "" : pair.substr(equals + 1));
+  }
+  return std::nullopt;
+}
+
+EngineLoop::PauseMode parse_pause_mode(const std::optional<std::string>& text) {
+  if (!text || *text == "abort") return EngineLoop::PauseMode::Abort;
+  if (*text == "wait") return EngineLoop::PauseMode::Wait;
+  if (*text == "keep") return EngineLoop::PauseMode::Keep;
+  throw ApiError(400, fmt::format("mode must be abort, wait or keep, got '{}'", *text), "mode");
+}
+
 }  // namespace
 
 // One generation request, parsed: what its response needs while the engine works.
@@ -90,6 +112,12 @@ struct Exchange {
 };
 
 class GenerationResponse;
+
+// A generation request under way, as /abort_requests finds it: by its response id or its X-Request-Id.
+struct LiveRequest {
+  std::string id, request_id;
+  std::vector<std::string> engine_ids;
+};
 
 struct Server::Impl final : HttpHandler {
   Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer, const chat_template::ChatTemplate* chat_template,
@@ -114,6 +142,13 @@ struct Server::Impl final : HttpHandler {
   HttpResponse detokenize(const HttpRequest& http_request);
   HttpResponse health();
   json models() const;
+  void require_control_key(const HttpRequest& request) const;
+  HttpReply pause(const HttpRequest& request);
+  HttpResponse resume(const HttpRequest& request);
+  HttpResponse is_paused(const HttpRequest& request);
+  HttpResponse abort_requests(const HttpRequest& request);
+  void track(const void* key, const Exchange& exchange);
+  void forget(const void* key);
   std::string next_id(const std::string& prefix, const std::string& caller_id);
 
   const tokenizer::Tokenizer& tokenizer;
@@ -124,6 +159,8 @@ struct Server::Impl final : HttpHandler {
   EngineLoop loop;
   std::vector<Route> routes;
   std::atomic<int64_t> num_ids{0};
+  std::mutex live_mutex;  // guards live
+  std::unordered_map<const void*, LiveRequest> live;  // generation requests from start to their end
   const int64_t started = unix_time();
   HttpTransport transport;  // last: its connections use everything above
 };
@@ -134,27 +171,26 @@ class GenerationResponse final : public LateResponse, public std::enable_shared_
  public:
   GenerationResponse(Server::Impl& server, std::unique_ptr<Exchange> exchange, std::vector<engine::RequestSpec> specs)
       : LateResponse(exchange->id), server_(server), exchange_(std::move(exchange)), specs_(std::move(specs)) {}
+  ~GenerationResponse() override { server_.forget(this); }
 
   void start(std::function<void()> wake) override {
     wake_ = std::move(wake);
     exchange_->stream->set_listener(wake_);
+    server_.track(this, *exchange_);
     server_.loop.submit(
         std::move(specs_), exchange_->stream,
         [self = shared_from_this()](EngineLoop::Admission admission) { self->on_verdict(std::move(admission)); });
   }
 
   LateProgress poll() override {
-    if (!admitted_) {
-      std::lock_guard lock(mutex_);
-      if (!verdict_) return {};
-      if (verdict_->verdict != EngineLoop::Verdict::Accepted) return refused(*verdict_);
-      admitted_ = true;
-    }
-    return exchange_->request.stream ? poll_stream() : poll_whole();
+    LateProgress progress = poll_progress();
+    if (progress.complete) server_.forget(this);
+    return progress;
   }
 
   // Frees the slots and KV blocks at once: no one reads the answer.
   void abandon() override {
+    server_.forget(this);
     bool accepted = false;
     {
       std::lock_guard lock(mutex_);
@@ -175,6 +211,16 @@ class GenerationResponse final : public LateResponse, public std::enable_shared_
     }
     if (abort_now) server_.loop.abort(exchange_->engine_ids);
     wake_();
+  }
+
+  LateProgress poll_progress() {
+    if (!admitted_) {
+      std::lock_guard lock(mutex_);
+      if (!verdict_) return {};
+      if (verdict_->verdict != EngineLoop::Verdict::Accepted) return refused(*verdict_);
+      admitted_ = true;
+    }
+    return exchange_->request.stream ? poll_stream() : poll_whole();
   }
 
   HttpResponse with_ids(HttpResponse response) const {
@@ -252,6 +298,33 @@ class GenerationResponse final : public LateResponse, public std::enable_shared_
   bool abandoned_ = false;
 };
 
+// POST /pause: answered once the pause holds (EngineLoop::pause), or once a resume or the server's stop came first.
+class PauseResponse final : public LateResponse, public std::enable_shared_from_this<PauseResponse> {
+ public:
+  PauseResponse(EngineLoop& loop, EngineLoop::PauseMode mode, std::string mode_name)
+      : LateResponse(""), loop_(loop), mode_(mode), mode_name_(std::move(mode_name)) {}
+
+  void start(std::function<void()> wake) override {
+    loop_.pause(mode_, [self = shared_from_this(), wake = std::move(wake)] {
+      self->told_ = true;
+      wake();
+    });
+  }
+
+  LateProgress poll() override {
+    if (!told_) return {};
+    return {json_response(200, {{"paused", loop_.is_paused()}, {"mode", mode_name_}}), "", true};
+  }
+
+  void abandon() override {}  // the pause holds all the same
+
+ private:
+  EngineLoop& loop_;
+  const EngineLoop::PauseMode mode_;
+  const std::string mode_name_;
+  std::atomic<bool> told_{false};
+};
+
 Server::Impl::Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
                    const chat_template::ChatTemplate* chat_template, int64_t max_n, const ServerOptions& options)
     : tokenizer(tokenizer),
@@ -274,6 +347,13 @@ Server::Impl::Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer
              text_response(200, "text/plain; version=0.0.4", metrics.render(loop.counters(), loop.is_alive())));
        }},
   };
+  if (options.control_api_key.empty()) return;
+  routes.push_back({"POST", "/pause", false, [this](const HttpRequest& request) { return pause(request); }});
+  routes.push_back({"POST", "/resume", false, [this](const HttpRequest& request) { return HttpReply(resume(request)); }});
+  routes.push_back(
+      {"GET", "/is_paused", false, [this](const HttpRequest& request) { return HttpReply(is_paused(request)); }});
+  routes.push_back({"POST", "/abort_requests", true,
+                    [this](const HttpRequest& request) { return HttpReply(abort_requests(request)); }});
 }
 
 const Server::Impl::Route* Server::Impl::route(const HttpRequest& request) const {
@@ -336,6 +416,74 @@ json Server::Impl::models() const {
 HttpResponse Server::Impl::health() {
   if (loop.is_alive()) return json_response(200, {{"status", "ok"}});
   return error_response(ApiError(503, loop.death_reason(), "", "server_error"));
+}
+
+// The key compared in full whatever the bytes sent, so that its time does not tell how much of a guess was right.
+void Server::Impl::require_control_key(const HttpRequest& request) const {
+  const std::string expected = "Bearer " + options.control_api_key;
+  const std::string_view sent = request.header("Authorization").value_or("");
+  unsigned difference = sent.size() == expected.size() ? 0u : 1u;
+  for (size_t i = 0; i < expected.size(); ++i)
+    difference |= unsigned(uint8_t(expected[i]) ^ uint8_t(i < sent.size() ? sent[i] : '\0'));
+  if (difference != 0)
+    throw ApiError(401, "the control endpoints need 'Authorization: Bearer' and the server's --control-api-key", "",
+                   "authentication_error");
+}
+
+HttpReply Server::Impl::pause(const HttpRequest& request) {
+  require_control_key(request);
+  const std::optional<std::string> mode = query_value(request.target, "mode");
+  const EngineLoop::PauseMode parsed = parse_pause_mode(mode);
+  return std::make_shared<PauseResponse>(loop, parsed, mode.value_or("abort"));
+}
+
+HttpResponse Server::Impl::resume(const HttpRequest& request) {
+  require_control_key(request);
+  loop.resume();
+  return json_response(200, {{"paused", false}});
+}
+
+HttpResponse Server::Impl::is_paused(const HttpRequest& request) {
+  require_control_key(request);
+  return json_response(200, {{"is_paused", loop.is_paused()}});
+}
+
+// {"request_ids": [...]}: each a response id ("cmpl-...") or an X-Request-Id; every generation request under way
+// that has it ends with finish_reason "abort" and its output so far.
+HttpResponse Server::Impl::abort_requests(const HttpRequest& request) {
+  require_control_key(request);
+  const json body = parse_body(request.body);
+  const auto ids = body.find("request_ids");
+  if (ids == body.end() || !ids->is_array() ||
+      !std::all_of(ids->begin(), ids->end(), [](const json& id) { return id.is_string(); }))
+    throw ApiError(400, "request_ids must be an array of strings", "request_ids");
+  json aborted = json::array(), not_found = json::array();
+  std::vector<std::string> engine_ids;
+  {
+    std::lock_guard lock(live_mutex);
+    for (const json& id : *ids) {
+      const std::string& wanted = id.get_ref<const std::string&>();
+      bool found = false;
+      for (const auto& [key, live_request] : live)
+        if (live_request.id == wanted || live_request.request_id == wanted) {
+          engine_ids.insert(engine_ids.end(), live_request.engine_ids.begin(), live_request.engine_ids.end());
+          found = true;
+        }
+      (found ? aborted : not_found).push_back(wanted);
+    }
+  }
+  loop.abort(engine_ids);
+  return json_response(200, {{"aborted", aborted}, {"not_found", not_found}});
+}
+
+void Server::Impl::track(const void* key, const Exchange& exchange) {
+  std::lock_guard lock(live_mutex);
+  live[key] = LiveRequest{exchange.id, exchange.request_id, exchange.engine_ids};
+}
+
+void Server::Impl::forget(const void* key) {
+  std::lock_guard lock(live_mutex);
+  live.erase(key);
 }
 
 HttpReply Server::Impl::generate(const HttpRequest& http_request, bool chat) {

@@ -24,6 +24,9 @@ struct ServerOptions {
   int64_t max_num_prompts = 16;    // prompts in one /v1/completions request
   int64_t max_model_len = 4096;
   HttpLimits http;                 // what one connection may send, and how long it may take
+  // Non-empty: the control endpoints exist (POST /pause, /resume, /abort_requests; GET /is_paused), for callers that
+  // send "Authorization: Bearer <key>"; empty, they do not (404).
+  std::string control_api_key;
   bool log_requests = true;          // stderr: one access-log line per HTTP request, once it is answered
   double log_interval_seconds = 10;  // stderr: a throughput and occupancy line this often, when anything ran (0: never)
 };

@@ -1,6 +1,6 @@
 // The server's engine loop: requests from many threads at once come out as if run alone (law 5),
 // aborts free slots and blocks at once, a full loop refuses, a request whose logits are not finite fails alone
-// (500), and a dying loop fails every stream loudly.
+// (500), a dying loop fails every stream loudly, and pauses in their three modes hold new requests until resumed.
 #include "support/engine_test_util.h"
 #include "support/overflowing_model.h"
 #include "server/engine_loop.h"
@@ -238,6 +238,133 @@ TEST(EngineLoop, AFailedRequestStopsItsSiblings) {
   EXPECT_EQ(loop.counters().nonfinite_rows, 1);  // the sibling's last chunk never ran
   EXPECT_EQ(loop.counters().slots_used + loop.counters().kv_blocks_used, 0);
   EXPECT_TRUE(loop.is_alive());
+}
+
+// A pause's callback, as a caller that waits for it sees it (shared: it may come after the caller gave up).
+struct PauseSignal {
+  std::shared_ptr<std::promise<void>> held = std::make_shared<std::promise<void>>();
+  std::shared_future<void> future = held->get_future().share();
+  std::function<void()> callback() const {
+    return [held = held] { held->set_value(); };
+  }
+  bool holds_within(std::chrono::milliseconds timeout) const {
+    return future.wait_for(timeout) == std::future_status::ready;
+  }
+};
+
+// A loop over the fixture model's engine, for the pause tests.
+struct PausableLoop {
+  testing::OneThread one_thread;
+  const model::Model model = testing::load_fixture_model();
+  engine::Engine engine{model, nullptr, small_engine(model)};
+  EngineLoop loop{engine, 64};
+
+  // Pauses, and says whether the pause held within 30 s.
+  bool pause(EngineLoop::PauseMode mode) {
+    PauseSignal signal;
+    loop.pause(mode, signal.callback());
+    return signal.holds_within(std::chrono::seconds(30));
+  }
+  // Submits one request and waits for its admission.
+  std::shared_ptr<RequestStream> start(const engine::RequestSpec& spec) {
+    auto stream = std::make_shared<RequestStream>(1, 0, nullptr);
+    EXPECT_EQ(submit_and_wait(loop, {spec}, stream).verdict, EngineLoop::Verdict::Accepted);
+    return stream;
+  }
+};
+
+// A submission whose verdict arrives later (the loop is paused).
+struct PendingSubmission {
+  std::promise<EngineLoop::Admission> verdict;
+  std::future<EngineLoop::Admission> future = verdict.get_future();
+  bool decided_within(std::chrono::milliseconds timeout) {
+    return future.wait_for(timeout) == std::future_status::ready;
+  }
+};
+
+void submit_later(EngineLoop& loop, std::vector<engine::RequestSpec> specs, std::shared_ptr<RequestStream> stream,
+                  PendingSubmission& pending) {
+  loop.submit(std::move(specs), std::move(stream),
+              [&pending](EngineLoop::Admission admission) { pending.verdict.set_value(std::move(admission)); });
+}
+
+// Abort: the running request ends at once with "abort" and its tokens so far; a request sent while paused waits,
+// neither admitted nor refused, and runs after resume as it would have alone.
+TEST(EngineLoop, PauseInAbortModeEndsTheRunningAndHoldsTheNewUntilResume) {
+  PausableLoop p;
+  const std::shared_ptr<RequestStream> running = p.start(long_request("long"));
+  wait_until([&] { return p.loop.counters().decode_tokens > 0; }, "the request generates");
+  ASSERT_TRUE(p.pause(EngineLoop::PauseMode::Abort));
+  EXPECT_TRUE(p.loop.is_paused());
+  const engine::SampleOutput aborted = drain(*running, {long_request("long")}).at({"long", 0});
+  EXPECT_EQ(aborted.finish_reason, "abort");
+  EXPECT_FALSE(aborted.ids.empty());
+  EXPECT_EQ(p.loop.counters().slots_used + p.loop.counters().kv_blocks_used, 0);
+
+  const engine::RequestSpec later = short_request("later", {4, 5, 6}, 5);
+  auto later_stream = std::make_shared<RequestStream>(1, 0, nullptr);
+  PendingSubmission pending;
+  submit_later(p.loop, {later}, later_stream, pending);
+  EXPECT_FALSE(pending.decided_within(std::chrono::milliseconds(300)));
+  EXPECT_EQ(p.loop.counters().num_running + p.loop.counters().num_waiting, 0);
+  p.loop.resume();
+  EXPECT_FALSE(p.loop.is_paused());
+  ASSERT_TRUE(pending.decided_within(std::chrono::seconds(30)));
+  EXPECT_EQ(pending.future.get().verdict, EngineLoop::Verdict::Accepted);
+  testing::expect_bitwise_equal(testing::run_alone(p.model, {later}), drain(*later_stream, {later}));
+}
+
+// Wait: the running request finishes as it would have; the pause holds once it has.
+TEST(EngineLoop, PauseInWaitModeHoldsOnceTheRunningRequestsFinish) {
+  PausableLoop p;
+  const engine::RequestSpec spec = short_request("finishing", {1, 2, 3}, 24);
+  const std::shared_ptr<RequestStream> stream = p.start(spec);
+  ASSERT_TRUE(p.pause(EngineLoop::PauseMode::Wait));
+  EXPECT_EQ(p.loop.counters().num_running + p.loop.counters().num_waiting, 0);
+  testing::expect_bitwise_equal(testing::run_alone(p.model, {spec}), drain(*stream, {spec}));
+  p.loop.resume();
+}
+
+// Keep: the running request is frozen in place, its slot and blocks kept and no step taken, and after resume it
+// ends exactly as it would have without the pause. A request aborted while it waits in the inbox ends with "abort"
+// once admitted, with no tokens.
+TEST(EngineLoop, PauseInKeepModeFreezesRequestsAndResumeContinuesThemBitwise) {
+  PausableLoop p;
+  const engine::RequestSpec spec = short_request("frozen", {7, 8, 9}, 60);
+  const std::shared_ptr<RequestStream> stream = p.start(spec);
+  wait_until([&] { return p.loop.counters().decode_tokens > 0; }, "the request generates");
+  ASSERT_TRUE(p.pause(EngineLoop::PauseMode::Keep));
+  const engine::EngineCounters at_pause = p.loop.counters();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(p.loop.counters().steps, at_pause.steps);
+  EXPECT_EQ(p.loop.counters().slots_used, 1);
+  EXPECT_GT(p.loop.counters().kv_blocks_used, 0);
+
+  const engine::RequestSpec doomed = short_request("doomed", {1}, 5);
+  auto doomed_stream = std::make_shared<RequestStream>(1, 0, nullptr);
+  PendingSubmission pending;
+  submit_later(p.loop, {doomed}, doomed_stream, pending);
+  p.loop.abort({"doomed"});
+  p.loop.resume();
+  testing::expect_bitwise_equal(testing::run_alone(p.model, {spec}), drain(*stream, {spec}));
+  ASSERT_TRUE(pending.decided_within(std::chrono::seconds(30)));
+  const engine::SampleOutput ended = drain(*doomed_stream, {doomed}).at({"doomed", 0});
+  EXPECT_EQ(ended.finish_reason, "abort");
+  EXPECT_TRUE(ended.ids.empty());
+  EXPECT_EQ(p.loop.counters().slots_used + p.loop.counters().kv_blocks_used, 0);
+}
+
+// A pause asked of a stopped loop is told at once; one waiting when the loop stops is told then.
+TEST(EngineLoop, APauseIsToldWhenTheLoopStops) {
+  PausableLoop p;
+  p.start(long_request("long"));
+  PauseSignal waiting;
+  p.loop.pause(EngineLoop::PauseMode::Wait, waiting.callback());  // the long request would take seconds
+  p.loop.stop();
+  EXPECT_TRUE(waiting.holds_within(std::chrono::seconds(5)));
+  PauseSignal after;
+  p.loop.pause(EngineLoop::PauseMode::Keep, after.callback());
+  EXPECT_TRUE(after.holds_within(std::chrono::milliseconds(0)));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "cuda_test_util.h"
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,17 @@ std::string describe(DType dtype, const Shape& shape) {
 
 class TensorGemmTest : public StreamTest {
  protected:
+  // After the stream, and only with a GPU: cuBLAS's handle needs one.
+  void SetUp() override {
+    StreamTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    gemm_ = std::make_unique<backend::cuda::Gemm>(stream_, /*pedantic=*/false, /*invariant=*/true);
+  }
+  void TearDown() override {
+    gemm_.reset();
+    StreamTest::TearDown();
+  }
+
   // The weight on the GPU, and its values as the host sees them.
   struct Weight {
     TensorView host;
@@ -46,13 +58,13 @@ class TensorGemmTest : public StreamTest {
                               int64_t stride) {
     DeviceBuffer<float> device_x = upload(x.data(), num_rows * stride);
     DeviceBuffer<float> y(num_rows * w.rows);
-    backend::cuda::linear_strided(gemm_, device_x.data(), stride, num_rows, w, y.data());
+    backend::cuda::linear_strided(*gemm_, device_x.data(), stride, num_rows, w, y.data());
     EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     return download(y.data(), num_rows * w.rows);
   }
 
   TensorStore store_{71};
-  backend::cuda::Gemm gemm_{stream_, /*pedantic=*/false, /*invariant=*/true};
+  std::unique_ptr<backend::cuda::Gemm> gemm_;
 };
 
 // y equals the product of x rounded to the weight's type with the weights, summed in double, to fp32 accumulation

@@ -1,0 +1,110 @@
+// The control endpoints (POST /pause, /resume, /abort_requests; GET /is_paused): absent without --control-api-key,
+// refused without its Bearer token, and, with it, pauses in the three modes and aborts by id over HTTP.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { BASE, MODEL, post, sleep, startServer, waitIdle, withTimeout } from './lib.mjs';
+
+const KEY = 'control-key-for-the-tests';
+const AUTH = { Authorization: `Bearer ${KEY}` };
+let server;
+before(async () => {
+  server = await startServer('control', ['--control-api-key', KEY]);
+});
+after(async () => {
+  assert.equal(await server.stop(), 0, 'the server did not stop cleanly on SIGTERM');
+});
+
+const control = (method, path, body, headers = AUTH) =>
+  method === 'GET'
+    ? fetch(`${server.url}${path}`, { headers }).then(async (r) => ({ status: r.status, json: await r.json() }))
+    : post(path, body ?? {}, headers, server.url);
+
+const LONG = { model: MODEL, prompt: 'The river', max_tokens: 400, ignore_eos: true, temperature: 0 };
+const SHORT = { model: MODEL, prompt: 'The meaning of life is', max_tokens: 12, ignore_eos: true, temperature: 0 };
+
+// Waits until the server runs `count` requests.
+async function running(count) {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const value = Number(text.match(/^jambo_num_requests_running (\d+)/m)?.[1] ?? -1);
+    if (value === count) return;
+    if (Date.now() > deadline) throw new Error(`never ${count} running: ${value}`);
+    await sleep(20);
+  }
+}
+
+test('without --control-api-key the endpoints do not exist', async () => {
+  for (const path of ['/pause', '/resume', '/abort_requests'])
+    assert.equal((await post(path, {}, AUTH, BASE)).status, 404, path);
+  assert.equal((await fetch(`${BASE}/is_paused`, { headers: AUTH })).status, 404);
+});
+
+test('without the Bearer token, or with another, every endpoint answers 401', async () => {
+  for (const headers of [{}, { Authorization: 'Bearer wrong' }, { Authorization: KEY }]) {
+    for (const path of ['/pause', '/resume', '/abort_requests']) {
+      const response = await control('POST', path, {}, headers);
+      assert.equal(response.status, 401, `${path} ${JSON.stringify(headers)}`);
+      assert.equal(response.json.error.type, 'authentication_error');
+    }
+    assert.equal((await control('GET', '/is_paused', undefined, headers)).status, 401);
+  }
+  assert.equal((await control('GET', '/is_paused')).json.is_paused, false);
+  const bad = await control('POST', '/pause?mode=sleep');
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, 'mode');
+});
+
+test('keep freezes a running request and holds new ones; after resume both answer as if never paused', async () => {
+  const reference = (await post('/v1/completions', LONG, {}, server.url)).json.choices[0].text;
+  const frozen = post('/v1/completions', LONG, {}, server.url);
+  await running(1);
+  const paused = await control('POST', '/pause?mode=keep');
+  assert.deepEqual([paused.status, paused.json], [200, { paused: true, mode: 'keep' }]);
+  assert.equal((await control('GET', '/is_paused')).json.is_paused, true);
+  let waitingDone = false;
+  const waiting = post('/v1/completions', SHORT, {}, server.url).then((r) => ((waitingDone = true), r));
+  await sleep(500);
+  assert.equal(waitingDone, false, 'a request sent while paused was answered before resume');
+  assert.deepEqual((await control('POST', '/resume')).json, { paused: false });
+  const [first, second] = await withTimeout(Promise.all([frozen, waiting]), 60_000, 'the requests after resume');
+  assert.equal(first.json.choices[0].finish_reason, 'length');
+  assert.equal(first.json.choices[0].text, reference, 'the frozen request continued differently');
+  assert.equal(second.status, 200);
+  assert.equal(second.json.usage.completion_tokens, 12);
+  await waitIdle(server.url);
+});
+
+test('abort ends a running request with finish_reason "abort" and its text so far; wait lets it finish', async () => {
+  const aborted = post('/v1/completions', LONG, {}, server.url);
+  await running(1);
+  assert.equal((await control('POST', '/pause?mode=abort')).status, 200);
+  const answer = await aborted;
+  assert.equal(answer.status, 200);
+  assert.equal(answer.json.choices[0].finish_reason, 'abort');
+  assert.ok(answer.json.usage.completion_tokens < 400);
+  await control('POST', '/resume');
+
+  const finishing = post('/v1/completions', SHORT, {}, server.url);
+  await running(1);
+  const paused = await control('POST', '/pause?mode=wait');
+  assert.deepEqual(paused.json, { paused: true, mode: 'wait' });
+  const finished = await finishing;  // answered before, or as, the pause held
+  assert.equal(finished.json.choices[0].finish_reason, 'length');
+  await control('POST', '/resume');
+  await waitIdle(server.url);
+});
+
+test('/abort_requests ends the requests named by X-Request-Id or response id, and says which it found', async () => {
+  const victim = post('/v1/completions', LONG, { 'X-Request-Id': 'victim-1' }, server.url);
+  await running(1);
+  const result = await control('POST', '/abort_requests', { request_ids: ['victim-1', 'nobody'] });
+  assert.deepEqual([result.status, result.json], [200, { aborted: ['victim-1'], not_found: ['nobody'] }]);
+  const answer = await victim;
+  assert.equal(answer.json.choices[0].finish_reason, 'abort');
+  assert.match(answer.json.id, /^cmpl-victim-1-/);
+  const malformed = await control('POST', '/abort_requests', { request_ids: 'victim-1' });
+  assert.equal(malformed.status, 400);
+  assert.equal(malformed.json.error.param, 'request_ids');
+  await waitIdle(server.url);
+});
