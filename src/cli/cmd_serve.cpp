@@ -63,6 +63,10 @@ void run_serve(const ServeOptions& options) {
              server_options.model_name, server_options.host, port, name(engine_options.backend.kind), max_n,
              engine.counters().kv_blocks_total);
   std::fflush(stdout);
+  if (server_options.enable_control_endpoints && server_options.api_key.empty())
+    fmt::print(stderr, "jambo: warning: the control endpoints (/pause, /resume, /abort_requests) are served without "
+                       "--api-key: anyone who reaches {}:{} can pause or abort the server\n",
+               server_options.host, port);
 
   std::thread stopper([&] {
     int signal = 0;
@@ -98,13 +102,13 @@ void add_serve_command(CLI::App& app) {
                    "seconds between throughput and occupancy lines on stderr, when anything ran (0: none)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  command->add_flag("--enable-control-endpoints", server.enable_control_endpoints,
+                    "serve POST /pause, /resume, /abort_requests and GET /is_paused, which a trainer drives (give "
+                    "--api-key too: without one, anyone who reaches the port can pause the server)");
   command
-      ->add_option("--control-api-key", server.control_api_key,
-                   "enables the control endpoints (POST /pause, /resume, /abort_requests; GET /is_paused) for "
-                   "callers that send 'Authorization: Bearer KEY'; without it they do not exist")
-      ->check([](const std::string& key) {
-        return key.size() >= 16 ? std::string() : std::string("the control key must have at least 16 characters");
-      });
+      ->add_option("--api-key", server.api_key,
+                   "every route but /health and /metrics needs 'Authorization: Bearer KEY' (default: $JAMBO_API_KEY)")
+      ->envname("JAMBO_API_KEY");
   command->add_flag("--quiet", options->quiet, "no access log and no throughput lines on stderr");
   command->callback([options] { run_serve(*options); });
 }

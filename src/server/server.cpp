@@ -142,7 +142,7 @@ struct Server::Impl final : HttpHandler {
   HttpResponse detokenize(const HttpRequest& http_request);
   HttpResponse health();
   json models() const;
-  void require_control_key(const HttpRequest& request) const;
+  bool authorized(const HttpRequest& request) const;
   HttpReply pause(const HttpRequest& request);
   HttpResponse resume(const HttpRequest& request);
   HttpResponse is_paused(const HttpRequest& request);
@@ -347,7 +347,7 @@ Server::Impl::Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer
              text_response(200, "text/plain; version=0.0.4", metrics.render(loop.counters(), loop.is_alive())));
        }},
   };
-  if (options.control_api_key.empty()) return;
+  if (!options.enable_control_endpoints) return;
   routes.push_back({"POST", "/pause", false, [this](const HttpRequest& request) { return pause(request); }});
   routes.push_back({"POST", "/resume", false, [this](const HttpRequest& request) { return HttpReply(resume(request)); }});
   routes.push_back(
@@ -368,6 +368,9 @@ bool Server::Impl::takes_long(const HttpRequest& request) const {
 }
 
 HttpReply Server::Impl::answer(const HttpRequest& request) {
+  if (!authorized(request))
+    return error_response(ApiError(401, "this server needs 'Authorization: Bearer' and its --api-key", "",
+                                   "authentication_error"));
   const Route* found = route(request);
   if (!found) return refusal(404, fmt::format("no route {} {}", request.method, request.path));
   try {
@@ -418,40 +421,36 @@ HttpResponse Server::Impl::health() {
   return error_response(ApiError(503, loop.death_reason(), "", "server_error"));
 }
 
-// The key compared in full whatever the bytes sent, so that its time does not tell how much of a guess was right.
-void Server::Impl::require_control_key(const HttpRequest& request) const {
-  const std::string expected = "Bearer " + options.control_api_key;
+// /health and /metrics stay open (probes and scrapers); with an API key, every other route needs it. The key is
+// compared in full whatever the bytes sent, so that the time taken does not tell how much of a guess was right.
+bool Server::Impl::authorized(const HttpRequest& request) const {
+  if (options.api_key.empty() || request.path == "/health" || request.path == "/metrics") return true;
+  const std::string expected = "Bearer " + options.api_key;
   const std::string_view sent = request.header("Authorization").value_or("");
   unsigned difference = sent.size() == expected.size() ? 0u : 1u;
   for (size_t i = 0; i < expected.size(); ++i)
     difference |= unsigned(uint8_t(expected[i]) ^ uint8_t(i < sent.size() ? sent[i] : '\0'));
-  if (difference != 0)
-    throw ApiError(401, "the control endpoints need 'Authorization: Bearer' and the server's --control-api-key", "",
-                   "authentication_error");
+  return difference == 0;
 }
 
 HttpReply Server::Impl::pause(const HttpRequest& request) {
-  require_control_key(request);
   const std::optional<std::string> mode = query_value(request.target, "mode");
   const EngineLoop::PauseMode parsed = parse_pause_mode(mode);
   return std::make_shared<PauseResponse>(loop, parsed, mode.value_or("abort"));
 }
 
-HttpResponse Server::Impl::resume(const HttpRequest& request) {
-  require_control_key(request);
+HttpResponse Server::Impl::resume(const HttpRequest&) {
   loop.resume();
   return json_response(200, {{"paused", false}});
 }
 
-HttpResponse Server::Impl::is_paused(const HttpRequest& request) {
-  require_control_key(request);
+HttpResponse Server::Impl::is_paused(const HttpRequest&) {
   return json_response(200, {{"is_paused", loop.is_paused()}});
 }
 
 // {"request_ids": [...]}: each a response id ("cmpl-...") or an X-Request-Id; every generation request under way
 // that has it ends with finish_reason "abort" and its output so far.
 HttpResponse Server::Impl::abort_requests(const HttpRequest& request) {
-  require_control_key(request);
   const json body = parse_body(request.body);
   const auto ids = body.find("request_ids");
   if (ids == body.end() || !ids->is_array() ||

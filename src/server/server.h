@@ -24,9 +24,8 @@ struct ServerOptions {
   int64_t max_num_prompts = 16;    // prompts in one /v1/completions request
   int64_t max_model_len = 4096;
   HttpLimits http;                 // what one connection may send, and how long it may take
-  // Non-empty: the control endpoints exist (POST /pause, /resume, /abort_requests; GET /is_paused), for callers that
-  // send "Authorization: Bearer <key>"; empty, they do not (404).
-  std::string control_api_key;
+  bool enable_control_endpoints = false;  // POST /pause, /resume, /abort_requests; GET /is_paused (else 404)
+  std::string api_key;  // non-empty: every route but /health and /metrics needs "Authorization: Bearer <key>" (401)
   bool log_requests = true;          // stderr: one access-log line per HTTP request, once it is answered
   double log_interval_seconds = 10;  // stderr: a throughput and occupancy line this often, when anything ran (0: never)
 };

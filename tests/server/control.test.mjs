@@ -1,5 +1,6 @@
-// The control endpoints (POST /pause, /resume, /abort_requests; GET /is_paused): absent without --control-api-key,
-// refused without its Bearer token, and, with it, pauses in the three modes and aborts by id over HTTP.
+// The control endpoints (POST /pause, /resume, /abort_requests; GET /is_paused): absent without
+// --enable-control-endpoints; with --api-key every route but /health and /metrics, the OpenAI ones too, refused
+// without the Bearer key; and, with it, pauses in the three modes and aborts by id over HTTP.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { BASE, MODEL, post, sleep, startServer, waitIdle, withTimeout } from './lib.mjs';
@@ -8,7 +9,7 @@ const KEY = 'control-key-for-the-tests';
 const AUTH = { Authorization: `Bearer ${KEY}` };
 let server;
 before(async () => {
-  server = await startServer('control', ['--control-api-key', KEY]);
+  server = await startServer('control', ['--enable-control-endpoints', '--api-key', KEY]);
 });
 after(async () => {
   assert.equal(await server.stop(), 0, 'the server did not stop cleanly on SIGTERM');
@@ -34,36 +35,39 @@ async function running(count) {
   }
 }
 
-test('without --control-api-key the endpoints do not exist', async () => {
+test('without --enable-control-endpoints the endpoints do not exist', async () => {
   for (const path of ['/pause', '/resume', '/abort_requests'])
     assert.equal((await post(path, {}, AUTH, BASE)).status, 404, path);
   assert.equal((await fetch(`${BASE}/is_paused`, { headers: AUTH })).status, 404);
 });
 
-test('without the Bearer token, or with another, every endpoint answers 401', async () => {
+test('without the Bearer key, or with another, every route but /health and /metrics answers 401', async () => {
   for (const headers of [{}, { Authorization: 'Bearer wrong' }, { Authorization: KEY }]) {
-    for (const path of ['/pause', '/resume', '/abort_requests']) {
-      const response = await control('POST', path, {}, headers);
+    for (const path of ['/pause', '/resume', '/abort_requests', '/v1/completions', '/tokenize']) {
+      const response = await control('POST', path, path === '/v1/completions' ? SHORT : {}, headers);
       assert.equal(response.status, 401, `${path} ${JSON.stringify(headers)}`);
       assert.equal(response.json.error.type, 'authentication_error');
     }
-    assert.equal((await control('GET', '/is_paused', undefined, headers)).status, 401);
+    for (const path of ['/is_paused', '/v1/models'])
+      assert.equal((await control('GET', path, undefined, headers)).status, 401, path);
+    assert.equal((await fetch(`${server.url}/health`, { headers })).status, 200);
+    assert.equal((await fetch(`${server.url}/metrics`, { headers })).status, 200);
   }
-  assert.equal((await control('GET', '/is_paused')).json.is_paused, false);
+  assert.equal((await control('GET', '/is_paused')).json.is_paused, false, 'a 401 changed nothing');
   const bad = await control('POST', '/pause?mode=sleep');
   assert.equal(bad.status, 400);
   assert.equal(bad.json.error.param, 'mode');
 });
 
 test('keep freezes a running request and holds new ones; after resume both answer as if never paused', async () => {
-  const reference = (await post('/v1/completions', LONG, {}, server.url)).json.choices[0].text;
-  const frozen = post('/v1/completions', LONG, {}, server.url);
+  const reference = (await post('/v1/completions', LONG, AUTH, server.url)).json.choices[0].text;
+  const frozen = post('/v1/completions', LONG, AUTH, server.url);
   await running(1);
   const paused = await control('POST', '/pause?mode=keep');
   assert.deepEqual([paused.status, paused.json], [200, { paused: true, mode: 'keep' }]);
   assert.equal((await control('GET', '/is_paused')).json.is_paused, true);
   let waitingDone = false;
-  const waiting = post('/v1/completions', SHORT, {}, server.url).then((r) => ((waitingDone = true), r));
+  const waiting = post('/v1/completions', SHORT, AUTH, server.url).then((r) => ((waitingDone = true), r));
   await sleep(500);
   assert.equal(waitingDone, false, 'a request sent while paused was answered before resume');
   assert.deepEqual((await control('POST', '/resume')).json, { paused: false });
@@ -76,7 +80,7 @@ test('keep freezes a running request and holds new ones; after resume both answe
 });
 
 test('abort ends a running request with finish_reason "abort" and its text so far; wait lets it finish', async () => {
-  const aborted = post('/v1/completions', LONG, {}, server.url);
+  const aborted = post('/v1/completions', LONG, AUTH, server.url);
   await running(1);
   assert.equal((await control('POST', '/pause?mode=abort')).status, 200);
   const answer = await aborted;
@@ -85,7 +89,7 @@ test('abort ends a running request with finish_reason "abort" and its text so fa
   assert.ok(answer.json.usage.completion_tokens < 400);
   await control('POST', '/resume');
 
-  const finishing = post('/v1/completions', SHORT, {}, server.url);
+  const finishing = post('/v1/completions', SHORT, AUTH, server.url);
   await running(1);
   const paused = await control('POST', '/pause?mode=wait');
   assert.deepEqual(paused.json, { paused: true, mode: 'wait' });
@@ -96,7 +100,7 @@ test('abort ends a running request with finish_reason "abort" and its text so fa
 });
 
 test('/abort_requests ends the requests named by X-Request-Id or response id, and says which it found', async () => {
-  const victim = post('/v1/completions', LONG, { 'X-Request-Id': 'victim-1' }, server.url);
+  const victim = post('/v1/completions', LONG, { ...AUTH, 'X-Request-Id': 'victim-1' }, server.url);
   await running(1);
   const result = await control('POST', '/abort_requests', { request_ids: ['victim-1', 'nobody'] });
   assert.deepEqual([result.status, result.json], [200, { aborted: ['victim-1'], not_found: ['nobody'] }]);
