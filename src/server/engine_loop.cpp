@@ -175,10 +175,13 @@ void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
     num_rejected.push_back(admission.verdict == Verdict::Accepted ? 0 : int64_t(submission->specs.size()));
     submission->on_verdict(std::move(admission));
   }
-  notify_stepped();  // the aborted requests' streams
+  const engine::EngineCounters counters = engine_.counters();
   lock.lock();
   for (int64_t count : num_rejected) num_unfinished_ -= count;
-  counters_ = engine_.counters();
+  counters_ = counters;
+  lock.unlock();
+  notify_stepped();  // the aborted requests' streams, after the counters (as after a step)
+  lock.lock();
 }
 
 // Runs with the lock held on entry and exit: the pauses waiting are told once theirs holds.

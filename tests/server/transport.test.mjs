@@ -135,10 +135,13 @@ describe('clients that take their time', { concurrency: true }, () => {
       const started = performance.now();
       let held = 0;
       while ((held = (await metrics(stalled.url)).jambo_state_slots_used) === 0) await sleep(50);
+      // The engine's share of it (filling the buffers) grows in slow builds: 49 s of 60 under ASan on an idle
+      // 2-core machine, beyond 60 beside other tests.
+      const bound = 60 * Number(process.env.JAMBO_TEST_SLOWDOWN ?? 1);
       let seconds = 0;
       while ((await metrics(stalled.url)).jambo_state_slots_used > 0) {
         seconds = (performance.now() - started) / 1000;
-        assert.ok(seconds < 60, 'the slots of a client that stopped reading are still held after 60 s');
+        assert.ok(seconds < bound, `the slots of a client that stopped reading are still held after ${bound} s`);
         await sleep(200);
       }
       socket.destroy();
