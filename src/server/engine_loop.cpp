@@ -196,6 +196,12 @@ void EngineLoop::settle_pause(std::unique_lock<std::mutex>& lock) {
 // All of a submission's requests or none: one the engine refuses (bad input) or fails on (a bug) takes back those
 // added before it.
 EngineLoop::Admission EngineLoop::admit(Submission& submission) {
+  std::vector<std::string> aborted;  // while the submission waited in the inbox: taken out whatever the verdict
+  {
+    std::lock_guard lock(mutex_);
+    for (const engine::RequestSpec& spec : submission.specs)
+      if (aborted_in_inbox_.erase(spec.id) > 0) aborted.push_back(spec.id);
+  }
   std::vector<std::string> added;
   int64_t first_choice = 0;
   try {
@@ -204,12 +210,6 @@ EngineLoop::Admission EngineLoop::admit(Submission& submission) {
       added.push_back(spec.id);
       routes_[spec.id] = Route{submission.stream, first_choice, spec.n, 0};
       first_choice += spec.n;
-    }
-    std::vector<std::string> aborted;
-    {
-      std::lock_guard lock(mutex_);
-      for (const std::string& id : added)
-        if (aborted_in_inbox_.erase(id) > 0) aborted.push_back(id);
     }
     for (const std::string& id : aborted) engine_.abort_request(id);
   } catch (const std::exception& error) {
