@@ -447,6 +447,9 @@ void Session::watch_client() {
   stream_.socket().async_wait(
       tcp::socket::wait_read, [self = shared_from_this(), number = request_number_](const beast::error_code& error) {
         if (error || number != self->request_number_ || self->phase_ != Phase::Late) return;
+        // The last bytes are on their way: the client may close as soon as it has them, and its close can reach this
+        // strand before the write's completion does. The write's own result says whether it got them.
+        if (self->late_complete_) return;
         char byte = 0;
         const ssize_t peeked = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
         if (peeked > 0) return;

@@ -373,6 +373,22 @@ TEST_F(HttpTransportTest, AStreamThatEndsWhileTheServerStopsClosesItsConnection)
   EXPECT_EQ(handler_.statuses(1), std::vector<int>{200});
 }
 
+// A client that closes the moment its stream's last chunk arrives got all of it: the close can reach the transport
+// before the last write's completion does, and must not turn the answer into a 499.
+TEST_F(HttpTransportTest, AClientThatClosesAfterTheLastChunkIsCountedAnswered) {
+  start(HttpLimits{});
+  constexpr int kNumClients = 64;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kNumClients; ++i)
+    clients.emplace_back([port = port_] {
+      Client client(port);
+      client.send("GET /brief HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+      client.read(5s, "0\r\n\r\n");
+    });
+  for (std::thread& client : clients) client.join();
+  EXPECT_EQ(handler_.statuses(kNumClients), std::vector<int>(kNumClients, 200));
+}
+
 TEST_F(HttpTransportTest, ARefusedRequestIsAnsweredCountedAndClosed) {
   start(HttpLimits{});
   std::string fields;
