@@ -10,10 +10,11 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kKeysPerTile = 32;  // one warp lane per key in the softmax
-// A step of few tokens splits each token's keys among blocks, up to kMaxSplits, until there are about
-// kBlocksPerSmWanted blocks per SM: one block walking a long context alone leaves the GPU idle (batch 1).
+static_assert(kAttentionSplitKeys % kKeysPerTile == 0, "a split is whole tiles");
+// A decode step of few tokens gives each token's splits to several blocks (workers), up to kMaxWorkers, until there
+// are about kBlocksPerSmWanted blocks per SM: one block walking a long context alone leaves the GPU idle (batch 1).
 constexpr int kBlocksPerSmWanted = 4;
-constexpr int kMaxSplits = 32;
+constexpr int kMaxWorkers = 32;
 constexpr int kCombineThreads = 128;
 
 // One step's attention, as every attention kernel reads it (each takes the fields it needs).
@@ -21,12 +22,12 @@ struct AttentionParams {
   DeviceRows rows;
   KvLayout layout;
   int64_t num_heads = 0;           // nh
-  int num_splits = 1;              // parts of each one-token row's keys; 1: the blocks write context themselves
+  int num_workers = 1;             // blocks sharing each one-token row's splits of keys
   bool skip_chunked_rows = false;  // rows of several tokens are attention_mma_kernel's
   const float* queries = nullptr;  // [T, nh*hd]
   const float* kv_pool = nullptr;  // [num_blocks, block_stride]
   float* context = nullptr;        // [T, nh*hd]
-  float* partial = nullptr;        // [T, nh, num_splits, hd + 2] (several splits)
+  float* partial = nullptr;        // [rows.num_splits, nh, hd + 2] the one-token rows' splits
 };
 
 // Element offset of a position's [nkv, hd] keys (key_or_value 0) or values (1) in the pool.
@@ -38,27 +39,66 @@ __device__ inline int64_t kv_entry(const DeviceRows& rows, const KvLayout& layou
          device_offset(position % layout.block_size, layout.token_stride());
 }
 
-// The keys [first, end) of split `split` of token t's: its row's positions up to t's, in num_splits parts of equal
-// size but the last (a split past the keys is empty: its m stays -inf and its l 0).
+// The position of step token t.
+__device__ inline int64_t token_position(const DeviceRows& rows, int64_t t) {
+  const int64_t r = rows.token_row[t];
+  return rows.start_position[r] + t - rows.first_token[r];
+}
+
+// The keys [first, end) of split `split` of a query that sees num_keys positions (kAttentionSplitKeys from
+// split * kAttentionSplitKeys, the last split shorter).
 struct KeySplit {
   int64_t first, end;
 };
-__device__ inline KeySplit split_keys(const DeviceRows& rows, int64_t t, int split, int num_splits) {
-  const int64_t r = rows.token_row[t];
-  const int64_t num_keys = rows.start_position[r] + t - rows.first_token[r] + 1;
-  const int64_t keys_per_split = (num_keys + num_splits - 1) / num_splits;
-  const int64_t first = min(num_keys, split * keys_per_split);
-  return {first, min(num_keys, first + keys_per_split)};
+__device__ inline KeySplit key_split(int64_t num_keys, int64_t split) {
+  const int64_t first = split * kAttentionSplitKeys;
+  return {first, min(num_keys, first + kAttentionSplitKeys)};
 }
 
-// A split's partial result for one (token, query head): its hd unnormalized outputs, then its running max m and
-// sum l, in partial [T, nh, num_splits, hd + 2].
+// A split's partial result for one (one-token row, query head): its hd unnormalized outputs, then its running max m
+// and sum l, in partial [num_splits, nh, hd + 2].
 JAMBO_HOST_DEVICE inline int64_t partial_entry_size(int64_t head_dim) { return head_dim + 2; }
 
-// Where split `split` of pair = t * nh + query head keeps its partial result in partial.
-__device__ inline int64_t partial_entry(int64_t pair, int64_t split, int num_splits, int64_t head_dim) {
-  return device_offset(device_offset(pair, num_splits) + split, partial_entry_size(head_dim));
+// Where the step's split `split` (row_first_split + the row's split) keeps query head `head`'s partial result.
+__device__ inline int64_t partial_entry(int64_t split, int64_t head, int64_t num_heads, int64_t head_dim) {
+  return device_offset(device_offset(split, num_heads) + head, partial_entry_size(head_dim));
 }
+
+// A query's splits are folded into its result in split order, with this one function wherever that happens (in a
+// prefill's kernel, or in combine_splits_kernel for a decode step), so that both give the same bits:
+//   result = result * exp(M - M') + split * exp(m - M'), M' = max(M, m), for the outputs and the sum alike.
+// The first split is taken as it is; a split without a visible key (m = -inf: a prefill query before the split's
+// first position) is left out. kBase2: the maxima are in base 2 (the tensor-core kernels' exp2f), else natural.
+struct FoldFactors {
+  bool skip = false, take = false;
+  float result = 1.0f, split = 0.0f;
+};
+
+template <bool kBase2>
+__device__ inline FoldFactors fold_factors(float& result_max, float split_max) {
+  FoldFactors f;
+  if (split_max == -INFINITY) {
+    f.skip = true;
+  } else if (result_max == -INFINITY) {
+    f.take = true;
+    result_max = split_max;
+  } else {
+    const float new_max = fmaxf(result_max, split_max);
+    f.result = kBase2 ? exp2f(result_max - new_max) : expf(result_max - new_max);
+    f.split = kBase2 ? exp2f(split_max - new_max) : expf(split_max - new_max);
+    result_max = new_max;
+  }
+  return f;
+}
+
+__device__ inline float folded(float result, float split, const FoldFactors& f) {
+  if (f.skip) return result;
+  if (f.take) return split;
+  return __fmaf_rn(split, f.split, __fmul_rn(result, f.result));
+}
+
+// The context from a query's folded result.
+__device__ inline float normalized(float output, float sum) { return __fdiv_rn(output, sum); }
 
 __global__ void store_kernel(DeviceRows rows, KvLayout layout,
                              const float* keys,    // [T, nkv*hd]
@@ -74,18 +114,21 @@ __global__ void store_kernel(DeviceRows rows, KvLayout layout,
   kv_pool[kv_entry(rows, layout, r, position, 1) + e] = values[i];
 }
 
-// Shared memory of one attention block, in floats: the group's queries and outputs [G, hd], a tile of keys
-// or values [kKeysPerTile, hd + 1] (padded so that a warp reading one entry of 32 keys hits 32 banks),
-// the tile's weights [G, kKeysPerTile] and each head's running max, sum and rescale factor [G] each.
+// Shared memory of one attention block, in floats: the group's queries, a split's outputs and the folded result
+// [G, hd] each, a tile of keys or values [kKeysPerTile, hd + 1] (padded so that a warp reading one entry of 32 keys
+// hits 32 banks), the tile's weights [G, kKeysPerTile], each head's running max, sum and rescale factor [G] each, and
+// the result's max and sum [G] each.
 struct AttentionShared {
   int64_t group_size, head_dim;
   JAMBO_HOST_DEVICE int64_t tile_stride() const { return head_dim + 1; }
   JAMBO_HOST_DEVICE int64_t queries() const { return 0; }
   JAMBO_HOST_DEVICE int64_t outputs() const { return group_size * head_dim; }
-  JAMBO_HOST_DEVICE int64_t tile() const { return 2 * group_size * head_dim; }
+  JAMBO_HOST_DEVICE int64_t result() const { return 2 * group_size * head_dim; }
+  JAMBO_HOST_DEVICE int64_t tile() const { return 3 * group_size * head_dim; }
   JAMBO_HOST_DEVICE int64_t weights() const { return tile() + kKeysPerTile * tile_stride(); }
   JAMBO_HOST_DEVICE int64_t stats() const { return weights() + group_size * kKeysPerTile; }
-  JAMBO_HOST_DEVICE int64_t num_floats() const { return stats() + 3 * group_size; }
+  JAMBO_HOST_DEVICE int64_t result_stats() const { return stats() + 3 * group_size; }
+  JAMBO_HOST_DEVICE int64_t num_floats() const { return result_stats() + 2 * group_size; }
 };
 
 // tile[k, d] = the keys (key_or_value 0) or values (1) of KV head kv_head at positions first + k: a warp per
@@ -102,11 +145,12 @@ __device__ void load_tile(const DeviceRows& rows, const KvLayout& layout, int64_
   }
 }
 
-// One block per (token, KV head, split of the token's keys) for the G = nh / nkv query heads that share the KV
-// head, so each key and value is read once for all of them. A split takes its keys a tile at a time with the
-// online softmax: per head a running max m, running sum l and the unnormalized outputs, rescaled when m grows.
-// With one split the block writes the context; with more, its (m, l, outputs) go to `partial` and
-// combine_splits_kernel merges them.
+// The fp32 kernel: one block per (token, KV head, worker) for the G = nh / nkv query heads that share the KV head,
+// so each key and value is read once for all of them. A split takes its keys a tile at a time with the online
+// softmax: per head a running max m, running sum l and the unnormalized outputs, rescaled when m grows. A token of
+// a prefill (the first worker's) folds its splits in order into its result and writes its context; a token of a
+// decode step gives its splits to the workers in turn, which write their (outputs, m, l) to `partial` for
+// combine_splits_kernel to fold (or, a single split, fold and write it at once).
 __global__ void attention_kernel(const AttentionParams p) {
   // Launched early, as the kernels around it (device_math.cuh).
   let_next_kernel_start();
@@ -116,105 +160,123 @@ __global__ void attention_kernel(const AttentionParams p) {
   const AttentionShared at{group_size, head_dim};
   float* query = shared + at.queries();    // [G, hd]
   float* acc = shared + at.outputs();      // [G, hd]
+  float* result = shared + at.result();    // [G, hd]
   float* tile = shared + at.tile();        // [kKeysPerTile, hd + 1]
   float* weights = shared + at.weights();  // [G, kKeysPerTile]
   float *running_max = shared + at.stats(), *running_sum = running_max + group_size,
         *rescale = running_sum + group_size;
+  float *result_max = shared + at.result_stats(), *result_sum = result_max + group_size;
   const int64_t t = blockIdx.x / p.layout.num_kv_heads, kv_head = blockIdx.x % p.layout.num_kv_heads;
-  const int split = int(blockIdx.y);
+  const int worker = int(blockIdx.y);
   const int64_t r = p.rows.token_row[t];
-  if (p.skip_chunked_rows && p.rows.row_tokens[r] > 1) return;
-  const auto [first_key, end_key] = split_keys(p.rows, t, split, p.num_splits);
+  const bool decode = p.rows.row_tokens[r] == 1;
+  if (!decode && (p.skip_chunked_rows || worker != 0)) return;
+  const int64_t position = token_position(p.rows, t), num_keys = position + 1;
+  const int64_t num_splits = num_key_splits(position);
+  const bool folds = !decode || num_splits == 1;  // else the splits go to partial
   const float scale = 1.0f / sqrtf(float(head_dim));
   const int64_t group_width = group_size * head_dim;  // the group's query heads are contiguous
   const float* q_in = p.queries + device_offset(t, p.num_heads * head_dim) + device_offset(kv_head, group_width);
   for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) {
     query[i] = q_in[i];
-    acc[i] = 0.0f;
+    result[i] = 0.0f;
   }
   for (int64_t h = threadIdx.x; h < group_size; h += blockDim.x) {
-    running_max[h] = -INFINITY;
-    running_sum[h] = 0.0f;
+    result_max[h] = -INFINITY;
+    result_sum[h] = 0.0f;
   }
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, num_warps = blockDim.x / kWarpSize;
-  for (int64_t first = first_key; first < end_key; first += kKeysPerTile) {
-    const int count = int(min(int64_t(kKeysPerTile), end_key - first));
-    load_tile(p.rows, p.layout, r, first, count, 0, kv_head, p.kv_pool, at.tile_stride(), tile);
-    __syncthreads();
-    for (int i = threadIdx.x; i < int(group_size) * count; i += blockDim.x) {
-      const int h = i / count, k = i % count;
-      float dot = 0.0f;
-      for (int e = 0; e < int(head_dim); ++e) dot += query[h * head_dim + e] * tile[k * at.tile_stride() + e];
-      weights[h * kKeysPerTile + k] = dot * scale;
+  for (int64_t split = decode ? worker : 0; split < num_splits; split += decode ? p.num_workers : 1) {
+    for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) acc[i] = 0.0f;
+    for (int64_t h = threadIdx.x; h < group_size; h += blockDim.x) {
+      running_max[h] = -INFINITY;
+      running_sum[h] = 0.0f;
     }
-    __syncthreads();
-    for (int64_t h = warp; h < group_size; h += num_warps) {  // a warp per head: one lane per key of the tile
-      float* w = weights + h * kKeysPerTile;
-      const float score = lane < count ? w[lane] : -INFINITY;
-      const float new_max = fmaxf(running_max[h], warp_max(score));
-      const float weight = lane < count ? expf(score - new_max) : 0.0f;
-      if (lane < count) w[lane] = weight;
-      const float tile_sum = warp_sum(weight);
-      if (lane == 0) {
-        rescale[h] = expf(running_max[h] - new_max);  // 0 on the first tile
-        running_sum[h] = running_sum[h] * rescale[h] + tile_sum;
-        running_max[h] = new_max;
+    const auto [first_key, end_key] = key_split(num_keys, split);
+    for (int64_t first = first_key; first < end_key; first += kKeysPerTile) {
+      const int count = int(min(int64_t(kKeysPerTile), end_key - first));
+      load_tile(p.rows, p.layout, r, first, count, 0, kv_head, p.kv_pool, at.tile_stride(), tile);
+      __syncthreads();
+      for (int i = threadIdx.x; i < int(group_size) * count; i += blockDim.x) {
+        const int h = i / count, k = i % count;
+        float dot = 0.0f;
+        for (int e = 0; e < int(head_dim); ++e) dot += query[h * head_dim + e] * tile[k * at.tile_stride() + e];
+        weights[h * kKeysPerTile + k] = dot * scale;
+      }
+      __syncthreads();
+      for (int64_t h = warp; h < group_size; h += num_warps) {  // a warp per head: one lane per key of the tile
+        float* w = weights + h * kKeysPerTile;
+        const float score = lane < count ? w[lane] : -INFINITY;
+        const float new_max = fmaxf(running_max[h], warp_max(score));
+        const float weight = lane < count ? expf(score - new_max) : 0.0f;
+        if (lane < count) w[lane] = weight;
+        const float tile_sum = warp_sum(weight);
+        if (lane == 0) {
+          rescale[h] = expf(running_max[h] - new_max);  // 0 on the first tile
+          running_sum[h] = running_sum[h] * rescale[h] + tile_sum;
+          running_max[h] = new_max;
+        }
+      }
+      // The values, over the keys: these are no longer read.
+      load_tile(p.rows, p.layout, r, first, count, 1, kv_head, p.kv_pool, at.tile_stride(), tile);
+      __syncthreads();
+      for (int i = threadIdx.x; i < int(group_width); i += blockDim.x) {
+        const int h = i / int(head_dim), e = i % int(head_dim);
+        float sum = 0.0f;
+        for (int k = 0; k < count; ++k) sum += weights[h * kKeysPerTile + k] * tile[k * at.tile_stride() + e];
+        acc[i] = acc[i] * rescale[h] + sum;
+      }
+      __syncthreads();  // the tile and weights are rewritten by the next tile
+    }
+    if (folds) {
+      for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) {
+        float new_max = result_max[i / head_dim];
+        result[i] = folded(result[i], acc[i], fold_factors<false>(new_max, running_max[i / head_dim]));
+      }
+      __syncthreads();  // every output has read the result's old max
+      for (int64_t h = threadIdx.x; h < group_size; h += blockDim.x) {
+        const FoldFactors f = fold_factors<false>(result_max[h], running_max[h]);
+        result_sum[h] = folded(result_sum[h], running_sum[h], f);
+      }
+    } else {
+      for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) {
+        const int64_t head = device_offset(kv_head, group_size) + i / head_dim, e = i % head_dim;
+        float* entry = p.partial + partial_entry(p.rows.row_first_split[r] + split, head, p.num_heads, head_dim);
+        entry[e] = acc[i];
+        if (e == 0) entry[head_dim] = running_max[i / head_dim], entry[head_dim + 1] = running_sum[i / head_dim];
       }
     }
-    // The values, over the keys: these are no longer read.
-    load_tile(p.rows, p.layout, r, first, count, 1, kv_head, p.kv_pool, at.tile_stride(), tile);
-    __syncthreads();
-    for (int i = threadIdx.x; i < int(group_width); i += blockDim.x) {
-      const int h = i / int(head_dim), e = i % int(head_dim);
-      float sum = 0.0f;
-      for (int k = 0; k < count; ++k) sum += weights[h * kKeysPerTile + k] * tile[k * at.tile_stride() + e];
-      acc[i] = acc[i] * rescale[h] + sum;
-    }
-    __syncthreads();  // the tile and weights are rewritten by the next tile
+    __syncthreads();  // the split's outputs and stats are reset next
   }
-  __syncthreads();  // the stats are complete (a split without keys never entered the loop)
-  if (p.num_splits == 1) {
-    float* out = p.context + device_offset(t, p.num_heads * head_dim) + device_offset(kv_head, group_width);
-    for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) out[i] = acc[i] / running_sum[i / head_dim];
-    return;
-  }
-  for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x) {
-    const int64_t head = device_offset(kv_head, group_size) + i / head_dim, e = i % head_dim;
-    float* entry = p.partial + partial_entry(device_offset(t, p.num_heads) + head, split, p.num_splits, head_dim);
-    entry[e] = acc[i];
-    if (e == 0) entry[head_dim] = running_max[i / head_dim], entry[head_dim + 1] = running_sum[i / head_dim];
-  }
+  if (!folds || worker != 0) return;  // a decode token's single split is the first worker's
+  float* out = p.context + device_offset(t, p.num_heads * head_dim) + device_offset(kv_head, group_width);
+  for (int64_t i = threadIdx.x; i < group_width; i += blockDim.x)
+    out[i] = normalized(result[i], result_sum[i / head_dim]);
 }
 
-// One block per (token, query head): context = sum_s exp(m_s - M) outputs_s / sum_s exp(m_s - M) l_s over the
-// splits s, M the largest m_s (an empty split has m_s = -inf and weighs nothing). The first warp takes the splits'
-// (m, l) a lane each and leaves their weights in shared memory; then each thread sums one dimension over the splits,
-// its loads independent of each other (a loop over the splits per step, one load after another, took 9 us at
-// batch 1).
+// One block per (token, query head) of a decode step with several splits: folds the splits' partial results in
+// order (fold_factors), a thread per output dimension, and writes the context. kBase2: as the kernel that wrote them.
+template <bool kBase2>
 __global__ void combine_splits_kernel(const AttentionParams p) {
-  static_assert(kMaxSplits <= kWarpSize, "a lane per split");
   // Launched early, as the kernels around it (device_math.cuh).
   let_next_kernel_start();
   wait_for_previous_kernel();
   const int64_t head_dim = p.layout.head_dim, pair = blockIdx.x;  // pair: t * nh + head
-  if (p.skip_chunked_rows && p.rows.row_tokens[p.rows.token_row[pair / p.num_heads]] > 1) return;
-  const float* entries = p.partial + partial_entry(pair, 0, p.num_splits, head_dim);  // [num_splits, hd + 2]
-  const int64_t entry_size = partial_entry_size(head_dim);
-  __shared__ float weights[kMaxSplits];  // exp(m_s - M) / sum_s exp(m_s - M) l_s
-  if (threadIdx.x < kWarpSize) {
-    const int s = int(threadIdx.x);
-    const float* entry = entries + device_offset(s, entry_size);
-    const float m = s < p.num_splits ? entry[head_dim] : -INFINITY, l = s < p.num_splits ? entry[head_dim + 1] : 0.0f;
-    const float weight = expf(m - warp_max(m));  // some split has keys: the max is finite
-    const float total = warp_sum(weight * l);
-    if (s < p.num_splits) weights[s] = weight / total;
-  }
-  __syncthreads();
+  const int64_t t = pair / p.num_heads, head = pair % p.num_heads, r = p.rows.token_row[t];
+  if (p.rows.row_tokens[r] != 1) return;  // a prefill's kernel folds its splits itself
+  const int64_t num_splits = num_key_splits(p.rows.start_position[r]);
+  if (num_splits == 1) return;  // its one split's block wrote the context
+  const int64_t first_split = p.rows.row_first_split[r];
   for (int64_t e = threadIdx.x; e < head_dim; e += blockDim.x) {
-    float sum = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < p.num_splits; ++s) sum += weights[s] * entries[device_offset(s, entry_size) + e];
-    p.context[device_offset(pair, head_dim) + e] = sum;
+    float result = 0.0f, sum = 0.0f, max = -INFINITY;
+#pragma unroll 4
+    for (int64_t s = 0; s < num_splits; ++s) {
+      const float* entry = p.partial + partial_entry(first_split + s, head, p.num_heads, head_dim);
+      const FoldFactors f = fold_factors<kBase2>(max, entry[head_dim]);
+      result = folded(result, entry[e], f);
+      sum = folded(sum, entry[head_dim + 1], f);
+    }
+    p.context[device_offset(pair, head_dim) + e] = normalized(result, sum);
   }
 }
 
@@ -310,6 +372,24 @@ __device__ inline void load_query_fragments(const float* first_row, int64_t row_
     }
 }
 
+// Writes a warp's 16 query rows of an mma accumulator layout: row i to first_row + i * row_stride for rows below
+// num_rows, its dimension pairs as pair(t, h) gives them (tile t of 8 dimensions, h: rows g or g + 8), then
+// tail(row, h) for what follows the row's outputs.
+template <typename Pair, typename Tail>
+__device__ inline void store_rows(float* first_row, int64_t row_stride, int num_rows, int head_dim, Pair pair,
+                                  Tail tail) {
+  const int g = threadIdx.x % kWarpSize / 4, c = threadIdx.x % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (g + 8 * h >= num_rows) continue;
+    float* row = first_row + device_offset(g + 8 * h, row_stride);
+#pragma unroll
+    for (int t = 0; t < 2 * kMmaDimTiles; ++t)
+      if (8 * t < head_dim) *reinterpret_cast<float2*>(row + 8 * t + 2 * c) = pair(t, h);
+    if (c == 0) tail(row, h);
+  }
+}
+
 // One warp's flash-attention state over its 16 query rows: the outputs O (8 dimensions per tile), and rows g and
 // g + 8's running max (in base 2, the same in the row's four lanes) and running sum (this lane's part until
 // finish()). attend() takes the block's staged keys and values, with the online softmax.
@@ -343,13 +423,15 @@ struct WarpAttention {
         score[n][i] = visible(first_key + 8 * n + 2 * c + i % 2, g + 8 * (i / 2)) ? score[n][i] * scale : -INFINITY;
         tile_max[i / 2] = fmaxf(tile_max[i / 2], score[n][i]);
       }
-    float rescale[2];
+    float rescale[2], exponent_max[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // the row's max over its four lanes; finite once a row has seen a visible key
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
       const float new_max = fmaxf(running_max[h], tile_max[h]);
-      rescale[h] = exp2f(running_max[h] - new_max);  // 0 on the first tile
+      // A row that has seen no visible key yet (a prefill query before its split's first position) keeps zeros.
+      exponent_max[h] = new_max == -INFINITY ? 0.0f : new_max;
+      rescale[h] = exp2f(running_max[h] - exponent_max[h]);  // 0 on the first tile
       running_max[h] = new_max;
       running_sum[h] *= rescale[h];
     }
@@ -359,7 +441,7 @@ struct WarpAttention {
       float p[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        p[i] = exp2f(score[n][i] - running_max[i / 2]);
+        p[i] = exp2f(score[n][i] - exponent_max[i / 2]);
         running_sum[i / 2] += p[i];
       }
       weights[n / 2][2 * (n % 2)] = pack_bf16(p[0], p[1]);
@@ -411,23 +493,45 @@ struct WarpAttention {
     }
   }
 
-  // Row i's outputs (divided by its sum when normalized) to first_row + i * row_stride, for rows below num_rows;
-  // unnormalized, also its max (natural log base, as attention_kernel's) and sum after them, as a split's partial
-  // result [hd + 2].
-  __device__ void store(float* first_row, int64_t row_stride, int num_rows, int head_dim, bool normalized) const {
-    const int g = threadIdx.x % kWarpSize / 4, c = threadIdx.x % 4;
+  // Row i's unnormalized outputs, then its max (base 2) and sum, to first_row + i * row_stride for rows below
+  // num_rows: a split's partial result [hd + 2].
+  __device__ void store_partial(float* first_row, int64_t row_stride, int num_rows, int head_dim) const {
+    store_rows(
+        first_row, row_stride, num_rows, head_dim,
+        [&](int t, int h) {
+          return float2{out[t][2 * h], out[t][2 * h + 1]};
+        },
+        [&](float* row, int h) { row[head_dim] = running_max[h], row[head_dim + 1] = running_sum[h]; });
+  }
+};
+
+// A warp's 16 query rows' result over the splits folded so far (fold_factors), each lane holding WarpAttention's
+// elements.
+struct WarpResult {
+  float out[2 * kMmaDimTiles][4] = {};
+  float max[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+
+  // Folds a split in, after its finish().
+  __device__ void fold(const WarpAttention& split) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if (g + 8 * h >= num_rows) continue;
-      float* row = first_row + device_offset(g + 8 * h, row_stride);
-      const float factor = normalized ? 1.0f / running_sum[h] : 1.0f;
+      const FoldFactors f = fold_factors<true>(max[h], split.running_max[h]);
+      sum[h] = folded(sum[h], split.running_sum[h], f);
 #pragma unroll
       for (int t = 0; t < 2 * kMmaDimTiles; ++t)
-        if (8 * t < head_dim)
-          *reinterpret_cast<float2*>(row + 8 * t + 2 * c) = float2{out[t][2 * h] * factor, out[t][2 * h + 1] * factor};
-      if (!normalized && c == 0)
-        row[head_dim] = running_max[h] * 0.6931471805599453f, row[head_dim + 1] = running_sum[h];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) out[t][2 * h + i] = folded(out[t][2 * h + i], split.out[t][2 * h + i], f);
     }
+  }
+
+  // Row i's context to first_row + i * row_stride, for rows below num_rows.
+  __device__ void store(float* first_row, int64_t row_stride, int num_rows, int head_dim) const {
+    store_rows(
+        first_row, row_stride, num_rows, head_dim,
+        [&](int t, int h) {
+          return float2{normalized(out[t][2 * h], sum[h]), normalized(out[t][2 * h + 1], sum[h])};
+        },
+        [](float*, int) {});
   }
 };
 
@@ -451,14 +555,21 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize) attention_mma_kernel(con
   uint32_t query[kMmaDimTiles][4];
   load_query_fragments(p.queries + device_offset(warp_first, query_stride) + device_offset(head, head_dim),
                        query_stride, num_queries, dim_tiles, query);
-  WarpAttention attention;
-  attention.attend_keys(
-      query, p.rows, p.layout, r, kv_head, 0, num_keys, p.kv_pool,
-      [&](int64_t first_key) { return num_queries > 0 && first_key <= last_position; },
-      [&](int64_t key_position, int row) { return key_position <= first_position + row; });
-  attention.finish();
-  attention.store(p.context + device_offset(warp_first, query_stride) + device_offset(head, head_dim), query_stride,
-                  num_queries, head_dim, /*normalized=*/true);
+  WarpResult result;
+  for (int64_t s = 0; s < num_key_splits(num_keys - 1); ++s) {  // the block's splits, those of its last query
+    const KeySplit split = key_split(num_keys, s);
+    WarpAttention attention;
+    attention.attend_keys(
+        query, p.rows, p.layout, r, kv_head, split.first, split.end, p.kv_pool,
+        [&](int64_t first_key) { return num_queries > 0 && first_key <= last_position; },
+        [&](int64_t key_position, int row) {
+          return key_position < split.end && key_position <= first_position + row;
+        });
+    attention.finish();
+    result.fold(attention);
+  }
+  result.store(p.context + device_offset(warp_first, query_stride) + device_offset(head, head_dim), query_stride,
+               num_queries, head_dim);
 }
 
 // Tensor-core attention for the rows of one token (decode) in the 16-bit mode, rounding as attention_mma_kernel:
@@ -475,7 +586,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize) attention_decode_mma_ker
   const int64_t t = blockIdx.x / p.layout.num_kv_heads, kv_head = blockIdx.x % p.layout.num_kv_heads;
   const int64_t r = p.rows.token_row[t];
   if (p.rows.row_tokens[r] > 1) return;  // attention_mma_kernel's
-  const KeySplit split = split_keys(p.rows, t, int(blockIdx.y), p.num_splits);
+  const int64_t position = p.rows.start_position[r], num_splits = num_key_splits(position);
   const int64_t group_size = p.num_heads / p.layout.num_kv_heads;
   const int64_t first_head = device_offset(kv_head, group_size) + int64_t(threadIdx.x / kWarpSize) * kMmaRows;
   const int num_rows =
@@ -484,19 +595,24 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize) attention_decode_mma_ker
   uint32_t query[kMmaDimTiles][4];
   load_query_fragments(p.queries + device_offset(t, p.num_heads * head_dim) + device_offset(first_head, head_dim),
                        head_dim, num_rows, dim_tiles, query);
-  WarpAttention attention;
-  attention.attend_keys(
-      query, p.rows, p.layout, r, kv_head, split.first, split.end, p.kv_pool, [&](int64_t) { return num_rows > 0; },
-      [&](int64_t key_position, int) { return key_position < split.end; });
-  attention.finish();
-  if (p.num_splits == 1)
-    attention.store(p.context + device_offset(t, p.num_heads * head_dim) + device_offset(first_head, head_dim),
-                    head_dim, num_rows, head_dim, /*normalized=*/true);
-  else
-    attention.store(
-        p.partial + partial_entry(device_offset(t, p.num_heads) + first_head, blockIdx.y, p.num_splits, head_dim),
-        device_offset(p.num_splits, partial_entry_size(head_dim)), num_rows, head_dim,
-        /*normalized=*/false);
+  for (int64_t s = blockIdx.y; s < num_splits; s += p.num_workers) {
+    const KeySplit split = key_split(position + 1, s);
+    WarpAttention attention;
+    attention.attend_keys(
+        query, p.rows, p.layout, r, kv_head, split.first, split.end, p.kv_pool, [&](int64_t) { return num_rows > 0; },
+        [&](int64_t key_position, int) { return key_position < split.end; });
+    attention.finish();
+    if (num_splits == 1) {
+      WarpResult result;
+      result.fold(attention);
+      result.store(p.context + device_offset(t, p.num_heads * head_dim) + device_offset(first_head, head_dim), head_dim,
+                   num_rows, head_dim);
+    } else {
+      attention.store_partial(
+          p.partial + partial_entry(p.rows.row_first_split[r] + s, first_head, p.num_heads, head_dim),
+          partial_entry_size(head_dim), num_rows, head_dim);
+    }
+  }
 }
 
 // An attribute of the current GPU (callers keep it in a static: asked once).
@@ -507,11 +623,11 @@ int current_device_attribute(cudaDeviceAttr attribute) {
   return value;
 }
 
-int attention_splits(int64_t num_tokens, int64_t num_kv_heads) {
+int attention_workers(int64_t num_tokens, int64_t num_kv_heads) {
   static const int num_sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
   const int64_t num_pairs = device_offset(num_tokens, num_kv_heads);
   const int64_t wanted = (int64_t(kBlocksPerSmWanted) * num_sms + num_pairs - 1) / num_pairs;
-  return int(std::clamp<int64_t>(wanted, 1, kMaxSplits));
+  return int(std::clamp<int64_t>(wanted, 1, kMaxWorkers));
 }
 
 // The dynamic shared memory a block may opt in to on this GPU.
@@ -544,13 +660,13 @@ void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout, const
   JAMBO_CUDA_CHECK_LAUNCH(store_kernel);
 }
 
-bool attention_runs_on_tensor_cores(const DeviceRows& rows, const KvLayout& layout, bool sixteen_bit) {
-  return sixteen_bit && rows.num_chunks > 0 && layout.head_dim % 16 == 0 && layout.head_dim <= kMmaMaxHeadDim;
-}
-
-bool decode_runs_on_tensor_cores(const KvLayout& layout, int64_t num_heads, bool sixteen_bit) {
+bool attention_runs_on_tensor_cores(const KvLayout& layout, int64_t num_heads, bool sixteen_bit) {
   return sixteen_bit && layout.head_dim % 16 == 0 && layout.head_dim <= kMmaMaxHeadDim &&
          num_heads / layout.num_kv_heads <= kMmaWarps * kMmaRows;
+}
+
+int64_t attention_partial_size(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads) {
+  return device_offset(device_offset(rows.num_splits, num_heads), partial_entry_size(layout.head_dim));
 }
 
 void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads, const float* queries,
@@ -558,31 +674,28 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
                      cudaStream_t stream) {
   const int64_t num_pairs = device_offset(rows.num_tokens, layout.num_kv_heads);
   if (num_pairs == 0) return;
+  const bool tensor_cores = attention_runs_on_tensor_cores(layout, num_heads, sixteen_bit);
   AttentionParams p{.rows = rows,
                     .layout = layout,
                     .num_heads = num_heads,
-                    .skip_chunked_rows = attention_runs_on_tensor_cores(rows, layout, sixteen_bit),
+                    .skip_chunked_rows = tensor_cores,
                     .queries = queries,
                     .kv_pool = kv_pool,
                     .context = context};
-  if (p.skip_chunked_rows) {
+  if (tensor_cores && rows.num_chunks > 0) {
     require(rows.num_chunks < (int64_t(1) << 31) && num_heads < 65536,
             "too many chunks or heads for one attention launch");
     attention_mma_kernel<<<dim3(unsigned(rows.num_chunks), unsigned(num_heads)), kMmaWarps * kWarpSize, 0, stream>>>(p);
     JAMBO_CUDA_CHECK_LAUNCH(attention_mma_kernel);
   }
+  if (tensor_cores && rows.num_splits == 0) return;  // no row of one token
   require(num_pairs < (int64_t(1) << 31),
           "attention over " + std::to_string(num_pairs) + " (token, KV head) pairs is too many for one launch");
-  p.num_splits = attention_splits(rows.num_tokens, layout.num_kv_heads);
-  if (p.num_splits > 1)
-    p.partial = partial.reserve(device_offset(device_offset(rows.num_tokens, num_heads),
-                                              device_offset(p.num_splits, partial_entry_size(layout.head_dim))));
-  const dim3 grid{unsigned(num_pairs), unsigned(p.num_splits)};
-  const bool decode_tensor_cores = decode_runs_on_tensor_cores(layout, num_heads, sixteen_bit);
-  require(!decode_tensor_cores || rows.num_chunks == 0 || p.skip_chunked_rows,
-          "the tensor-core decode attention leaves rows of several tokens to the tensor-core prefill attention, which "
-          "does not take these rows (please report this)");
-  if (decode_tensor_cores) {
+  p.num_workers = attention_workers(rows.num_tokens, layout.num_kv_heads);
+  // Reserved beforehand where the step replays a graph (CudaBackend::forward): this is then no allocation.
+  p.partial = partial.reserve(attention_partial_size(rows, layout, num_heads));
+  const dim3 grid{unsigned(num_pairs), unsigned(p.num_workers)};
+  if (tensor_cores) {
     launch_early(attention_decode_mma_kernel, grid, dim3(kMmaWarps * kWarpSize), 0, stream, p);
   } else {
     const AttentionShared at{num_heads / layout.num_kv_heads, layout.head_dim};
@@ -592,9 +705,12 @@ void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num
     [[maybe_unused]] static const bool allowed = allow_max_shared_memory(attention_kernel);
     launch_early(attention_kernel, grid, dim3(kThreads), shared_bytes, stream, p);
   }
-  if (p.num_splits == 1) return;
-  launch_early(combine_splits_kernel, dim3(unsigned(device_offset(rows.num_tokens, num_heads))), dim3(kCombineThreads),
-               0, stream, p);
+  if (rows.num_splits == 0) return;  // no row of one token
+  const dim3 pairs(unsigned(device_offset(rows.num_tokens, num_heads)));
+  if (tensor_cores)
+    launch_early(combine_splits_kernel<true>, pairs, dim3(kCombineThreads), 0, stream, p);
+  else
+    launch_early(combine_splits_kernel<false>, pairs, dim3(kCombineThreads), 0, stream, p);
 }
 
 }  // namespace jambo::backend::cuda

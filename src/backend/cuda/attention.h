@@ -28,25 +28,28 @@ void store_keys_and_values(const DeviceRows& rows, const KvLayout& layout,
                            float* kv_pool,       // [num_blocks, block_stride]
                            cudaStream_t stream);
 
-// Whether paged_attention takes the rows of several tokens to the tensor cores: in the 16-bit mode, for a
-// head dimension that is a multiple of 16 up to 128.
-bool attention_runs_on_tensor_cores(const DeviceRows& rows, const KvLayout& layout, bool sixteen_bit);
+// Whether paged_attention runs on the tensor cores, prefill and decode rows alike: in the 16-bit mode, for a head
+// dimension that is a multiple of 16 up to 128, with up to 64 query heads per KV head.
+bool attention_runs_on_tensor_cores(const KvLayout& layout, int64_t num_heads, bool sixteen_bit);
 
-// Whether paged_attention takes the rows of one token to the tensor cores: in the 16-bit mode, for the same head
-// dimensions, with up to 64 query heads per KV head.
-bool decode_runs_on_tensor_cores(const KvLayout& layout, int64_t num_heads, bool sixteen_bit);
+// The floats of `partial` that paged_attention needs for these rows: [rows.num_splits, nh, hd + 2].
+int64_t attention_partial_size(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads);
 
 // context[t, head] = sum_j softmax_j(q · k_j / sqrt(hd)) v_j over positions j = 0 .. p of the token's row.
-// fp32 kernel: one block per (token, KV head) for the query heads sharing it; a step of few tokens splits each
-// token's keys among several blocks (flash-decoding) whose partial results, held in `partial`, one more launch
-// merges; how many splits depends on the number of tokens alone, so that a decode step's launches stay the same
-// from step to step (step_graphs.h). sixteen_bit (the bf16 mode): the rows run on the tensor cores instead
-// (where the two functions above say so), queries, keys and values rounded to bf16, fp32 accumulation and softmax.
+// Invariant (docs/DESIGN.md, "GPU invariance"): a query's keys are cut into splits of kAttentionSplitKeys positions
+// from position 0, each split summed a tile at a time in position order with the online softmax, and the splits'
+// results folded in order by one function (fold_factors). Only the key positions set that schedule: a query has the
+// same bits in a prefill and in a decode step, beside any rows. A prefill's kernel folds its query's splits itself;
+// a decode step gives a token's splits to several blocks (how many depends on the number of tokens alone, so that
+// a decode step's launches stay the same from step to step: step_graphs.h), which leave them in `partial` for one
+// more launch to fold. fp32 kernel: one block per (token, KV head, worker) for the query heads sharing it.
+// sixteen_bit (the bf16 mode): on the tensor cores instead (where attention_runs_on_tensor_cores says so), queries,
+// keys and values rounded to bf16, fp32 accumulation and softmax.
 void paged_attention(const DeviceRows& rows, const KvLayout& layout, int64_t num_heads,
                      const float* queries,  // [T, nh*hd]
                      const float* kv_pool,  // [num_blocks, block_stride]
                      float* context,        // [T, nh*hd]
-                     DeviceBuffer<float>& partial,  // grown on demand: [T, nh, splits, hd + 2]
+                     DeviceBuffer<float>& partial,  // grown on demand: attention_partial_size
                      bool sixteen_bit, cudaStream_t stream);
 
 }  // namespace jambo::backend::cuda

@@ -235,6 +235,9 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
   }
   const DeviceRows device_rows = uploader_.upload(rows, state_offsets, reads_state, stream_);
   reserve_activations(device_rows.num_tokens, device_rows.num_vectors);
+  // A replayed graph does not run paged_attention's own reservation, and a step's splits grow with its context.
+  if (config_.num_attention_layers() > 0)
+    attention_scratch_.partial.reserve(attention_partial_size(device_rows, kv_layout(0), config_.num_attention_heads));
   JAMBO_CUDA_CHECK(cudaEventRecord(layers_start_, stream_));
   if (runs_as_graph(device_rows))
     graphs_->run(device_rows.num_rows, [&] { enqueue_layers(device_rows); });
@@ -253,7 +256,7 @@ bool CudaBackend::runs_as_graph(const DeviceRows& rows) const {
   if (graphs_ == nullptr || rows.num_tokens != rows.num_rows) return false;
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer)
     if (config_.ffn_kinds[layer] == model::FfnKind::Moe &&
-        !experts_run_grouped(weights_->layers[layer].moe, rows.num_tokens))
+        !experts_run_grouped(weights_->layers[layer].moe, rows.num_tokens, expert_gemms_of(*gemm_)))
       return false;
   return true;
 }
@@ -277,7 +280,7 @@ void CudaBackend::enqueue_layers(const DeviceRows& device_rows) {
                  stream_, normed16);
     if (config_.ffn_kinds[layer] == model::FfnKind::Moe)
       sparse_moe(*gemm_, w.moe, config_.num_experts_per_tok, a.normed.data(), num_tokens, a.update.data(),
-                 ffn_workspace_, stream_, normed16);
+                 ffn_workspace_, stream_, normed16, expert_gemms_of(*gemm_));
     else
       dense_mlp(*gemm_, w.mlp, a.normed.data(), num_tokens, a.update.data(), ffn_workspace_, stream_, normed16);
     const bool last = layer + 1 == config_.num_hidden_layers;

@@ -4,13 +4,22 @@
 #pragma once
 
 #include "backend/cuda/device_memory.h"
+#include "core/host_device.h"
 
 #include <cstdint>
 
 namespace jambo::backend::cuda {
 
-// Rows of several tokens are scanned in chunks of this many tokens, in parallel (mamba.h).
+// Rows of several tokens are cut into chunks of this many tokens: a block of the prefill attention takes one, and the
+// prefill scan stages a chunk's B and C at a time (attention.h, mamba.h).
 constexpr int64_t kScanChunkTokens = 64;
+
+// Attention sums a query's keys in splits of this many positions from position 0, and folds the splits' results in
+// order: the same arithmetic for a query of a prefill and of a decode step (attention.h).
+constexpr int64_t kAttentionSplitKeys = 128;
+
+// The splits of keys of a query at `position`: the positions 0 .. position, kAttentionSplitKeys at a time.
+JAMBO_HOST_DEVICE inline int64_t num_key_splits(int64_t position) { return position / kAttentionSplitKeys + 1; }
 
 // Device pointers into one upload; valid until the next upload.
 struct DeviceRows {
@@ -28,10 +37,13 @@ struct DeviceRows {
   const int32_t* block_tables = nullptr;        // [sum of the rows' table lengths] physical KV blocks
   const int64_t* selected = nullptr;            // [num_vectors] step token index of each logits vector
   // The rows of several tokens cut into chunks of kScanChunkTokens (the last of a row may be shorter), in row order.
+  int64_t num_chunked_rows = 0;  // rows of several tokens
   int64_t num_chunks = 0;
   const int64_t* chunk_first_token = nullptr;  // [num_chunks] step token index of the chunk's first token
   const int32_t* chunk_row = nullptr;          // [num_chunks] the chunk's row
-  const int64_t* row_first_chunk = nullptr;    // [num_rows] the row's first chunk (rows of one token have none)
+  // The rows of one token (decode) keep a partial result per split of their keys (num_key_splits), in row order.
+  int64_t num_splits = 0;
+  const int64_t* row_first_split = nullptr;  // [num_rows] the row's first split (rows of several tokens have none)
 };
 
 }  // namespace jambo::backend::cuda

@@ -70,6 +70,12 @@ constexpr int64_t kMaxGroupedTokens = 32;
 // How the experts' GEMMs run: by the step's token count as above, or (for tests) one way regardless.
 enum class ExpertGemms { ByTokenCount, Grouped, PerExpert };
 
+// The experts' GEMMs that a Gemm takes: by token count, or per expert for an invariant one, since the grouped skinny
+// GEMM sums in another order than the tensor-core GEMM that runs them past kMaxGroupedTokens.
+inline ExpertGemms expert_gemms_of(const Gemm& gemm) {
+  return gemm.invariant() ? ExpertGemms::PerExpert : ExpertGemms::ByTokenCount;
+}
+
 // Whether sparse_moe runs these experts grouped for a step of num_tokens tokens (else it reads the expert counts
 // back to the host): by the token count, or as asked, where skinny_gemm takes the experts' shapes (K a multiple
 // of one 16-byte load).

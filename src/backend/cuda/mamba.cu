@@ -99,7 +99,7 @@ __global__ void conv_tail_kernel(DeviceRows rows, MambaStateLayout layout,
     tail.set(j, window_at(num_tokens + j, tail_size, reads_state, tail, u_first, u_stride));
 }
 
-// The selective scan's operands, one struct for its kernels (the chunked scan's three and the one-token update).
+// The selective scan's operands, one struct for its two kernels (rows of one token, rows of several).
 struct ScanParams {
   DeviceRows rows;
   MambaStateLayout layout;
@@ -114,23 +114,42 @@ struct ScanParams {
   StateValues state_pool;  // [num_slots, elements_per_slot]
   float* gated;            // [T, Di]
   Narrow16 gated16;        // [T, Di] gated rounded for a 16-bit out_proj, or absent
-  float* chunk_end;        // [num_chunks, Di, N] a chunk's last h, from zero state
-  float* chunk_start;      // [num_chunks, Di, N] a chunk's h before its first token
-  float* delta_sum;        // [num_chunks, Di] the sum of a chunk's deltas
 };
 
-// The scan's arithmetic, shared by the chunked scan and the one-token update and pinned (device_math.cuh), so that
-// a token advances a state entry to the same bits in both: h = exp(delta * a) * h + delta * b * u.
+// The scan's arithmetic, one definition for both kernels and pinned (device_math.cuh), so that a token's update
+// and output are the same bits in a prefill and in a decode step:
+//   delta = softplus(delta_raw + dt_bias); h = exp(delta * a) * h + delta * b * u; y = h · C (readout_tree);
+//   gated = (y + D * u) * silu(z), silu(z) the gate.
+__device__ inline float ssm_delta(float delta_raw, float dt_bias) { return softplus(__fadd_rn(delta_raw, dt_bias)); }
+
 __device__ inline float ssm_step(float h, float delta, float a, float b, float u) {
   return __fmaf_rn(expf(__fmul_rn(delta, a)), h, __fmul_rn(__fmul_rn(delta, b), u));
 }
 
-// y + h * c: one term of the readout h · C.
-__device__ inline float readout_add(float y, float h, float c) { return __fmaf_rn(h, c, y); }
+__device__ inline float gated_output(float y, float skip, float u, float gate) {
+  return __fmul_rn(__fmaf_rn(skip, u, y), gate);
+}
 
-// (y + D * u) * silu(z): the token's output from its readout y.
-__device__ inline float gated_output(float y, float skip, float u, float z) {
-  return __fmul_rn(__fmaf_rn(skip, u, y), silu(z));
+constexpr int kMaxStateSize = kWarpSize;
+
+// The terms of a channel's readout: N rounded up to a power of two (Jamba's 16 when compiled for it, else 32), the
+// terms past N zero.
+template <int kStateSize>
+constexpr int kReadoutTerms = kStateSize > 0 ? kStateSize : kMaxStateSize;
+
+// The readout h · C of one channel, summed in one tree whatever the kernel: its kReadoutTerms products h[n] * C[n]
+// pairwise, neighbours first. kLanes adjacent lanes hold a channel's terms, kEntries contiguous ones each: a lane
+// sums its own in the tree's first levels, then shuffles take the levels above. Every lane of the warp calls it.
+template <int kEntries, int kLanes>
+__device__ inline float readout_tree(float (&terms)[kEntries]) {
+#pragma unroll
+  for (int width = 1; width < kEntries; width *= 2)
+#pragma unroll
+    for (int i = 0; i < kEntries; i += 2 * width) terms[i] = __fadd_rn(terms[i], terms[i + width]);
+  float y = terms[0];
+#pragma unroll
+  for (int offset = 1; offset < kLanes; offset *= 2) y = __fadd_rn(y, __shfl_xor_sync(0xffffffffu, y, offset));
+  return y;
 }
 
 __device__ inline void store_gated(const ScanParams& p, int64_t i, float value) {
@@ -138,184 +157,28 @@ __device__ inline void store_gated(const ScanParams& p, int64_t i, float value) 
   if (p.gated16.present()) store_narrow(p.gated16, i, value);
 }
 
-constexpr int kMaxStateSize = kWarpSize;
-constexpr int kScanThreads = 128;  // channels of one chunk per block of the chunk kernels
-
-// One chunk of a row, as a thread of the chunk kernels sees it: its tokens [first, end) and its place in the row.
-struct ChunkView {
-  int64_t row, first, end;
-  bool is_last;
-};
-
-__device__ inline ChunkView chunk_view(const DeviceRows& rows, int64_t chunk) {
-  ChunkView view;
-  view.row = rows.chunk_row[chunk];
-  view.first = rows.chunk_first_token[chunk];
-  const int64_t row_end = rows.first_token[view.row] + rows.row_tokens[view.row];
-  view.end = min(row_end, view.first + kScanChunkTokens);
-  view.is_last = view.end == row_end;
-  return view;
-}
-
 // The SSM state of `row` in its slot, from channel c on: [Di - c, N]. It follows the layer's Di conv tails.
 __device__ inline StateValues slot_h(const ScanParams& p, int64_t row, int64_t c) {
   return slot_tail(p.rows, p.layout, p.state_pool, row, p.layout.num_channels) + device_offset(c, p.layout.state_size);
 }
 
-// The B and C of a chunk's tokens, which every channel of the chunk reads: [kScanChunkTokens, 2 N] in shared
-// memory, staged once per block (a load per entry per block rather than per thread).
-struct StagedSelective {
-  float values[kScanChunkTokens * 2 * kMaxStateSize];
-};
-
-// Stages the B and C of tokens [first, end) into `staged`; every thread of the block calls it.
-__device__ void stage_selective(const ScanParams& p, int64_t first, int64_t end, StagedSelective& staged) {
-  const int width = 2 * int(p.layout.state_size), count = int(end - first) * width;
-  for (int i = threadIdx.x; i < count; i += blockDim.x)
-    staged.values[i] = p.selective[device_offset(first + i / width, p.selective_stride) + p.b_column + i % width];
-  __syncthreads();
-}
-
-// h <- the scan of tokens [first, end) of channel c from h, B and C read from `staged`; returns the sum of their
-// deltas. With outputs, each token's gated output is written too.
-template <int kStateSize, bool kOutputs>
-__device__ float scan_tokens(const ScanParams& p, int64_t c, int64_t first, int64_t end, const StagedSelective& staged,
-                             float (&h)[kMaxStateSize]) {
-  const int64_t num_channels = p.layout.num_channels;
-  const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
-  float a[kMaxStateSize];
-#pragma unroll
-  for (int n = 0; n < kMaxStateSize; ++n)
-    if (n < state_size) a[n] = p.a[device_offset(c, state_size) + n];
-  const float bias = p.dt_bias[c], skip = p.d[c];
-  // A token's own inputs, loaded one token ahead: the compiler cannot move them above the previous token's store
-  // of its output (it cannot tell the buffers apart), so without this every token would wait for its loads.
-  struct Inputs {
-    float delta_raw = 0.0f, u = 0.0f, z = 0.0f;
-  };
-  const auto load = [&](int64_t t) {
-    Inputs in;
-    if (t >= end) return in;
-    in.delta_raw = p.delta_raw[device_offset(t, num_channels) + c];
-    in.u = p.activated[device_offset(t, num_channels) + c];
-    if (kOutputs) in.z = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
-    return in;
-  };
-  Inputs next = load(first);
-  float delta_sum = 0.0f;
-  for (int64_t t = first; t < end; ++t) {
-    const Inputs in = next;
-    next = load(t + 1);
-    const float step = softplus(in.delta_raw + bias), u = in.u;
-    const float* b = staged.values + (t - first) * 2 * state_size;  // B [N], then C [N]
-    delta_sum += step;
-    float y = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kMaxStateSize; ++n) {
-      if (n >= state_size) continue;
-      h[n] = ssm_step(h[n], step, a[n], b[n], u);
-      if (kOutputs) y = readout_add(y, h[n], b[state_size + n]);
-    }
-    if (kOutputs) store_gated(p, device_offset(t, num_channels) + c, gated_output(y, skip, u, in.z));
-  }
-  return delta_sum;
-}
-
-// Pass 1 of the chunked scan, a thread per (chunk, channel): every chunk but its row's last scans its tokens from
-// zero state and keeps its last h and the sum of its deltas (then h_end = exp(A * delta_sum) * h_start + that h).
-template <int kStateSize>
-__global__ void __launch_bounds__(kScanThreads) chunk_end_kernel(const ScanParams p) {
-  __shared__ __align__(16) StagedSelective staged;
-  const int64_t chunk = blockIdx.y, c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const ChunkView view = chunk_view(p.rows, chunk);
-  if (view.is_last) return;
-  stage_selective(p, view.first, view.end, staged);
-  if (c >= p.layout.num_channels) return;
-  const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
-  float h[kMaxStateSize] = {};
-  const float delta_sum = scan_tokens<kStateSize, false>(p, c, view.first, view.end, staged, h);
-  float* end_h = p.chunk_end + device_offset(device_offset(chunk, p.layout.num_channels) + c, state_size);
-#pragma unroll
-  for (int n = 0; n < kMaxStateSize; ++n)
-    if (n < state_size) end_h[n] = h[n];
-  p.delta_sum[device_offset(chunk, p.layout.num_channels) + c] = delta_sum;
-}
-
-// Pass 2, a thread per (row of several tokens, channel, state entry): walks the row's chunks in order from the
-// slot's h (reads_state) or zero, writing each chunk's starting h. Reads the slot before pass 3 overwrites it.
-__global__ void chunk_start_kernel(const ScanParams p) {
-  const DeviceRows& rows = p.rows;
-  const int64_t r = blockIdx.y, state_size = p.layout.state_size, num_channels = p.layout.num_channels;
-  const int64_t entry = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // c * N + n
-  if (entry >= device_offset(num_channels, state_size) || rows.row_tokens[r] <= 1) return;
-  const int64_t c = entry / state_size, n = entry % state_size;
-  const int64_t first_chunk = rows.row_first_chunk[r];
-  const int64_t num_chunks = (rows.row_tokens[r] + kScanChunkTokens - 1) / kScanChunkTokens;
-  const float a = p.a[entry];
-  float h = rows.reads_state[r] != 0 ? slot_h(p, r, c).get(n) : 0.0f;  // law 1: a row without state starts from zero
-  for (int64_t j = 0; j < num_chunks; ++j) {
-    const int64_t chunk = first_chunk + j;
-    p.chunk_start[device_offset(chunk, device_offset(num_channels, state_size)) + entry] = h;
-    if (j + 1 < num_chunks)
-      h = __fmaf_rn(expf(__fmul_rn(a, p.delta_sum[device_offset(chunk, num_channels) + c])), h,
-                    p.chunk_end[device_offset(chunk, device_offset(num_channels, state_size)) + entry]);
-  }
-}
-
-// Pass 3, a thread per (chunk, channel): scans its tokens from the chunk's starting h, writing every output; the
-// row's last chunk leaves its h in the slot.
-template <int kStateSize>
-__global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const ScanParams p) {
-  // out_proj, a skinny GEMM for a step of two tokens, may start early (device_math.cuh).
-  let_next_kernel_start();
-  __shared__ __align__(16) StagedSelective staged;
-  const int64_t chunk = blockIdx.y, c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const ChunkView view = chunk_view(p.rows, chunk);
-  stage_selective(p, view.first, view.end, staged);
-  if (c >= p.layout.num_channels) return;
-  const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
-  const float* start_h = p.chunk_start + device_offset(device_offset(chunk, p.layout.num_channels) + c, state_size);
-  float h[kMaxStateSize];
-#pragma unroll
-  for (int n = 0; n < kMaxStateSize; ++n)
-    if (n < state_size) h[n] = start_h[n];
-  scan_tokens<kStateSize, true>(p, c, view.first, view.end, staged, h);
-  if (!view.is_last) return;
-  const StateValues saved = slot_h(p, view.row, c);
-#pragma unroll
-  for (int n = 0; n < kMaxStateSize; ++n)
-    if (n < state_size) saved.set(n, h[n]);
-}
-
-constexpr int kUpdateThreads = 256;
-// The one-token update's shape, chosen by timing variants at batch 256 (3B shape, H200, standalone copies of
-// the kernel): 2 lanes of 8 entries and 2 channels per thread took 57 us a layer; 4 lanes of 4 and 1 channel, 61; 4 and
-// 4 channels, 66; an in-place read-modify-write of the same state bytes and nothing else, 47. In the engine the
-// kernel took 68 us (ncu), 69 with 4 lanes and 1 channel; streaming the state (LaneEntries) brought it to 63.
-constexpr int kLanesPerChannel = 2;  // threads sharing one channel's N state entries in the one-token update
-// Channels per thread in the one-token update: two at batch 256, one for a step of few rows, whose update is a
-// latency chain: twice the blocks, each thread half the work. update_channels: a block's channels.
-constexpr int kUpdatePasses = 2;
-constexpr int kMaxRowsOfOnePass = 2;
-__host__ __device__ constexpr int update_channels(int passes) { return kUpdateThreads / kLanesPerChannel * passes; }
-
-// Lane `part`'s kSlots entries of a channel's N values (its state, or its row of A; State is a storage type of
-// state_values.h). With N known at compile time (Jamba's 16: kStateSize) they are the contiguous kSlots from
-// kSlots * part, moved four at a time in 16-byte (fp32) or 8-byte (bf16) accesses, which needs the values
-// 4-aligned; otherwise n = part, part + kLanesPerChannel, ..., one at a time. The state is streamed (kStreamed
-// loads and every store evict first from L2): a batch-256 layer moves 84 MB of state through the 50 MB L2 each way,
-// which would otherwise evict A and the step's inputs, read by every row.
-template <typename State, int kStateSize>
+// Lane `part`'s kSlots entries n = kSlots * part + k of a channel's N values (its state, or its row of A; State is a
+// storage type of state_values.h), one of kLanes lanes sharing the channel's kReadoutTerms terms. With N known at
+// compile time (Jamba's 16: kStateSize) and the values 4-aligned (kAligned), they move four at a time in 16-byte
+// (fp32) or 8-byte (bf16) accesses; otherwise one at a time. kStreamed loads and every store evict first from L2: a
+// batch-256 decode layer moves 84 MB of state through the 50 MB L2 each way, which would otherwise evict A and the
+// step's inputs, read by every row.
+template <typename State, int kStateSize, int kLanes, bool kAligned>
 struct LaneEntries {
-  static constexpr int kSlots = (kStateSize > 0 ? kStateSize : kMaxStateSize) / kLanesPerChannel;
-  static constexpr bool kContiguous = kStateSize > 0 && kSlots % 4 == 0;
+  static constexpr int kSlots = kReadoutTerms<kStateSize> / kLanes;
+  static constexpr bool kQuads = kAligned && kStateSize > 0 && kSlots % 4 == 0;
   using Quad = std::conditional_t<sizeof(State) == 4, uint4, uint2>;  // four State values
 
-  __device__ static int entry(int part, int k) { return kContiguous ? part * kSlots + k : part + k * kLanesPerChannel; }
+  __device__ static int entry(int part, int k) { return part * kSlots + k; }
 
   template <bool kStreamed>
   __device__ static void load(const State* values, int part, int state_size, float (&out)[kSlots]) {
-    if constexpr (kContiguous) {
+    if constexpr (kQuads) {
 #pragma unroll
       for (int q = 0; q < kSlots / 4; ++q) {
         const Quad* address = reinterpret_cast<const Quad*>(values + part * kSlots + 4 * q);
@@ -332,7 +195,7 @@ struct LaneEntries {
   }
 
   __device__ static void store(State* values, int part, int state_size, const float (&in)[kSlots]) {
-    if constexpr (kContiguous) {
+    if constexpr (kQuads) {
 #pragma unroll
       for (int q = 0; q < kSlots / 4; ++q) {
         Quad quad;
@@ -347,21 +210,45 @@ struct LaneEntries {
         if (entry(part, k) < state_size) narrow_state(in[k], values[entry(part, k)]);
     }
   }
+
+  // One token's update of the lane's entries, and its share of the readout's terms (zero past N).
+  __device__ static void step(float (&h)[kSlots], const float (&a)[kSlots], const float* b, const float* c, float delta,
+                              float u, int part, int state_size, float (&terms)[kSlots]) {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      const int n = entry(part, k);
+      terms[k] = 0.0f;
+      if (n >= state_size) continue;
+      h[k] = ssm_step(h[k], delta, a[k], b[n], u);
+      terms[k] = __fmul_rn(h[k], c[n]);
+    }
+  }
 };
 
+constexpr int kUpdateThreads = 256;
+// The one-token update's shape, chosen by timing variants at batch 256 (3B shape, H200, standalone copies of
+// the kernel): 2 lanes of 8 entries and 2 channels per thread took 57 us a layer; 4 lanes of 4 and 1 channel, 61; 4 and
+// 4 channels, 66; an in-place read-modify-write of the same state bytes and nothing else, 47. In the engine the
+// kernel took 68 us (ncu), 69 with 4 lanes and 1 channel; streaming the state (LaneEntries) brought it to 63.
+constexpr int kLanesPerChannel = 2;  // threads sharing one channel's N state entries in the one-token update
+// Channels per thread in the one-token update: two at batch 256, one for a step of few rows, whose update is a
+// latency chain: twice the blocks, each thread half the work. update_channels: a block's channels.
+constexpr int kUpdatePasses = 2;
+constexpr int kMaxRowsOfOnePass = 2;
+__host__ __device__ constexpr int update_channels(int passes) { return kUpdateThreads / kLanesPerChannel * passes; }
+
 // The scan of the rows of one token (decode), in place in the slot: a block per (row, update_channels channels),
-// kLanesPerChannel lanes per channel, each taking its LaneEntries of the state and of A; the lanes' shares of h · C
-// meet by shuffles. A warp's access covers 16 channels' 16 entries, 1 KB of contiguous fp32 state. Each thread
-// takes kPasses channels a block's width of lanes apart and issues all their loads before it computes (the
-// kernel is bound by the bytes it keeps in flight); the row's values (its slot, B and C) are read once per block.
-// Longer rows are the chunk kernels'.
-template <typename State, int kStateSize, int kPasses>
+// kLanesPerChannel lanes per channel, each taking its LaneEntries of the state and of A. A warp's access covers 16
+// channels' 16 entries, 1 KB of contiguous fp32 state. Each thread takes kPasses channels a block's width of lanes
+// apart and issues all their loads before it computes (the kernel is bound by the bytes it keeps in flight); the
+// row's values (its slot, B and C) are read once per block. Rows of several tokens are row_scan_kernel's.
+template <typename State, int kStateSize, bool kAligned, int kPasses>
 __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(const ScanParams p) {
   // Launched early, as the kernels around it (device_math.cuh). The rows' data, the slot's state and A are no
   // kernel's output in this step (a step's own writes to the state are this kernel's), so they are loaded before
   // the wait; the scan's inputs after it.
   let_next_kernel_start();
-  using Lane = LaneEntries<State, kStateSize>;
+  using Lane = LaneEntries<State, kStateSize, kLanesPerChannel, kAligned>;
   constexpr int kSlots = Lane::kSlots;
   constexpr int kPassChannels = kUpdateThreads / kLanesPerChannel;
   const DeviceRows& rows = p.rows;
@@ -382,20 +269,20 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
     if (channel >= num_channels) break;
     if (reads_state)  // law 1
       Lane::template load<true>(slot + device_offset(channel, state_size), part, state_size, h[j]);
-    LaneEntries<float, kStateSize>::template load<false>(p.a + device_offset(channel, state_size), part, state_size,
-                                                         a[j]);
+    LaneEntries<float, kStateSize, kLanesPerChannel, kAligned>::template load<false>(
+        p.a + device_offset(channel, state_size), part, state_size, a[j]);
     dt_bias[j] = p.dt_bias[channel];
     skip[j] = p.d[channel];
   }
   wait_for_previous_kernel();
   // The scan's inputs, every load issued before any is used: one round trip to L2 where loading u and delta after
   // the barrier below, and z at the end, took three.
-  float step[kPasses], u[kPasses], z[kPasses];
+  float delta_raw[kPasses], u[kPasses], z[kPasses];
 #pragma unroll
   for (int j = 0; j < kPasses; ++j) {
     const int64_t channel = first_channel + j * kPassChannels;
     if (channel >= num_channels) break;
-    step[j] = p.delta_raw[device_offset(t, num_channels) + channel] + dt_bias[j];
+    delta_raw[j] = p.delta_raw[device_offset(t, num_channels) + channel];
     u[j] = p.activated[device_offset(t, num_channels) + channel];
     if (part == 0) z[j] = p.projected[device_offset(t, 2 * num_channels) + num_channels + channel];
   }
@@ -413,42 +300,162 @@ __global__ void __launch_bounds__(kUpdateThreads) selective_state_update_kernel(
   for (int j = 0; j < kPasses; ++j) {
     const int64_t channel = first_channel + j * kPassChannels;
     const bool active = channel < num_channels;  // inactive lanes still take part in the shuffles
-    float y = 0.0f;
-    if (active) {
-      const float delta = softplus(step[j]);
-#pragma unroll
-      for (int k = 0; k < kSlots; ++k) {
-        const int n = Lane::entry(part, k);
-        if (n >= state_size) continue;
-        h[j][k] = ssm_step(h[j][k], delta, a[j][k], b[n], u[j]);
-        y = readout_add(y, h[j][k], c[n]);
-      }
-      Lane::store(slot + device_offset(channel, state_size), part, state_size, h[j]);
-    }
-    for (int offset = 1; offset < kLanesPerChannel; offset *= 2) y += __shfl_xor_sync(0xffffffffu, y, offset);
-    if (!active || part != 0) continue;
-    store_gated(p, device_offset(t, num_channels) + channel, gated_output(y, skip[j], u[j], z[j]));
+    float terms[kSlots] = {};
+    if (active) Lane::step(h[j], a[j], b, c, ssm_delta(delta_raw[j], dt_bias[j]), u[j], part, state_size, terms);
+    const float y = readout_tree<kSlots, kLanesPerChannel>(terms);
+    if (!active) continue;
+    Lane::store(slot + device_offset(channel, state_size), part, state_size, h[j]);
+    if (part == 0) store_gated(p, device_offset(t, num_channels) + channel, gated_output(y, skip[j], u[j], silu(z[j])));
   }
 }
 
-template <typename State, int kStateSize, int kPasses>
+template <typename State, int kStateSize, bool kAligned, int kPasses>
 void launch_state_update(const ScanParams& params, cudaStream_t stream) {
   const dim3 grid(num_blocks_for(params.layout.num_channels, update_channels(kPasses)), unsigned(params.rows.num_rows));
-  launch_early(selective_state_update_kernel<State, kStateSize, kPasses>, grid, dim3(kUpdateThreads), 0, stream,
-               params);
+  launch_early(selective_state_update_kernel<State, kStateSize, kAligned, kPasses>, grid, dim3(kUpdateThreads), 0,
+               stream, params);
 }
 
-template <int kStateSize>
+template <typename State, int kStateSize, bool kAligned>
 void launch_state_update(const ScanParams& params, cudaStream_t stream) {
-  const bool f32 = params.state_pool.dtype == DType::F32, one_pass = params.rows.num_rows <= kMaxRowsOfOnePass;
-  if (f32 && one_pass)
-    launch_state_update<float, kStateSize, 1>(params, stream);
-  else if (f32)
-    launch_state_update<float, kStateSize, kUpdatePasses>(params, stream);
-  else if (one_pass)
-    launch_state_update<uint16_t, kStateSize, 1>(params, stream);
+  if (params.rows.num_rows <= kMaxRowsOfOnePass)
+    launch_state_update<State, kStateSize, kAligned, 1>(params, stream);
   else
-    launch_state_update<uint16_t, kStateSize, kUpdatePasses>(params, stream);
+    launch_state_update<State, kStateSize, kAligned, kUpdatePasses>(params, stream);
+}
+
+// The B and C of kScanChunkTokens tokens, which every channel of a block reads: [kScanChunkTokens, 2 N] in shared
+// memory, staged once per block (a load per entry per block rather than per thread).
+struct StagedSelective {
+  float values[kScanChunkTokens * 2 * kMaxStateSize];
+};
+
+// Stages the B and C of tokens [first, end) into `staged`; every thread of the block calls it.
+__device__ void stage_selective(const ScanParams& p, int64_t first, int64_t end, StagedSelective& staged) {
+  const int width = 2 * int(p.layout.state_size), count = int(end - first) * width;
+  for (int i = threadIdx.x; i < count; i += blockDim.x)
+    staged.values[i] = p.selective[device_offset(first + i / width, p.selective_stride) + p.b_column + i % width];
+  __syncthreads();
+}
+
+constexpr int kRowScanThreads = 128;
+constexpr int kScanUnroll = 4;  // tokens of the prefill scan's loop unrolled: their off-chain work interleaves
+// Lanes per channel of the prefill scan: a row's scan is one chain of tokens, so a step of few rows takes more lanes
+// (more of the GPU busy on each), one of many fewer (less work a token). The readout's tree is the same either way.
+constexpr int kRowScanLanesFew = 8, kRowScanLanesMany = 4;
+constexpr int64_t kMaxRowsOfFewScans = 4;  // rows of several tokens in a step that take kRowScanLanesFew
+
+template <int kLanes>
+constexpr int kRowScanChannels = kRowScanThreads / kLanes;
+
+// A chunk's per-token values of a block's channels, staged in shared memory so that no token of the scan's chain
+// waits for a load, each computed once for the channel's lanes: delta = ssm_delta, u, and the gate silu(z)
+// [kScanChunkTokens, kRowScanChannels] each.
+template <int kLanes>
+struct StagedInputs {
+  float delta[kScanChunkTokens][kRowScanChannels<kLanes>];
+  float u[kScanChunkTokens][kRowScanChannels<kLanes>];
+  float gate[kScanChunkTokens][kRowScanChannels<kLanes>];
+};
+
+// Stages the values of tokens [first, end) for channels first_channel .. + kRowScanChannels (those past Di repeat
+// the last); every thread of the block calls it.
+template <int kLanes>
+__device__ void stage_inputs(const ScanParams& p, int64_t first, int64_t end, int64_t first_channel,
+                             StagedInputs<kLanes>& staged) {
+  constexpr int kChannels = kRowScanChannels<kLanes>;
+  const int64_t num_channels = p.layout.num_channels;
+  const int count = int(end - first) * kChannels;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const int k = i / kChannels, j = i % kChannels;
+    const int64_t t = first + k, c = min(first_channel + j, num_channels - 1);
+    staged.delta[k][j] = ssm_delta(p.delta_raw[device_offset(t, num_channels) + c], p.dt_bias[c]);
+    staged.u[k][j] = p.activated[device_offset(t, num_channels) + c];
+    staged.gate[k][j] = silu(p.projected[device_offset(t, 2 * num_channels) + num_channels + c]);
+  }
+}
+
+// The scan of a row of several tokens (prefill), in time order from its slot's state (or zero, law 1) to its new
+// state in the slot: a block per (row, kRowScanChannels channels), kLanes lanes per channel. Each token takes the
+// one-token update's arithmetic (ssm_delta, LaneEntries::step, readout_tree, gated_output), so a row's outputs and
+// state do not depend on how its prompt was cut into steps, nor on the rows beside it; a bf16 state is rounded
+// where the row's step ends. The block stages a scan chunk's B and C and its channels' values at a time. Launched
+// over the step's chunks: the block of a row's first chunk scans the row, the others leave at once.
+template <typename State, int kStateSize, bool kAligned, int kLanes>
+__global__ void __launch_bounds__(kRowScanThreads) row_scan_kernel(const ScanParams p) {
+  static_assert(kWarpSize % kLanes == 0 && kReadoutTerms<kStateSize> % kLanes == 0, "a channel's lanes share a warp");
+  // out_proj, a skinny GEMM for a step of two tokens, may start early (device_math.cuh).
+  let_next_kernel_start();
+  using Lane = LaneEntries<State, kStateSize, kLanes, kAligned>;
+  constexpr int kSlots = Lane::kSlots;
+  __shared__ __align__(16) StagedSelective staged;
+  __shared__ StagedInputs<kLanes> inputs;
+  const DeviceRows& rows = p.rows;
+  const int64_t chunk = blockIdx.y, r = rows.chunk_row[chunk];
+  const int64_t first = rows.first_token[r], end = first + rows.row_tokens[r];
+  if (rows.chunk_first_token[chunk] != first) return;
+  const int state_size = kStateSize > 0 ? kStateSize : int(p.layout.state_size);
+  const int64_t num_channels = p.layout.num_channels;
+  const int part = threadIdx.x % kLanes, j = threadIdx.x / kLanes;
+  const int64_t first_channel = int64_t(blockIdx.x) * kRowScanChannels<kLanes>, c = first_channel + j;
+  const bool active = c < num_channels;                           // inactive lanes still take part in the shuffles
+  const int64_t channel = active ? c : num_channels - 1;          // and read a channel's values, never stored
+  State* slot = static_cast<State*>(slot_h(p, r, channel).data);  // [N]
+  float h[kSlots] = {}, a[kSlots] = {};
+  if (rows.reads_state[r] != 0) Lane::template load<false>(slot, part, state_size, h);  // law 1
+  LaneEntries<float, kStateSize, kLanes, kAligned>::template load<false>(p.a + device_offset(channel, state_size), part,
+                                                                         state_size, a);
+  const float skip = p.d[channel];
+  for (int64_t chunk_first = first; chunk_first < end; chunk_first += kScanChunkTokens) {
+    const int64_t chunk_end = min(end, chunk_first + kScanChunkTokens);
+    stage_inputs(p, chunk_first, chunk_end, first_channel, inputs);
+    stage_selective(p, chunk_first, chunk_end, staged);  // its barrier covers both
+#pragma unroll kScanUnroll
+    for (int k = 0; k < int(chunk_end - chunk_first); ++k) {
+      const float* b = staged.values + k * 2 * state_size;  // B [N], then C [N]
+      const float u = inputs.u[k][j];
+      float terms[kSlots];
+      Lane::step(h, a, b, b + state_size, inputs.delta[k][j], u, part, state_size, terms);
+      const float y = readout_tree<kSlots, kLanes>(terms);
+      if (active && part == 0)
+        store_gated(p, device_offset(chunk_first + k, num_channels) + c, gated_output(y, skip, u, inputs.gate[k][j]));
+    }
+    __syncthreads();  // the chunk is restaged next
+  }
+  if (active) Lane::store(slot, part, state_size, h);
+}
+
+template <typename State, int kStateSize, bool kAligned, int kLanes>
+void launch_row_scan(const ScanParams& params, cudaStream_t stream) {
+  const dim3 grid(num_blocks_for(params.layout.num_channels, kRowScanChannels<kLanes>),
+                  unsigned(params.rows.num_chunks));
+  row_scan_kernel<State, kStateSize, kAligned, kLanes><<<grid, kRowScanThreads, 0, stream>>>(params);
+  JAMBO_CUDA_CHECK_LAUNCH(row_scan_kernel);
+}
+
+// Both kernels of a step, for one state type and layout.
+template <typename State, int kStateSize, bool kAligned>
+void launch_scan(const ScanParams& params, cudaStream_t stream) {
+  launch_state_update<State, kStateSize, kAligned>(params, stream);
+  JAMBO_CUDA_CHECK_LAUNCH(selective_state_update_kernel);
+  if (params.rows.num_chunks == 0) return;  // every row one token: a decode step
+  if (params.rows.num_chunked_rows <= kMaxRowsOfFewScans)
+    launch_row_scan<State, kStateSize, kAligned, kRowScanLanesFew>(params, stream);
+  else
+    launch_row_scan<State, kStateSize, kAligned, kRowScanLanesMany>(params, stream);
+}
+
+template <typename State>
+void launch_scan(const ScanParams& params, cudaStream_t stream) {
+  // Quads of state entries need every channel's state 4-aligned. Every row's state_offset is a multiple of the slot
+  // size (the backend's slot offsets, and the test-only wrap modulus, which must be a multiple of it), and slot and
+  // layer offsets are multiples of Di: a multiple of 4 channels (and a 4-aligned layer offset) make them so.
+  const MambaStateLayout& layout = params.layout;
+  const bool aligned = layout.num_channels % 4 == 0 && layout.layer_offset % 4 == 0;
+  if (layout.state_size == 16 && aligned)  // every released Jamba: its own compiled loops
+    launch_scan<State, 16, true>(params, stream);
+  else
+    launch_scan<State, 0, false>(params, stream);
 }
 
 }  // namespace
@@ -475,7 +482,7 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout, const
 void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, const float* activated,
                     const float* delta_raw, const float* dt_bias, const float* selective, int64_t selective_stride,
                     int64_t b_column, const float* projected, const float* a, const float* d, StateValues state_pool,
-                    float* gated, const Narrow16& gated16, ScanScratch& scratch, cudaStream_t stream) {
+                    float* gated, const Narrow16& gated16, cudaStream_t stream) {
   require(layout.state_size >= 1 && layout.state_size <= kMaxStateSize,
           "the CUDA selective scan supports mamba_d_state up to " + std::to_string(kMaxStateSize) + ", got " +
               std::to_string(layout.state_size));
@@ -484,42 +491,12 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout, cons
               " tokens per step, got " + std::to_string(rows.num_rows) + " rows and " +
               std::to_string(rows.num_chunks) + " chunks");
   if (rows.num_rows == 0) return;
-  const int64_t chunk_states = device_offset(rows.num_chunks, device_offset(layout.num_channels, layout.state_size));
-  // Sized before the first launch: growing a buffer frees it.
-  float* chunk_end = scratch.chunk_end.reserve(chunk_states);
-  float* chunk_start = scratch.chunk_start.reserve(chunk_states);
-  float* delta_sum = scratch.delta_sum.reserve(device_offset(rows.num_chunks, layout.num_channels));
-  const ScanParams params{rows,      layout,      activated, delta_raw, dt_bias,    selective, selective_stride,
-                          b_column,  projected,   a,         d,         state_pool, gated,     gated16,
-                          chunk_end, chunk_start, delta_sum};
-  const bool jamba_state = layout.state_size == 16;  // every released Jamba: its own compiled loops
-
-  // Contiguous lane entries need every channel's state 4-aligned. Every row's state_offset is a multiple of the slot
-  // size (the backend's slot offsets, and the test-only wrap modulus, which must be a multiple of it), and slot and
-  // layer offsets are multiples of Di: a multiple of 4 channels (and a 4-aligned layer offset) make them so.
-  const bool aligned_state = layout.num_channels % 4 == 0 && layout.layer_offset % 4 == 0;
-  if (jamba_state && aligned_state)
-    launch_state_update<16>(params, stream);
+  const ScanParams params{rows,     layout,    activated, delta_raw, dt_bias,    selective, selective_stride,
+                          b_column, projected, a,         d,         state_pool, gated,     gated16};
+  if (state_pool.dtype == DType::F32)
+    launch_scan<float>(params, stream);
   else
-    launch_state_update<0>(params, stream);
-  JAMBO_CUDA_CHECK_LAUNCH(selective_state_update_kernel);
-  if (rows.num_chunks == 0) return;  // every row one token: a decode step
-
-  const dim3 chunk_grid(num_blocks_for(layout.num_channels, kScanThreads), unsigned(rows.num_chunks));
-  if (jamba_state)
-    chunk_end_kernel<16><<<chunk_grid, kScanThreads, 0, stream>>>(params);
-  else
-    chunk_end_kernel<0><<<chunk_grid, kScanThreads, 0, stream>>>(params);
-  JAMBO_CUDA_CHECK_LAUNCH(chunk_end_kernel);
-  const dim3 start_grid(num_blocks_for(device_offset(layout.num_channels, layout.state_size), kThreads),
-                        unsigned(rows.num_rows));
-  chunk_start_kernel<<<start_grid, kThreads, 0, stream>>>(params);
-  JAMBO_CUDA_CHECK_LAUNCH(chunk_start_kernel);
-  if (jamba_state)
-    chunk_scan_kernel<16><<<chunk_grid, kScanThreads, 0, stream>>>(params);
-  else
-    chunk_scan_kernel<0><<<chunk_grid, kScanThreads, 0, stream>>>(params);
-  JAMBO_CUDA_CHECK_LAUNCH(chunk_scan_kernel);
+    launch_scan<uint16_t>(params, stream);
 }
 
 }  // namespace jambo::backend::cuda

@@ -49,25 +49,15 @@ void causal_conv1d(const DeviceRows& rows, const MambaStateLayout& layout,
                    const Narrow16& activated16,  // [T, Di] or absent
                    cudaStream_t stream);
 
-// Scratch of the chunked scan, grown on demand.
-struct ScanScratch {
-  DeviceBuffer<float> chunk_end;    // [num_chunks, Di, N]
-  DeviceBuffer<float> chunk_start;  // [num_chunks, Di, N]
-  DeviceBuffer<float> delta_sum;    // [num_chunks, Di]
-};
-
 // The selective scan in fp32, with the dt bias and softplus, the D skip and the SiLU gate fused:
 //   delta = softplus(delta_raw + dt_bias); h = exp(delta * A) * h + delta * B * u;
 //   gated = (h · C + D * u) * silu(z).
-// h starts from the slot (reads_state) or zero and the final h is written back into the slot. Rows of one token
-// (decode) take two lanes per (row, channel). Rows of several tokens are cut into chunks of kScanChunkTokens that
-// run in parallel, a thread per (chunk, channel) with the channel's N entries of h in registers: each chunk but
-// a row's last first scans from zero state (its end state, and the sum S of its deltas); then, per row, the
-// chunks' starting states follow in order, h_start(j+1) = exp(A * S_j) * h_start(j) + h_end(j) (the recurrence
-// is linear in h); then each chunk scans again from its starting state, writing its outputs. Both advance h with one
-// pinned update (ssm_step), so a row of up to kScanChunkTokens tokens leaves the state its one-token steps leave;
-// the chained starting states of later chunks, and the readout's order, still differ from the decode's (not yet
-// invariant: docs/DESIGN.md, "GPU invariance").
+// h starts from the slot (reads_state) or zero and the final h is written back into the slot. Invariant
+// (docs/DESIGN.md, "GPU invariance"): every token of a row is one step of one recurrence, in time order, whether
+// the row has one token (decode: a kernel of its own, two lanes per (row, channel)) or several (prefill: a block per
+// row and 16 or 32 channels, 8 or 4 lanes per channel); both advance h with the same pinned update and sum the
+// readout h · C in the same tree, so a token's output and state are the same bits in any step, beside any rows,
+// however its prompt was cut. A bf16 state is rounded where each step ends, as on the CPU.
 void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
                     const float* activated,  // [T, Di] u after the conv and SiLU
                     const float* delta_raw,  // [T, Di] dt_proj output before its bias
@@ -80,6 +70,6 @@ void selective_scan(const DeviceRows& rows, const MambaStateLayout& layout,
                     StateValues state_pool,   // [num_slots, elements_per_slot]
                     float* gated,             // [T, Di], or null where gated16 suffices
                     const Narrow16& gated16,  // [T, Di] gated rounded for a 16-bit out_proj, or absent
-                    ScanScratch& scratch, cudaStream_t stream);
+                    cudaStream_t stream);
 
 }  // namespace jambo::backend::cuda

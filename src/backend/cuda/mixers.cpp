@@ -45,7 +45,7 @@ void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const model::JambaConfig& con
   linear_strided(gemm, selective, selective_width, num_tokens, w.dt_proj, delta, dt16);
   // A 16-bit out_proj reads only the rounded copy (gemm.h), so the scan writes no fp32 output then.
   selective_scan(rows, layout, activated, delta, w.dt_proj_bias, selective, selective_width, dt_rank, projected, w.a,
-                 w.d, state_pool, gated16.present() ? nullptr : gated, gated16, scratch.scan, stream);
+                 w.d, state_pool, gated16.present() ? nullptr : gated, gated16, stream);
   linear(gemm, gated, num_tokens, w.out_proj, out, gated16);
   add_bias(out, num_tokens, config.hidden_size, w.out_proj_bias, stream);
 }

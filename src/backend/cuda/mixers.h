@@ -21,7 +21,6 @@ struct MambaScratch {
   DeviceBuffer<float> delta;           // [T, Di] dt_proj output, before its bias
   DeviceBuffer<float> gated;           // [T, Di] the scan's output
   DeviceBuffer<uint16_t> gated16;      // [T, Di] the same rounded for a 16-bit out_proj
-  ScanScratch scan;
 };
 
 // out = Mamba(x); each row's conv tail and SSM state in its slot of state_pool are carried forward. x16: x
@@ -39,7 +38,7 @@ struct AttentionScratch {
   DeviceBuffer<float> keys;     // [T, nkv*hd]
   DeviceBuffer<float> values;   // [T, nkv*hd]
   DeviceBuffer<float> context;  // [T, nh*hd]
-  DeviceBuffer<float> partial;  // [T, nh, splits, hd + 2] split attention's partial results
+  DeviceBuffer<float> partial;  // [splits, nh, hd + 2] the decode rows' splits (attention_partial_size)
 };
 
 // Writes this step's keys and values into each row's blocks, then out = attention(x).

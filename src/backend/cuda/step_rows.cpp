@@ -7,16 +7,21 @@ namespace jambo::backend::cuda {
 DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<const int64_t> state_offsets,
                                     std::span<const int32_t> reads_state, cudaStream_t stream) {
   const int64_t num_rows = int64_t(rows.size());
-  int64_t num_tokens = 0, num_table_entries = 0, num_vectors = 0, num_chunks = 0;
+  int64_t num_tokens = 0, num_table_entries = 0, num_vectors = 0, num_chunks = 0, num_chunked_rows = 0, num_splits = 0;
   const auto chunks_of = [](const BatchRow& row) {
     const int64_t length = int64_t(row.tokens.size());
     return length > 1 ? (length + kScanChunkTokens - 1) / kScanChunkTokens : 0;
   };
+  const auto splits_of = [](const BatchRow& row) {
+    return row.tokens.size() == 1 ? num_key_splits(row.start_position) : 0;
+  };
   for (const BatchRow& row : rows) {
+    num_splits += splits_of(row);
     num_tokens += int64_t(row.tokens.size());
     num_table_entries += int64_t(row.block_table.size());
     num_vectors += computes_all_vectors(row) ? int64_t(row.tokens.size()) : 1;
     num_chunks += chunks_of(row);
+    num_chunked_rows += row.tokens.size() > 1;
   }
   // Sections, each a whole number of 8-byte words; 32-bit arrays are packed two to a word.
   const auto words_for_int32 = [](int64_t count) { return (count + 1) / 2; };
@@ -27,8 +32,8 @@ DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<co
   const int64_t section_table_offset = section_state + num_rows;
   const int64_t section_selected = section_table_offset + num_rows;
   const int64_t section_chunk_first = section_selected + num_vectors;
-  const int64_t section_row_first_chunk = section_chunk_first + num_chunks;
-  const int64_t section_reads = section_row_first_chunk + num_rows;
+  const int64_t section_row_first_split = section_chunk_first + num_chunks;
+  const int64_t section_reads = section_row_first_split + num_rows;
   const int64_t section_token_row = section_reads + words_for_int32(num_rows);
   const int64_t section_tokens = section_token_row + words_for_int32(num_tokens);
   const int64_t section_tables = section_tokens + words_for_int32(num_tokens);
@@ -38,7 +43,7 @@ DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<co
   host_.assign(size_t(num_words), 0);
   int64_t* words = host_.data();
   auto int32_at = [&](int64_t section) { return reinterpret_cast<int32_t*>(words + section); };
-  int64_t token = 0, table_entry = 0, vector = 0, chunk = 0;
+  int64_t token = 0, table_entry = 0, vector = 0, chunk = 0, split = 0;
   for (int64_t r = 0; r < num_rows; ++r) {
     const BatchRow& row = rows[r];
     const int64_t row_tokens = int64_t(row.tokens.size());
@@ -48,7 +53,8 @@ DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<co
     words[section_state + r] = state_offsets[r];
     words[section_table_offset + r] = table_entry;
     int32_at(section_reads)[r] = reads_state[r];
-    words[section_row_first_chunk + r] = chunk;
+    words[section_row_first_split + r] = split;
+    split += splits_of(row);
     for (int64_t c = 0; c < chunks_of(row); ++c, ++chunk) {
       words[section_chunk_first + chunk] = token + c * kScanChunkTokens;
       int32_at(section_chunk_row)[chunk] = int32_t(r);
@@ -86,10 +92,12 @@ DeviceRows StepRowsUploader::upload(std::span<const BatchRow> rows, std::span<co
   out.token_row = reinterpret_cast<const int32_t*>(device + section_token_row);
   out.tokens = reinterpret_cast<const int32_t*>(device + section_tokens);
   out.block_tables = reinterpret_cast<const int32_t*>(device + section_tables);
+  out.num_chunked_rows = num_chunked_rows;
   out.num_chunks = num_chunks;
   out.chunk_first_token = device + section_chunk_first;
   out.chunk_row = reinterpret_cast<const int32_t*>(device + section_chunk_row);
-  out.row_first_chunk = device + section_row_first_chunk;
+  out.num_splits = num_splits;
+  out.row_first_split = device + section_row_first_split;
   return out;
 }
 

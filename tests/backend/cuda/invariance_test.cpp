@@ -335,6 +335,7 @@ class PhaseTest : public StreamTest {
   struct Slot {
     std::vector<float> state;      // the pool after the steps: conv tail, then SSM state
     std::vector<float> activated;  // the conv's outputs of every token
+    std::vector<float> gated;      // the scan's outputs of every token
   };
 
   // The row's tokens in steps of step_tokens tokens (the first step reads the earlier state, as all later ones).
@@ -343,7 +344,6 @@ class PhaseTest : public StreamTest {
     const backend::StateValues state{pool.data(), DType::F32};
     const backend::cuda::MambaStateLayout layout{kChannels, kKernel, kState, 0};
     DeviceBuffer<float> activated(num_tokens * kChannels);
-    backend::cuda::ScanScratch scratch;
     DeviceBuffer<float> gated(num_tokens * kChannels);
     for (int64_t first = 0; first < num_tokens; first += step_tokens) {
       const int64_t count = std::min(step_tokens, num_tokens - first);
@@ -358,9 +358,10 @@ class PhaseTest : public StreamTest {
       backend::cuda::selective_scan(rows, layout, activated.data() + first * kChannels,
                                     delta_raw_.data() + first * kChannels, dt_bias_.data(),
                                     selective_.data() + first * 2 * kState, 2 * kState, 0, projected, a_.data(),
-                                    d_.data(), state, gated.data() + first * kChannels, {}, scratch, stream_);
+                                    d_.data(), state, gated.data() + first * kChannels, {}, stream_);
     }
-    return {download_after(stream_, pool.data(), kSlotSize), download(activated.data(), num_tokens * kChannels)};
+    return {download_after(stream_, pool.data(), kSlotSize), download(activated.data(), num_tokens * kChannels),
+            download(gated.data(), num_tokens * kChannels)};
   }
 
   void SetUp() override {
@@ -397,23 +398,27 @@ class PhaseTest : public StreamTest {
   }
 };
 
-// Up to one scan chunk (kScanChunkTokens) a prefill's scan is the decode's recurrence run by another kernel: the same
-// pinned update gives the same state. The conv takes every length (its window is the same values either way). The
-// outputs' readouts still sum h · C in other orders (chunked scan: 16 terms in turn; decode: two lanes of 8).
-TEST_F(PhaseTest, OneChunkPrefillLeavesTheStateOfItsDecodeSteps) {
+// A prompt's conv and scan are the same bits whether it comes as one prefill step, as one decode step per token, or
+// cut into steps of 37 tokens (chunked prefill): the outputs of every token, the conv tail and the SSM state. The
+// lengths end inside, at and past the prefill's chunks of B and C (kScanChunkTokens).
+TEST_F(PhaseTest, APromptsScanDoesNotDependOnHowItIsCutIntoSteps) {
   static_assert(backend::cuda::kScanChunkTokens == 64, "the lengths below end inside, at and past the first chunk");
   for (const int64_t num_tokens : {int64_t(2), int64_t(17), int64_t(64), kMaxTokens}) {
     SCOPED_TRACE(std::to_string(num_tokens) + " tokens");
-    const Slot prefill = run(num_tokens, num_tokens), decode = run(num_tokens, 1);
-    const int64_t tail_size = kChannels * (kKernel - 1);
-    EXPECT_EQ(first_difference(decode.activated.data(), prefill.activated.data(), num_tokens * kChannels), "")
-        << "conv outputs";
-    EXPECT_EQ(first_difference(decode.state.data(), prefill.state.data(), tail_size), "") << "conv tail";
-    if (num_tokens <= backend::cuda::kScanChunkTokens) {
-      EXPECT_EQ(first_difference(decode.state.data() + tail_size, prefill.state.data() + tail_size,
+    const Slot prefill = run(num_tokens, num_tokens);
+    for (const int64_t step_tokens : {int64_t(1), int64_t(37)}) {
+      SCOPED_TRACE("steps of " + std::to_string(step_tokens) + " tokens");
+      const Slot steps = run(num_tokens, step_tokens);
+      const int64_t tail_size = kChannels * (kKernel - 1);
+      EXPECT_EQ(first_difference(steps.activated.data(), prefill.activated.data(), num_tokens * kChannels), "")
+          << "conv outputs";
+      EXPECT_EQ(first_difference(steps.state.data(), prefill.state.data(), tail_size), "") << "conv tail";
+      EXPECT_EQ(first_difference(steps.state.data() + tail_size, prefill.state.data() + tail_size,
                                  kSlotSize - tail_size),
                 "")
           << "SSM state";
+      EXPECT_EQ(first_difference(steps.gated.data(), prefill.gated.data(), num_tokens * kChannels), "")
+          << "scan outputs";
     }
   }
 }

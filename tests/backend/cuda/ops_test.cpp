@@ -650,9 +650,7 @@ class TensorCoreAttentionTest : public StreamTest {
     const std::vector<int64_t> offsets(size_t(num_rows), 0);
     const std::vector<int32_t> reads(size_t(num_rows), 1);
     const backend::cuda::DeviceRows device_rows = uploader.upload(rows, offsets, reads, stream_);
-    ASSERT_EQ(backend::cuda::attention_runs_on_tensor_cores(device_rows, layout, true),
-              total > num_rows);  // prefill rows
-    ASSERT_EQ(backend::cuda::decode_runs_on_tensor_cores(layout, shape.num_heads, true),
+    ASSERT_EQ(backend::cuda::attention_runs_on_tensor_cores(layout, shape.num_heads, true),
               shape.num_heads / shape.num_kv_heads <= 64);  // wider groups: the fp32 kernel
 
     const int64_t width = shape.num_heads * shape.head_dim;

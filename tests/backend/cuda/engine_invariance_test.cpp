@@ -1,0 +1,116 @@
+// The engine on the CUDA backend in the bf16 mode with the invariant GEMMs (--cuda-gemm invariant), bitwise:
+// - batch invariance: every request's tokens and logprobs (sampled, top and prompt ones) are the same bits run
+//   alone (max-num-seqs n) as among all the others, under token budgets that cut prompts into chunks anywhere;
+// - phase invariance: each generated token's logprob is the same bits as the prompt logprob a one-shot prefill of
+//   the same tokens gives it.
+// The prompts run to 300 tokens and some generations past attention's split boundaries (kAttentionSplitKeys), so
+// that queries fold several splits in a prefill and in a decode step. Dense and MoE models, MQA and GQA.
+#include "support/engine_test_util.h"
+#include "backend/cuda/device_rows.h"
+#include "cuda_test_util.h"
+
+namespace jambo::testing {
+namespace {
+
+constexpr int64_t kKvBlockSize = 16, kMaxModelLen = 512;
+
+struct Batching {
+  int64_t max_num_seqs, max_num_batched_tokens;
+};
+
+Outputs run_engine(const model::Model& model, const std::vector<engine::RequestSpec>& specs, Batching batching) {
+  const int64_t num_kv_blocks = batching.max_num_seqs * (kMaxModelLen / kKvBlockSize);
+  engine::EngineOptions options = exact_engine_options(model, batching.max_num_seqs, num_kv_blocks, kKvBlockSize,
+                                                       kMaxModelLen, engine::BackendKind::Cuda);
+  options.backend.cuda_weights = engine::CudaWeights::Bf16;
+  options.backend.cuda_gemm = engine::CudaGemm::Invariant;
+  options.memory_budget = {
+      .bytes = engine::exact_memory_budget(
+          model.config, engine::backend_weight_bytes(engine::BackendKind::Cuda, model, engine::CudaWeights::Bf16),
+          batching.max_num_seqs, num_kv_blocks, kKvBlockSize, DType::F32)};
+  options.max_num_batched_tokens = batching.max_num_batched_tokens;
+  engine::Engine engine(model, nullptr, options);
+  return run_to_end(engine, specs);
+}
+
+// Every request in an engine of its own, its whole prompt in one step.
+Outputs run_alone(const model::Model& model, const std::vector<engine::RequestSpec>& specs) {
+  Outputs outputs;
+  for (const engine::RequestSpec& spec : specs)
+    outputs.merge(run_engine(model, {spec}, {spec.n, std::max<int64_t>(int64_t(spec.prompt_ids.size()), spec.n)}));
+  return outputs;
+}
+
+// Each sample's prompt and tokens scored in one prefill: its tokens' prompt logprobs are its logprobs.
+void expect_prefill_equals_decode(const model::Model& model, const Outputs& outputs) {
+  std::vector<engine::RequestSpec> scores;
+  for (const auto& [key, sample] : outputs) {
+    engine::RequestSpec spec;
+    spec.id = key.first + "/" + std::to_string(key.second);
+    spec.prompt_ids = sample.prompt_ids;
+    spec.prompt_ids.insert(spec.prompt_ids.end(), sample.ids.begin(), sample.ids.end());
+    spec.stop.max_tokens = 1;
+    spec.num_prompt_logprobs = 1;
+    scores.push_back(spec);
+  }
+  const Outputs scored = run_alone(model, scores);
+  int64_t num_compared = 0;
+  for (const auto& [key, sample] : outputs) {
+    const engine::SampleOutput& score = scored.at({key.first + "/" + std::to_string(key.second), 0});
+    for (size_t i = 0; i < sample.ids.size(); ++i) {
+      const std::optional<double>& prefill = score.prompt_logprobs.at(sample.prompt_ids.size() + i);
+      ASSERT_TRUE(prefill.has_value());
+      ASSERT_EQ(*prefill, sample.logprobs[i])  // doubles compared with ==: bitwise
+          << key.first << " sample " << key.second << " token " << i << ": decode " << sample.logprobs[i]
+          << ", prefill " << *prefill;
+      ++num_compared;
+    }
+  }
+  std::printf("[cuda invariance] %lld decode logprobs equal to their prefill's\n",
+              static_cast<long long>(num_compared));
+}
+
+// Random prompts of up to 300 tokens (some single tokens), greedy and seeded sampled, top and prompt logprobs, n = 2
+// forks; every fifth request generates 150 tokens, across a split boundary of its keys.
+std::vector<engine::RequestSpec> workload(const model::Model& model, uint64_t seed) {
+  std::vector<engine::RequestSpec> specs = random_workload(model, 20, seed, /*max_prompt=*/300, /*allow_n=*/false);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    specs[i].n = i % 4 == 1 ? 2 : 1;
+    if (i % 5 == 3) {
+      specs[i].stop.max_tokens = 150;
+      specs[i].stop.ignore_eos = true;
+    }
+  }
+  return specs;
+}
+
+class CudaEngineInvarianceTest : public GpuParamTest<std::string> {};
+
+TEST_P(CudaEngineInvarianceTest, ARequestsLogprobsAreItsOwnAndPrefillEqualsDecode) {
+  static_assert(backend::cuda::kAttentionSplitKeys < 300, "prompts and generations cross a split boundary");
+  const std::string& name = GetParam();
+  const model::Model model = name == "jambo-demo"
+                                 ? model::load_model(std::string(JAMBO_SOURCE_DIR) + "/models/jambo-demo")
+                                 : load_fixture_model(name);
+  const std::vector<engine::RequestSpec> specs = workload(model, 17);
+  const Outputs alone = run_alone(model, specs);
+  for (const Batching batching : {Batching{8, 7}, Batching{64, 64}, Batching{20, 512}}) {
+    const std::string what = "max_num_seqs " + std::to_string(batching.max_num_seqs) + ", max_num_batched_tokens " +
+                             std::to_string(batching.max_num_batched_tokens);
+    SCOPED_TRACE(what);
+    expect_bitwise_equal(alone, run_engine(model, specs, batching));
+    if (HasFailure()) return;
+  }
+  expect_prefill_equals_decode(model, alone);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaEngineInvarianceTest,
+                         ::testing::Values("jambo-demo", "moe-top1-mqa-tied-bf16", "attn-heavy-tied-bf16"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace jambo::testing
