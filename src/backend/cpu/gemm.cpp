@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -34,15 +34,22 @@ inline Lanes load_lanes(const bf16* values) {
   return (Lanes)(__builtin_convertvector(halves, Words) << 16);  // bf16 is the top half of fp32
 }
 
+// The conversion instructions themselves, not _Float16: clang before 15 has no _Float16 on x86 (the sanitizer and
+// fuzz builds use clang 14, on machines with or without AVX-512).
 inline Lanes load_lanes(const f16* values) {
 #if defined(__AVX512F__)
-  // The instruction itself: clang before 15 has no _Float16 on x86 (the sanitizer and fuzz builds use clang 14).
   return (Lanes)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(values)));
+#elif defined(__F16C__)
+  const __m256 low = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
+  const __m256 high = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values + 8)));
+  Lanes out;
+  std::memcpy(&out, &low, sizeof low);
+  std::memcpy(reinterpret_cast<char*>(&out) + sizeof low, &high, sizeof high);
+  return out;
 #else
-  using Halves = _Float16 __attribute__((vector_size(32)));
-  Halves halves;
-  std::memcpy(&halves, values, sizeof halves);
-  return __builtin_convertvector(halves, Lanes);
+  Lanes out;
+  for (int64_t i = 0; i < kNumLanes; ++i) out[i] = to_float(values[i]);
+  return out;
 #endif
 }
 
