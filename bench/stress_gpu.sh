@@ -7,7 +7,7 @@
 #   pool:  2048 state slots, 5.18e9 state elements (past 2^32 from slot 1698 up), slot policy highest, n = 16 for
 #          every request, prompts 1..16, 1..4 new tokens, 8 arrivals per step (some 450 sequences live at once,
 #          slots 2047 down across element 2^32).
-# Two weight modes, each against a reference in the same mode:
+# Three modes, each against a reference in the same mode:
 #   gpu:      f32 weights (--cuda-weights f32): engine and reference differ by ~1e-5, far below the default 1e-3
 #             threshold; dense GEMMs run on cuBLAS.
 #   gpu-bf16: bf16 weights, the production mode and its own kernels (the skinny GEMMs of decode). The engine's
@@ -18,13 +18,15 @@
 #             early-launched kernel), put back, moved 3 of 4994 samples of a 2000-request tight run by more than 5
 #             (worst 8.22), and none at all in another (it is timing-dependent: Bf16DecodeTest and the law-3 test
 #             are the ones that catch it, 7 of 9 and 2 of 3 runs).
+#   gpu-invariant: bf16 weights with the invariant kernels (--cuda-gemm invariant), whose outputs do not depend on
+#             the batch nor on prefill against decode: engine and reference must agree bit for bit, threshold 0.
 # Each run prints its summary line (samples, flagged, largest |Δ logprob|, the state pool against 2^32 and the top
 # slot used, engine and reference seconds); logs and JSON summaries go to STRESS_OUT (default: a new temporary
 # folder). Exits non-zero when a sample is flagged, a run fails, or the pool run's pool stays within 2^32.
-#   bench/stress_gpu.sh [path/to/jambo] [gpu|gpu-bf16|cpu-demo] [both|tight|pool]
-# gpu (the default) and gpu-bf16 run on the GPU machine; cpu-demo runs the same runs small on the CPU with the demo
-# model, to check the script (STRESS_REQUESTS overrides the request count of each run; default 10000, 40 for
-# cpu-demo). The third argument picks one run (each takes a few minutes on an H200), e.g. to fit a 10-minute
+#   bench/stress_gpu.sh [path/to/jambo] [gpu|gpu-bf16|gpu-invariant|cpu-demo] [both|tight|pool]
+# gpu (the default), gpu-bf16 and gpu-invariant run on the GPU machine; cpu-demo runs the same runs small on the
+# CPU with the demo model, to check the script (STRESS_REQUESTS overrides the request count of each run; default
+# 10000, 40 for cpu-demo). The third argument picks one run (each takes a few minutes on an H200), e.g. to fit a 10-minute
 # command limit. Figures by date and commit: bench/HISTORY.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,9 +38,10 @@ out=${STRESS_OUT:-$(mktemp -d)}
 mkdir -p "$out"
 
 case $mode in
-  gpu | gpu-bf16)
+  gpu | gpu-bf16 | gpu-invariant)
     weights=f32 threshold=()
     [[ $mode == gpu-bf16 ]] && weights=bf16 threshold=(--threshold 1)
+    [[ $mode == gpu-invariant ]] && weights=bf16 threshold=(--cuda-gemm invariant --threshold 0)
     model=(--model bench/shapes/jamba-reasoning-3b --random-weights --random-dtype bf16 --backend cuda
            --cuda-weights "$weights" "${threshold[@]}")
     requests=${STRESS_REQUESTS:-10000}
@@ -51,7 +54,7 @@ case $mode in
     pool=(--memory-budget 1GiB --max-num-seqs 64 --max-num-batched-tokens 256)
     ;;
   *)
-    echo "stress_gpu.sh: mode must be gpu, gpu-bf16 or cpu-demo, got '$mode'" >&2
+    echo "stress_gpu.sh: mode must be gpu, gpu-bf16, gpu-invariant or cpu-demo, got '$mode'" >&2
     exit 2
     ;;
 esac

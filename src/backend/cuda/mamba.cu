@@ -137,16 +137,24 @@ constexpr int kMaxStateSize = kWarpSize;
 template <int kStateSize>
 constexpr int kReadoutTerms = kStateSize > 0 ? kStateSize : kMaxStateSize;
 
+// The pairwise sum of kCount values, neighbours first: ((v0 + v1) + (v2 + v3)) + ... (kCount a power of two; the
+// values are overwritten).
+template <int kCount>
+__device__ inline float pairwise_sum(float (&values)[kCount]) {
+#pragma unroll
+  for (int width = 1; width < kCount; width *= 2)
+#pragma unroll
+    for (int i = 0; i < kCount; i += 2 * width) values[i] = __fadd_rn(values[i], values[i + width]);
+  return values[0];
+}
+
 // The readout h · C of one channel, summed in one tree whatever the kernel: its kReadoutTerms products h[n] * C[n]
 // pairwise, neighbours first. kLanes adjacent lanes hold a channel's terms, kEntries contiguous ones each: a lane
-// sums its own in the tree's first levels, then shuffles take the levels above. Every lane of the warp calls it.
+// sums its own in the tree's first levels (pairwise_sum), then shuffles take the levels above (or the prefill scan
+// adds the lanes' sums with pairwise_sum after its chain: the same tree). Every lane of the warp calls it.
 template <int kEntries, int kLanes>
 __device__ inline float readout_tree(float (&terms)[kEntries]) {
-#pragma unroll
-  for (int width = 1; width < kEntries; width *= 2)
-#pragma unroll
-    for (int i = 0; i < kEntries; i += 2 * width) terms[i] = __fadd_rn(terms[i], terms[i + width]);
-  float y = terms[0];
+  float y = pairwise_sum<kEntries>(terms);
 #pragma unroll
   for (int offset = 1; offset < kLanes; offset *= 2) y = __fadd_rn(y, __shfl_xor_sync(0xffffffffu, y, offset));
   return y;
@@ -324,19 +332,8 @@ void launch_state_update(const ScanParams& params, cudaStream_t stream) {
     launch_state_update<State, kStateSize, kAligned, kUpdatePasses>(params, stream);
 }
 
-// The B and C of kScanChunkTokens tokens, which every channel of a block reads: [kScanChunkTokens, 2 N] in shared
-// memory, staged once per block (a load per entry per block rather than per thread).
-struct StagedSelective {
-  float values[kScanChunkTokens * 2 * kMaxStateSize];
-};
-
-// Stages the B and C of tokens [first, end) into `staged`; every thread of the block calls it.
-__device__ void stage_selective(const ScanParams& p, int64_t first, int64_t end, StagedSelective& staged) {
-  const int width = 2 * int(p.layout.state_size), count = int(end - first) * width;
-  for (int i = threadIdx.x; i < count; i += blockDim.x)
-    staged.values[i] = p.selective[device_offset(first + i / width, p.selective_stride) + p.b_column + i % width];
-  __syncthreads();
-}
+// Tokens the prefill scan stages at a time.
+constexpr int kScanStageTokens = 32;
 
 constexpr int kRowScanThreads = 128;
 constexpr int kScanUnroll = 4;  // tokens of the prefill scan's loop unrolled: their off-chain work interleaves
@@ -348,30 +345,76 @@ constexpr int64_t kMaxRowsOfFewScans = 4;  // rows of several tokens in a step t
 template <int kLanes>
 constexpr int kRowScanChannels = kRowScanThreads / kLanes;
 
-// A chunk's per-token values of a block's channels, staged in shared memory so that no token of the scan's chain
-// waits for a load, each computed once for the channel's lanes: delta = ssm_delta, u, and the gate silu(z)
-// [kScanChunkTokens, kRowScanChannels] each.
+// A stage of the prefill scan in shared memory, so that no token of the scan's chain waits for a load: the B and C
+// of its tokens, which every channel of the block reads [kScanStageTokens, 2 N]; its channels' per-token values,
+// each computed once for the channel's lanes: delta = ssm_delta, u and the gate silu(z) [kScanStageTokens,
+// kRowScanChannels]; and each lane's share of each token's readout, summed after the chain [kScanStageTokens,
+// kRowScanThreads] (a token's lanes adjacent), so that no shuffle sits in the chain's loop.
 template <int kLanes>
-struct StagedInputs {
-  float delta[kScanChunkTokens][kRowScanChannels<kLanes>];
-  float u[kScanChunkTokens][kRowScanChannels<kLanes>];
-  float gate[kScanChunkTokens][kRowScanChannels<kLanes>];
+struct ScanStage {
+  float selective[kScanStageTokens * 2 * kMaxStateSize];
+  float delta[kScanStageTokens][kRowScanChannels<kLanes>];
+  float u[kScanStageTokens][kRowScanChannels<kLanes>];
+  float gate[kScanStageTokens][kRowScanChannels<kLanes>];
+  float readout[kScanStageTokens][kRowScanThreads];
 };
 
-// Stages the values of tokens [first, end) for channels first_channel .. + kRowScanChannels (those past Di repeat
-// the last); every thread of the block calls it.
+// A thread's share of a stage's inputs as loaded from global memory: the next stage's loads are in flight while the
+// chain runs through this one. Entry i of the channels' values is (token, channel) threadIdx.x + i * kRowScanThreads
+// of [tokens, kRowScanChannels]; entry i of B and C, (token, column) threadIdx.x + i * kRowScanThreads of
+// [tokens, 2 N].
 template <int kLanes>
-__device__ void stage_inputs(const ScanParams& p, int64_t first, int64_t end, int64_t first_channel,
-                             StagedInputs<kLanes>& staged) {
+struct StageLoads {
+  static constexpr int kValues = kScanStageTokens * kRowScanChannels<kLanes> / kRowScanThreads;
+  static constexpr int kSelective = kScanStageTokens * 2 * kMaxStateSize / kRowScanThreads;
+  float delta_raw[kValues], u[kValues], z[kValues], selective[kSelective];
+};
+
+// Loads tokens [first, first + num_tokens) for channels first_channel .. + kRowScanChannels (those past Di repeat
+// the last).
+template <int kLanes>
+__device__ void load_stage(const ScanParams& p, int64_t first, int num_tokens, int64_t first_channel,
+                           StageLoads<kLanes>& loads) {
   constexpr int kChannels = kRowScanChannels<kLanes>;
   const int64_t num_channels = p.layout.num_channels;
-  const int count = int(end - first) * kChannels;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) {
-    const int k = i / kChannels, j = i % kChannels;
-    const int64_t t = first + k, c = min(first_channel + j, num_channels - 1);
-    staged.delta[k][j] = ssm_delta(p.delta_raw[device_offset(t, num_channels) + c], p.dt_bias[c]);
-    staged.u[k][j] = p.activated[device_offset(t, num_channels) + c];
-    staged.gate[k][j] = silu(p.projected[device_offset(t, 2 * num_channels) + num_channels + c]);
+#pragma unroll
+  for (int e = 0; e < StageLoads<kLanes>::kValues; ++e) {
+    const int i = int(threadIdx.x) + e * kRowScanThreads, k = i / kChannels;
+    if (k >= num_tokens) break;
+    const int64_t t = first + k, c = min(first_channel + i % kChannels, num_channels - 1);
+    loads.delta_raw[e] = p.delta_raw[device_offset(t, num_channels) + c];
+    loads.u[e] = p.activated[device_offset(t, num_channels) + c];
+    loads.z[e] = p.projected[device_offset(t, 2 * num_channels) + num_channels + c];
+  }
+  const int width = 2 * int(p.layout.state_size);
+#pragma unroll
+  for (int e = 0; e < StageLoads<kLanes>::kSelective; ++e) {
+    const int i = int(threadIdx.x) + e * kRowScanThreads;
+    if (i >= num_tokens * width) break;
+    loads.selective[e] = p.selective[device_offset(first + i / width, p.selective_stride) + p.b_column + i % width];
+  }
+}
+
+// Writes the loads of a stage of num_tokens tokens into `stage`, delta and the gate computed.
+template <int kLanes>
+__device__ void store_stage(const ScanParams& p, const StageLoads<kLanes>& loads, int num_tokens,
+                            int64_t first_channel, ScanStage<kLanes>& stage) {
+  constexpr int kChannels = kRowScanChannels<kLanes>;
+#pragma unroll
+  for (int e = 0; e < StageLoads<kLanes>::kValues; ++e) {
+    const int i = int(threadIdx.x) + e * kRowScanThreads, k = i / kChannels, j = i % kChannels;
+    if (k >= num_tokens) break;
+    const int64_t c = min(first_channel + j, p.layout.num_channels - 1);
+    stage.delta[k][j] = ssm_delta(loads.delta_raw[e], p.dt_bias[c]);
+    stage.u[k][j] = loads.u[e];
+    stage.gate[k][j] = silu(loads.z[e]);
+  }
+  const int width = 2 * int(p.layout.state_size);
+#pragma unroll
+  for (int e = 0; e < StageLoads<kLanes>::kSelective; ++e) {
+    const int i = int(threadIdx.x) + e * kRowScanThreads;
+    if (i >= num_tokens * width) break;
+    stage.selective[i] = loads.selective[e];
   }
 }
 
@@ -379,7 +422,9 @@ __device__ void stage_inputs(const ScanParams& p, int64_t first, int64_t end, in
 // state in the slot: a block per (row, kRowScanChannels channels), kLanes lanes per channel. Each token takes the
 // one-token update's arithmetic (ssm_delta, LaneEntries::step, readout_tree, gated_output), so a row's outputs and
 // state do not depend on how its prompt was cut into steps, nor on the rows beside it; a bf16 state is rounded
-// where the row's step ends. The block stages a scan chunk's B and C and its channels' values at a time. Launched
+// where the row's step ends. The block stages kScanStageTokens tokens' B and C and its channels' values at a time
+// (ScanStage), runs the chain through them while the next stage's loads are in flight (StageLoads), then sums the
+// readouts' lanes and writes the gated outputs. Launched
 // over the step's chunks: the block of a row's first chunk scans the row, the others leave at once.
 template <typename State, int kStateSize, bool kAligned, int kLanes>
 __global__ void __launch_bounds__(kRowScanThreads) row_scan_kernel(const ScanParams p) {
@@ -388,8 +433,7 @@ __global__ void __launch_bounds__(kRowScanThreads) row_scan_kernel(const ScanPar
   let_next_kernel_start();
   using Lane = LaneEntries<State, kStateSize, kLanes, kAligned>;
   constexpr int kSlots = Lane::kSlots;
-  __shared__ __align__(16) StagedSelective staged;
-  __shared__ StagedInputs<kLanes> inputs;
+  __shared__ ScanStage<kLanes> stage;
   const DeviceRows& rows = p.rows;
   const int64_t chunk = blockIdx.y, r = rows.chunk_row[chunk];
   const int64_t first = rows.first_token[r], end = first + rows.row_tokens[r];
@@ -398,29 +442,44 @@ __global__ void __launch_bounds__(kRowScanThreads) row_scan_kernel(const ScanPar
   const int64_t num_channels = p.layout.num_channels;
   const int part = threadIdx.x % kLanes, j = threadIdx.x / kLanes;
   const int64_t first_channel = int64_t(blockIdx.x) * kRowScanChannels<kLanes>, c = first_channel + j;
-  const bool active = c < num_channels;                           // inactive lanes still take part in the shuffles
-  const int64_t channel = active ? c : num_channels - 1;          // and read a channel's values, never stored
+  const bool active = c < num_channels;                           // inactive lanes scan a copy of the last
+  const int64_t channel = active ? c : num_channels - 1;          // channel, never stored
   State* slot = static_cast<State*>(slot_h(p, r, channel).data);  // [N]
   float h[kSlots] = {}, a[kSlots] = {};
   if (rows.reads_state[r] != 0) Lane::template load<false>(slot, part, state_size, h);  // law 1
   LaneEntries<float, kStateSize, kLanes, kAligned>::template load<false>(p.a + device_offset(channel, state_size), part,
                                                                          state_size, a);
-  const float skip = p.d[channel];
-  for (int64_t chunk_first = first; chunk_first < end; chunk_first += kScanChunkTokens) {
-    const int64_t chunk_end = min(end, chunk_first + kScanChunkTokens);
-    stage_inputs(p, chunk_first, chunk_end, first_channel, inputs);
-    stage_selective(p, chunk_first, chunk_end, staged);  // its barrier covers both
+  const auto tokens_from = [&](int64_t token) { return int(min(end - token, int64_t(kScanStageTokens))); };
+  StageLoads<kLanes> loads;
+  load_stage(p, first, tokens_from(first), first_channel, loads);
+  for (int64_t stage_first = first; stage_first < end; stage_first += kScanStageTokens) {
+    const int num_tokens = tokens_from(stage_first);
+    store_stage(p, loads, num_tokens, first_channel, stage);
+    __syncthreads();
+    if (stage_first + num_tokens < end)
+      load_stage(p, stage_first + num_tokens, tokens_from(stage_first + num_tokens), first_channel, loads);
 #pragma unroll kScanUnroll
-    for (int k = 0; k < int(chunk_end - chunk_first); ++k) {
-      const float* b = staged.values + k * 2 * state_size;  // B [N], then C [N]
-      const float u = inputs.u[k][j];
+    for (int k = 0; k < num_tokens; ++k) {
+      const float* b = stage.selective + k * 2 * state_size;  // B [N], then C [N]
       float terms[kSlots];
-      Lane::step(h, a, b, b + state_size, inputs.delta[k][j], u, part, state_size, terms);
-      const float y = readout_tree<kSlots, kLanes>(terms);
-      if (active && part == 0)
-        store_gated(p, device_offset(chunk_first + k, num_channels) + c, gated_output(y, skip, u, inputs.gate[k][j]));
+      Lane::step(h, a, b, b + state_size, stage.delta[k][j], stage.u[k][j], part, state_size, terms);
+      stage.readout[k][threadIdx.x] = pairwise_sum<kSlots>(terms);
     }
-    __syncthreads();  // the chunk is restaged next
+    __syncthreads();
+    // The readout's levels above the lanes, and the gated outputs: a thread per (token, channel), channels adjacent.
+    constexpr int kChannels = kRowScanChannels<kLanes>;
+    for (int i = int(threadIdx.x); i < num_tokens * kChannels; i += kRowScanThreads) {
+      const int k = i / kChannels, jj = i % kChannels;
+      const int64_t cc = first_channel + jj;
+      if (cc >= num_channels) continue;
+      float lane_sums[kLanes];
+#pragma unroll
+      for (int l = 0; l < kLanes; ++l) lane_sums[l] = stage.readout[k][jj * kLanes + l];
+      const float y = pairwise_sum<kLanes>(lane_sums);
+      store_gated(p, device_offset(stage_first + k, num_channels) + cc,
+                  gated_output(y, p.d[cc], stage.u[k][jj], stage.gate[k][jj]));
+    }
+    __syncthreads();  // the stage is rewritten next
   }
   if (active) Lane::store(slot, part, state_size, h);
 }

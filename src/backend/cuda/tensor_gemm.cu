@@ -90,32 +90,39 @@ __device__ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Copies the stage of k columns [k0, k0 + kDepth) of the block's rows of w and x into `stage`: zeros past k_end (the
-// end of what the block sums), past the last output row and past the last row of x. kWholeCopies: every row starts
-// 16-byte aligned and holds whole copies of 16 bytes (K a multiple of 8), which go through cp.async; otherwise the
-// stage is filled one element at a time (the small test models: dt_proj of K = 3).
-template <typename T, bool kWholeCopies>
-__device__ void load_stage(const Operands& p, uint16_t* stage, int64_t row0, int64_t token0, int64_t k0,
-                           int64_t k_end) {
-  constexpr int kChunks = (T::kRows + T::kTokens) * T::kChunksPerRow;
+// Copies k columns [k0, k0 + kDepth) of kNumRows rows of a [num_rows, k] operand from row `first` on into `staged`
+// (kPitch apart): zeros past k_end (the end of what the block sums) and past the operand's last row. kWholeCopies:
+// every row starts 16-byte aligned and holds whole copies of 16 bytes (K a multiple of 8), which go through cp.async;
+// otherwise the rows are copied one element at a time (the small test models: dt_proj of K = 3).
+template <typename T, bool kWholeCopies, int kNumRows>
+__device__ void load_rows(const uint16_t* base, int64_t first, int64_t num_rows, int64_t k, uint16_t* staged,
+                          int64_t k0, int64_t k_end) {
+  constexpr int kChunks = kNumRows * T::kChunksPerRow;
 #pragma unroll
   for (int c = int(threadIdx.x); c < kChunks; c += T::kThreads) {
     const int r = c / T::kChunksPerRow, q = c % T::kChunksPerRow;
-    const bool of_w = r < T::kRows;
-    const int64_t row = of_w ? row0 + r : token0 + (r - T::kRows);
-    const int64_t column = k0 + q * 8;
-    const bool row_valid = row < (of_w ? p.n : p.num_rows);
-    const uint16_t* base = of_w ? p.w : p.x;
-    uint16_t* chunk = stage + r * T::kPitch + q * 8;
+    const int64_t row = first + r, column = k0 + q * 8;
+    const bool row_valid = row < num_rows;
+    uint16_t* chunk = staged + r * T::kPitch + q * 8;
     if constexpr (kWholeCopies) {
       const bool valid = row_valid && column < k_end;
-      copy_16_bytes(chunk, valid ? base + device_offset(row, p.k) + column : base, valid);
+      copy_16_bytes(chunk, valid ? base + device_offset(row, k) + column : base, valid);
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e)
-        chunk[e] = row_valid && column + e < k_end ? base[device_offset(row, p.k) + column + e] : uint16_t(0);
+        chunk[e] = row_valid && column + e < k_end ? base[device_offset(row, k) + column + e] : uint16_t(0);
     }
   }
+}
+
+// A stage holds the block's kRows rows of w, then its kTokens rows of x.
+template <typename T, bool kWholeCopies>
+__device__ void load_weights(const Operands& p, uint16_t* stage, int64_t row0, int64_t k0, int64_t k_end) {
+  load_rows<T, kWholeCopies, T::kRows>(p.w, row0, p.n, p.k, stage, k0, k_end);
+}
+template <typename T, bool kWholeCopies>
+__device__ void load_inputs(const Operands& p, uint16_t* stage, int64_t token0, int64_t k0, int64_t k_end) {
+  load_rows<T, kWholeCopies, T::kTokens>(p.x, token0, p.num_rows, p.k, stage + T::kRows * T::kPitch, k0, k_end);
 }
 
 // The mma's of k-step j of a staged stage for the warp's tiles: A fragments of its kTilesM tiles of w, B fragments
@@ -172,15 +179,14 @@ __device__ inline void for_each_accumulator(int64_t row0, int64_t token0, Accumu
       for (int q = 0; q < 4; ++q) f(accumulator_place<T>(row0, token0, i, j, q), acc[i][j][q], totals[i][j][q]);
 }
 
-// One launch of the GEMM. A launch of one block per (piece, slice) (gridDim.z = the slices) sums one slice per block
-// into the partials, and the last of a piece's blocks adds them up in slice order. Any other launch walks all of K per
+// One launch of the GEMM. A launch of one block per (tile, slice) (gridDim.z = the slices) sums one slice per block
+// into the partials, and the last of a tile's blocks adds them up in slice order. Any other launch walks all of K per
 // block, adding each slice's sum to running totals (kKeepsTotals: in registers, beside the accumulators) as it ends.
 template <DType kType, typename T, bool kWholeCopies, bool kKeepsTotals>
 __global__ void __launch_bounds__(T::kThreads, 1) tensor_gemm_kernel(const Operands p) {
   extern __shared__ __align__(16) unsigned char shared[];
   uint16_t* ring = reinterpret_cast<uint16_t*>(shared);
   let_next_kernel_start();
-  wait_for_previous_kernel();  // x is the previous kernel's output
   const int64_t row0 = int64_t(blockIdx.x) * T::kRows, token0 = int64_t(blockIdx.y) * T::kTokens;
   const bool sliced = gridDim.z > 1;
   const int64_t slice_steps = p.order.slice_steps;
@@ -188,23 +194,31 @@ __global__ void __launch_bounds__(T::kThreads, 1) tensor_gemm_kernel(const Opera
   const int64_t end_step = sliced ? min(first_step + slice_steps, p.order.num_steps) : p.order.num_steps;
   const int64_t k_end = min(end_step * 16, p.k);
   const int64_t num_stages = (end_step - first_step + T::kSteps - 1) / T::kSteps;
+  const auto k0_of = [&](int64_t stage) { return (first_step + stage * T::kSteps) * 16; };
+
+  // The weights are no kernel's output: the first stages' are in flight before the wait (device_math.cuh), and the
+  // first commit group holds them all with the first stage's x, so stage s is in once group s is.
+#pragma unroll
+  for (int s = 0; s < T::kStages - 1; ++s)
+    if (s < num_stages) load_weights<T, kWholeCopies>(p, ring + s * T::kStageElements, row0, k0_of(s), k_end);
+  wait_for_previous_kernel();  // x is the previous kernel's output
+#pragma unroll
+  for (int s = 0; s < T::kStages - 1; ++s) {
+    if (s < num_stages) load_inputs<T, kWholeCopies>(p, ring + s * T::kStageElements, token0, k0_of(s), k_end);
+    commit_copies();
+  }
 
   Accumulators<T> acc = {}, totals = {};
   int64_t steps_left_in_slice = slice_steps;  // a counter, not a division per k-step
-#pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) {
-    if (s < num_stages)
-      load_stage<T, kWholeCopies>(p, ring + s * T::kStageElements, row0, token0, (first_step + s * T::kSteps) * 16,
-                                  k_end);
-    commit_copies();
-  }
   for (int64_t stage = 0; stage < num_stages; ++stage) {
     wait_for_copies<T::kStages - 2>();
     __syncthreads();  // the stage is in, and every warp is done with the buffer refilled next
     const int64_t next = stage + T::kStages - 1;
-    if (next < num_stages)
-      load_stage<T, kWholeCopies>(p, ring + (next % T::kStages) * T::kStageElements, row0, token0,
-                                  (first_step + next * T::kSteps) * 16, k_end);
+    if (next < num_stages) {
+      uint16_t* refilled = ring + (next % T::kStages) * T::kStageElements;
+      load_weights<T, kWholeCopies>(p, refilled, row0, k0_of(next), k_end);
+      load_inputs<T, kWholeCopies>(p, refilled, token0, k0_of(next), k_end);
+    }
     commit_copies();
     const uint16_t* staged = ring + (stage % T::kStages) * T::kStageElements;
 #pragma unroll
@@ -254,16 +268,18 @@ __global__ void __launch_bounds__(T::kThreads, 1) tensor_gemm_kernel(const Opera
   if (threadIdx.x == 0) arrivals = 0;  // ready for the next launch
 }
 
-// Decode (up to 32 rows of x): a block is one warp, a piece of 16 outputs by 8, 16 or 32 rows, staged 8 k-steps at a
-// time, so that a GEMM of one row has a block for each of its (piece, slice) pairs. More rows: 128 outputs by 128
-// rows (eight warps of 64 by 32), or 128 by 64 (four such warps) where the larger tiles would not fill the GPU, a
-// block per slice of those where neither would, and the decode blocks over tiles of 32 rows where even that would
-// not (few outputs: x_proj, k_proj).
-template <int kTilesN>
-using SlicedTile = Tile<1, 1, 1, kTilesN, 8, 3>;
-using WideTile = Tile<2, 4, 4, 4, 4, 3>;
-using MidTile = Tile<2, 2, 4, 4, 4, 3>;
-constexpr int64_t kMinBlocks = 2 * 132;
+// The tiles (outputs of w x rows of x), chosen by rows of x from a sweep of tile shapes over the 3B model's GEMMs
+// (bench/HISTORY.md). Every tile takes the same order, so the choice changes the speed and never the bits.
+using Tile64x8 = Tile<4, 1, 1, 1, 8, 3>;       // 4 warps of 16 x 8
+using Tile64x32 = Tile<4, 1, 1, 4, 4, 4>;      // 4 warps of 16 x 32
+using Tile64x64 = Tile<4, 2, 1, 4, 4, 4>;      // 8 warps of 16 x 32
+using Tile64x64Long = Tile<4, 1, 1, 8, 4, 4>;  // 4 warps of 16 x 64
+using Tile128x64 = Tile<4, 2, 2, 4, 4, 4>;     // 8 warps of 32 x 32
+using Tile128x128 = Tile<2, 4, 4, 4, 4, 3>;    // 8 warps of 64 x 32
+// 4 warps of 64 x 64, for weights of one slice only: with the running totals beside them, a warp's 128
+// accumulators would not fit in its registers.
+using Tile128x128Unsliced = Tile<2, 2, 4, 8, 4, 3>;
+constexpr int64_t kMinTile128x128Rows = 512;
 
 template <DType kType, typename T, bool kWholeCopies, bool kKeepsTotals>
 void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
@@ -316,22 +332,47 @@ int64_t num_tiles(const Operands& p) {
   return int64_t(num_blocks_for(p.n, T::kRows)) * num_blocks_for(p.num_rows, T::kTokens);
 }
 
+// A block per slice where a launch has fewer tiles than this, K is long enough (kMinStepsToSlice) and there are
+// slices to cut.
+constexpr int64_t kMaxTilesToSlice = 200;
+constexpr int64_t kMinStepsToSlice = 32;
+// A tile that leaves fewer tiles than kMinTiles, or fewer than kMinOutputTiles along N, gives way to a narrower one
+// (few outputs: k_proj, x_proj).
+constexpr int64_t kMinTiles = 8;
+constexpr int64_t kMinOutputTiles = 4;
+
+template <DType kType, typename T>
+void launch_sized(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
+  const bool sliced = p.order.num_slices > 1 && p.order.num_steps >= kMinStepsToSlice &&
+                      num_tiles<T>(p) < kMaxTilesToSlice;
+  launch_tiles<kType, T>(p, sliced, scratch, stream);
+}
+
+// T, or Narrow where T is too wide for the weight.
+template <DType kType, typename T, typename Narrow>
+void launch_sized(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
+  if (num_tiles<T>(p) < kMinTiles || num_blocks_for(p.n, T::kRows) < kMinOutputTiles)
+    launch_sized<kType, Narrow>(p, scratch, stream);
+  else
+    launch_sized<kType, T>(p, scratch, stream);
+}
+
 template <DType kType>
 void launch_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
   if (p.num_rows <= 8)
-    launch_tiles<kType, SlicedTile<1>>(p, true, scratch, stream);
-  else if (p.num_rows <= 16)
-    launch_tiles<kType, SlicedTile<2>>(p, true, scratch, stream);
-  else if (p.num_rows <= kMaxSlicedGemmRows)
-    launch_tiles<kType, SlicedTile<4>>(p, true, scratch, stream);
-  else if (num_tiles<WideTile>(p) >= kMinBlocks)
-    launch_tiles<kType, WideTile>(p, false, scratch, stream);
-  else if (num_tiles<MidTile>(p) >= kMinBlocks)
-    launch_tiles<kType, MidTile>(p, false, scratch, stream);
-  else if (num_tiles<MidTile>(p) * p.order.num_slices >= kMinBlocks)
-    launch_tiles<kType, MidTile>(p, true, scratch, stream);
+    launch_sized<kType, Tile64x8>(p, scratch, stream);
+  else if (p.num_rows <= 32)
+    launch_sized<kType, Tile64x32, Tile64x8>(p, scratch, stream);
+  else if (p.num_rows <= 96)
+    launch_sized<kType, Tile64x64, Tile64x8>(p, scratch, stream);
+  else if (p.num_rows <= 160)
+    launch_sized<kType, Tile128x64, Tile64x64>(p, scratch, stream);
+  else if (p.order.num_slices == 1)
+    launch_sized<kType, Tile128x128Unsliced, Tile64x64Long>(p, scratch, stream);
+  else if (p.num_rows < kMinTile128x128Rows)
+    launch_sized<kType, Tile64x64Long, Tile64x64>(p, scratch, stream);
   else
-    launch_tiles<kType, SlicedTile<4>>(p, true, scratch, stream);
+    launch_sized<kType, Tile128x128, Tile64x64Long>(p, scratch, stream);
 }
 
 }  // namespace

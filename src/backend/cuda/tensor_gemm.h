@@ -7,11 +7,13 @@
 // not a multiple of 16 ends in a step padded with zeros), and the k-steps into slices. A slice is summed from zero,
 // k-step after k-step in increasing order, by mma alone; y = ((0 + slice 0) + slice 1) + ... in slice order. The
 // slices follow N and K alone. They exist for the rows of a decode step: a GEMM of one row has only N / 16 pieces of
-// 16 output rows to spread over the GPU, too few to stream the weights at full bandwidth, so each slice of each piece
-// becomes a block of its own there, and the block that finishes a piece's last slice adds the slices' partial sums in
-// slice order. A GEMM of many rows has pieces enough: one block walks all of K for its tile and adds each slice's sum
-// to a running total as the slice ends. The instruction's own sum of a k-step does not depend on where in the tile
-// the row or the output sits (tests/backend/cuda/tensor_core_probe_test.cpp), so both launches give the same bits.
+// 16 output rows to spread over the GPU, too few to stream the weights at full bandwidth, so where a launch has few
+// tiles each slice of each tile becomes a block of its own, and the block that finishes a tile's last slice adds the
+// slices' partial sums in slice order. A launch of tiles enough has one block walk all of K for its tile and add each
+// slice's sum to a running total as the slice ends. The instruction's own sum of a k-step does not depend on where in
+// the tile the row or the output sits (tests/backend/cuda/tensor_core_probe_test.cpp), so the tile a row count takes
+// (by speed alone) and either launch give the same bits. A block's first stages of weights are copied before it waits
+// for the kernel ahead (device_math.cuh): the weights are no kernel's output.
 #pragma once
 
 #include "backend/cuda/device_memory.h"
@@ -36,10 +38,6 @@ struct GemmOrder {
 constexpr int64_t kGemmPiecesWanted = 1024;
 constexpr int64_t kGemmMinSliceSteps = 8;
 GemmOrder gemm_order(int64_t n, int64_t k);
-
-// A GEMM of at most this many rows takes the decode launch (a block per slice of a piece of 16 outputs); more rows
-// take tiles of 128 outputs, a block per slice of a tile too where the tiles alone would not fill the GPU.
-constexpr int64_t kMaxSlicedGemmRows = 32;
 
 // Operands whose rows start 16-byte aligned with K a multiple of 8 are staged by cp.async, others an element at a
 // time: the same arithmetic either way.

@@ -1,7 +1,7 @@
 // The tensor-core GEMM of 16-bit weights (tensor_gemm.h), through linear(): its products against a double-precision
 // sum of the same rounded operands, and its one summation order, bit for bit, for a row alone and among 1 to 257
-// rows (the decode launch of a block per slice up to 32 rows, the tiled launch beyond), at shapes of the 3B model,
-// of a small model (K = 20: staged an element at a time) and of ragged tiles.
+// rows (every tile a row count takes, each with a block per slice where its tiles are few and without), at shapes of
+// the 3B model, of a small model (K = 20: staged an element at a time) and of ragged tiles.
 #include "invariance_util.h"
 #include "support/random_tensors.h"
 #include "backend/cuda/gemm.h"
@@ -68,7 +68,7 @@ class TensorGemmTest : public StreamTest {
 };
 
 // y equals the product of x rounded to the weight's type with the weights, summed in double, to fp32 accumulation
-// order: every launch (1, 8, 9, 17, 33 and 65 rows and more; the largest tiles at [11392, 64] and 257 rows), outputs
+// order: every tile (1 to 600 rows; the largest tiles at [11392, 64] and 600 rows), outputs
 // and rows that fill no whole tile, a K that is not a multiple of 16 or 8, a weight of several slices (K = 2560 at 40
 // outputs: 20 of 8 k-steps).
 TEST_F(TensorGemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
@@ -76,7 +76,7 @@ TEST_F(TensorGemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
     for (const Shape& shape : {Shape{37, 64}, Shape{40, 2560}, Shape{1000, 2560}, Shape{5, 8}, Shape{24, 20},
                                Shape{1100, 136}, Shape{130, 3}, Shape{11392, 64}}) {
       const Weight w = make_weight(dtype, shape);
-      for (const int64_t rows : {1, 2, 8, 9, 17, 33, 65, 130, 257}) {
+      for (const int64_t rows : {1, 2, 8, 9, 17, 33, 65, 130, 257, 600}) {
         const int64_t stride = shape.k + 4;
         const backend::cpu::Matrix x = store_.matrix(rows, stride, 1.0f);
         const std::vector<float> x_values(x.data(), x.data() + rows * stride);
@@ -98,11 +98,12 @@ TEST_F(TensorGemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
     }
 }
 
-// A row's outputs are the same bits alone and among any other rows, first, in the middle or last, whichever launch
-// the row count takes: the 3B model's down_proj (7 slices), x_proj (40 slices of 8 k-steps), dt_proj (K = 160, a
-// slice of 8 k-steps and one of 2), k_proj (N = 128), gate_up (N = 16384: the largest tiles from 129 rows on), a
-// [7168, 2560] of 3 slices (at 257 rows its tiles keep running totals, below 33 rows its slices meet in the partials:
-// the two ways of adding slices, with enough of them for the order to matter), and shapes of the small models.
+// A row's outputs are the same bits alone and among any other rows, first, in the middle or last, whichever tile
+// and launch the row count takes (row counts on both sides of every tile's bound): the 3B model's down_proj (7
+// slices, its few tiles a block per slice), x_proj (40 slices of 8 k-steps, few outputs: the narrow tiles), dt_proj
+// (K = 160, a slice of 8 k-steps and one of 2, too short to slice), k_proj (N = 128), gate_up (N = 16384, one
+// slice), a [7168, 2560] of 3 slices (its tiles keep running totals at many rows, its slices meet in the partials at
+// few: the two ways of adding slices, with enough of them for the order to matter), and shapes of the small models.
 TEST_F(TensorGemmTest, ARowsOutputsAreItsOwn) {
   struct Case {
     DType dtype;
@@ -119,11 +120,12 @@ TEST_F(TensorGemmTest, ARowsOutputsAreItsOwn) {
       return multiply(w.matrix, inputs, num_rows, c.shape.k);
     };
     std::mt19937_64 random(73);
-    expect_row_invariant(op, uniform_rows(c.shape.k, 2.0f)(random), c.shape.n, uniform_rows(c.shape.k, 2.0f));
+    expect_row_invariant(op, uniform_rows(c.shape.k, 2.0f)(random), c.shape.n, uniform_rows(c.shape.k, 2.0f),
+                         {1, 2, 7, 8, 9, 17, 32, 33, 64, 96, 97, 130, 160, 161, 257, 511, 512, 600});
   }
 }
 
-// The same launch again gives the same bits: the decode launch's per-piece counts are back at zero after it.
+// The same launch again gives the same bits: the sliced launch's per-tile counts are back at zero after it.
 TEST_F(TensorGemmTest, RepeatedDecodeLaunchesAgree) {
   const Weight w = make_weight(DType::BF16, {2560, 8192});
   const backend::cpu::Matrix x = store_.matrix(3, 8192, 1.0f);
