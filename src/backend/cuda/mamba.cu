@@ -420,12 +420,12 @@ __device__ void store_stage(const ScanParams& p, const StageLoads<kLanes>& loads
 
 // The scan of a row of several tokens (prefill), in time order from its slot's state (or zero, law 1) to its new
 // state in the slot: a block per (row, kRowScanChannels channels), kLanes lanes per channel. Each token takes the
-// one-token update's arithmetic (ssm_delta, LaneEntries::step, readout_tree, gated_output), so a row's outputs and
-// state do not depend on how its prompt was cut into steps, nor on the rows beside it; a bf16 state is rounded
-// where the row's step ends. The block stages kScanStageTokens tokens' B and C and its channels' values at a time
-// (ScanStage), runs the chain through them while the next stage's loads are in flight (StageLoads), then sums the
-// readouts' lanes and writes the gated outputs. Launched
-// over the step's chunks: the block of a row's first chunk scans the row, the others leave at once.
+// one-token update's arithmetic (ssm_delta, LaneEntries::step, the readout's pairwise tree, gated_output), so a
+// row's outputs and state do not depend on how its prompt was cut into steps, nor on the rows beside it; a bf16
+// state is rounded where the row's step ends. The block stages kScanStageTokens tokens' B and C and its channels'
+// values at a time (ScanStage), runs the chain through them while the next stage's loads are in flight
+// (StageLoads), then sums the readouts' lanes and writes the gated outputs. Launched over the step's chunks: the
+// block of a row's first chunk scans the row, the others leave at once.
 template <typename State, int kStateSize, bool kAligned, int kLanes>
 __global__ void __launch_bounds__(kRowScanThreads) row_scan_kernel(const ScanParams p) {
   static_assert(kWarpSize % kLanes == 0 && kReadoutTerms<kStateSize> % kLanes == 0, "a channel's lanes share a warp");
