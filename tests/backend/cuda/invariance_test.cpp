@@ -3,7 +3,8 @@
 // column segments, and over the tokens with logits), MoE routing, grouping and combination, the logits statistics
 // (a vector's log-normalizer used to depend on how many vectors the step had), top candidates and sampling. Also
 // across phases: a one-chunk prefill leaves a row's conv tail and SSM state where as many one-token decode steps
-// leave them, the scan's update being one pinned arithmetic in both kernels.
+// leave them, the scan's update being one pinned arithmetic in both kernels; and a row's conv and scan among other
+// rows of one step (ScanRowTest).
 #include "invariance_util.h"
 #include "support/random_tensors.h"
 #include "backend/cuda/embedding_norm.h"
@@ -13,6 +14,8 @@
 #include "backend/cuda/step_rows.h"
 #include "cuda_test_util.h"
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace jambo::testing {
@@ -400,7 +403,7 @@ class PhaseTest : public StreamTest {
 
 // A prompt's conv and scan are the same bits whether it comes as one prefill step, as one decode step per token, or
 // cut into steps of 37 tokens (chunked prefill): the outputs of every token, the conv tail and the SSM state. The
-// lengths end inside, at and past the prefill's chunks of B and C (kScanChunkTokens).
+// lengths end inside, at and past the prefill's chunks (kScanChunkTokens) and its stages of 32 tokens.
 TEST_F(PhaseTest, APromptsScanDoesNotDependOnHowItIsCutIntoSteps) {
   static_assert(backend::cuda::kScanChunkTokens == 64, "the lengths below end inside, at and past the first chunk");
   for (const int64_t num_tokens : {int64_t(2), int64_t(17), int64_t(64), kMaxTokens}) {
@@ -419,6 +422,135 @@ TEST_F(PhaseTest, APromptsScanDoesNotDependOnHowItIsCutIntoSteps) {
           << "SSM state";
       EXPECT_EQ(first_difference(steps.gated.data(), prefill.gated.data(), num_tokens * kChannels), "")
           << "scan outputs";
+    }
+  }
+}
+
+// One step of a Mamba layer's conv and scan over several rows, each in a slot of its own: a probe row's outputs and
+// its slot's state after the step are the same bits alone and among other rows (decode rows of one token and prefill
+// rows of several, in any mix), first, in the middle or last, and whatever slot it takes. The compositions cross
+// the scan's switches: the one-token update's passes (more than kMaxRowsOfOnePass rows) and the prefill's lanes per
+// channel (more than kMaxRowsOfFewScans rows of several tokens). Di 256, K 4, N 16.
+class ScanRowTest : public StreamTest {
+ protected:
+  static constexpr int64_t kChannels = 256, kKernel = 4, kState = 16;
+  static constexpr int64_t kSlotSize = kChannels * (kKernel - 1) + kChannels * kState;
+
+  // A row's inputs: per token, its in_proj output (x then z), dt_proj output and B, C; and the state it starts from.
+  struct RowInputs {
+    int64_t num_tokens = 0;
+    std::vector<float> projected, delta_raw, selective, state;
+  };
+  RowInputs make_row(int64_t num_tokens) {
+    RowInputs row;
+    row.num_tokens = num_tokens;
+    row.projected = values(num_tokens * 2 * kChannels, 1.0f);
+    row.delta_raw = values(num_tokens * kChannels, 1.0f);
+    row.selective = values(num_tokens * 2 * kState, 1.0f);
+    row.state = values(kSlotSize, 0.5f);
+    return row;
+  }
+
+  struct RowOutputs {
+    std::vector<float> gated, state;  // the row's scan outputs [tokens, Di]; its slot after the step
+  };
+
+  // The rows as one step, row r in slot slots[r]; what the row at `probe` leaves.
+  RowOutputs run(const std::vector<const RowInputs*>& rows, const std::vector<int64_t>& slots, size_t probe) {
+    const int64_t num_slots = *std::max_element(slots.begin(), slots.end()) + 1;
+    std::vector<float> pool(size_t(num_slots * kSlotSize), std::nanf(""));  // slots no row owns are never read
+    std::vector<float> projected, delta_raw, selective;
+    std::vector<backend::BatchRow> batch(rows.size());
+    std::vector<int64_t> offsets;
+    int64_t first_token = 0, probe_first = 0;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const RowInputs& row = *rows[r];
+      std::copy(row.state.begin(), row.state.end(), pool.begin() + slots[r] * kSlotSize);
+      projected.insert(projected.end(), row.projected.begin(), row.projected.end());
+      delta_raw.insert(delta_raw.end(), row.delta_raw.begin(), row.delta_raw.end());
+      selective.insert(selective.end(), row.selective.begin(), row.selective.end());
+      batch[r].tokens = std::span<const int32_t>(tokens_).subspan(0, size_t(row.num_tokens));
+      batch[r].start_position = 5;
+      batch[r].has_initial_state = true;
+      batch[r].slot = slots[r];
+      offsets.push_back(slots[r] * kSlotSize);
+      if (r == probe) probe_first = first_token;
+      first_token += row.num_tokens;
+    }
+    const int64_t num_tokens = first_token;
+    DeviceBuffer<float> device_pool = upload(pool.data(), int64_t(pool.size()));
+    const DeviceBuffer<float> device_projected = upload(projected.data(), int64_t(projected.size()));
+    const DeviceBuffer<float> device_delta = upload(delta_raw.data(), int64_t(delta_raw.size()));
+    const DeviceBuffer<float> device_selective = upload(selective.data(), int64_t(selective.size()));
+    DeviceBuffer<float> activated(num_tokens * kChannels), gated(num_tokens * kChannels);
+    const backend::StateValues state{device_pool.data(), DType::F32};
+    const backend::cuda::MambaStateLayout layout{kChannels, kKernel, kState, 0};
+    const std::vector<int32_t> reads(rows.size(), 1);
+    const backend::cuda::DeviceRows device_rows = uploader_.upload(batch, offsets, reads, stream_);
+    backend::cuda::causal_conv1d(device_rows, layout, device_projected.data(), conv_weight_.data(),
+                                 conv_bias_.data(), state, activated.data(), {}, stream_);
+    backend::cuda::selective_scan(device_rows, layout, activated.data(), device_delta.data(), dt_bias_.data(),
+                                  device_selective.data(), 2 * kState, 0, device_projected.data(), a_.data(),
+                                  d_.data(), state, gated.data(), {}, stream_);
+    const std::vector<float> all_gated = download_after(stream_, gated.data(), num_tokens * kChannels);
+    const std::vector<float> all_state = download(device_pool.data(), int64_t(pool.size()));
+    const auto gated_begin = all_gated.begin() + probe_first * kChannels;
+    const auto state_begin = all_state.begin() + slots[probe] * kSlotSize;
+    return {std::vector<float>(gated_begin, gated_begin + rows[probe]->num_tokens * kChannels),
+            std::vector<float>(state_begin, state_begin + kSlotSize)};
+  }
+
+  void SetUp() override {
+    StreamTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    conv_weight_ = device_values(kChannels * kKernel, 0.5f);
+    conv_bias_ = device_values(kChannels, 0.1f);
+    dt_bias_ = device_values(kChannels, 0.5f);
+    d_ = device_values(kChannels, 1.0f);
+    std::vector<float> a = values(kChannels * kState, 1.0f);  // A = -exp(A_log), A_log in [0, 2)
+    for (float& x : a) x = -std::exp(x + 1.0f);
+    a_ = upload(a.data(), int64_t(a.size()));
+  }
+
+  TensorStore store_{79};
+  const std::vector<int32_t> tokens_ = std::vector<int32_t>(200, 0);
+  DeviceBuffer<float> conv_weight_, conv_bias_, dt_bias_, d_, a_;
+  backend::cuda::StepRowsUploader uploader_;
+
+ private:
+  std::vector<float> values(int64_t count, float spread) {
+    const backend::cpu::Matrix m = store_.matrix(1, count, spread);
+    return std::vector<float>(m.data(), m.data() + count);
+  }
+  DeviceBuffer<float> device_values(int64_t count, float spread) {
+    const std::vector<float> v = values(count, spread);
+    return upload(v.data(), int64_t(v.size()));
+  }
+};
+
+TEST_F(ScanRowTest, ARowsScanIsItsOwn) {
+  static_assert(backend::cuda::kScanChunkTokens == 64, "the prefill probe spans two chunks");
+  // Fillers of 1, 5, 33 and 70 tokens; compositions of up to 9 rows, of 0 to 6 rows of several tokens.
+  std::vector<RowInputs> fillers;
+  for (const int64_t num_tokens : {1, 5, 33, 70, 1, 1, 5, 33, 1}) fillers.push_back(make_row(num_tokens));
+  for (const int64_t probe_tokens : {int64_t(1), int64_t(100)}) {
+    SCOPED_TRACE("a probe of " + std::to_string(probe_tokens) + " tokens");
+    const RowInputs probe = make_row(probe_tokens);
+    const RowOutputs alone = run({&probe}, {0}, 0);
+    for (const int64_t num_fillers : {1, 2, 3, 5, 9}) {
+      for (const size_t position : {size_t(0), size_t(num_fillers / 2), size_t(num_fillers)}) {
+        std::vector<const RowInputs*> rows;
+        std::vector<int64_t> slots;
+        for (int64_t f = 0; f < num_fillers; ++f) rows.push_back(&fillers[size_t(f)]), slots.push_back(f + 1);
+        rows.insert(rows.begin() + std::ptrdiff_t(position), &probe);
+        slots.insert(slots.begin() + std::ptrdiff_t(position), 3 * num_fillers + 2);  // a slot past the fillers'
+        const RowOutputs among = run(rows, slots, position);
+        const std::string where = "the probe at row " + std::to_string(position) + " of " +
+                                  std::to_string(rows.size()) + ", slot " + std::to_string(slots[position]);
+        EXPECT_EQ(first_difference(alone.gated.data(), among.gated.data(), probe_tokens * kChannels), "")
+            << where << ": scan outputs";
+        EXPECT_EQ(first_difference(alone.state.data(), among.state.data(), kSlotSize), "") << where << ": slot";
+      }
     }
   }
 }
