@@ -615,14 +615,6 @@ __global__ void __launch_bounds__(kMmaWarps* kWarpSize) attention_decode_mma_ker
   }
 }
 
-// An attribute of the current GPU (callers keep it in a static: asked once).
-int current_device_attribute(cudaDeviceAttr attribute) {
-  int device = 0, value = 0;
-  JAMBO_CUDA_CHECK(cudaGetDevice(&device));
-  JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
-  return value;
-}
-
 int attention_workers(int64_t num_tokens, int64_t num_kv_heads) {
   static const int num_sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
   const int64_t num_pairs = device_offset(num_tokens, num_kv_heads);

@@ -22,4 +22,11 @@ void require(bool condition, const std::string& message) {
   if (!condition) throw Error(message);
 }
 
+int current_device_attribute(cudaDeviceAttr attribute) {
+  int device = 0, value = 0;
+  JAMBO_CUDA_CHECK(cudaGetDevice(&device));
+  JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
+  return value;
+}
+
 }  // namespace jambo::backend::cuda

@@ -16,6 +16,9 @@ namespace jambo::backend::cuda {
 // Throws jambo::Error with `message` unless `condition` holds (JAMBO_REQUIRE for .cu files).
 void require(bool condition, const std::string& message);
 
+// An attribute of the current GPU (callers keep it in a static: asked once).
+int current_device_attribute(cudaDeviceAttr attribute);
+
 }  // namespace jambo::backend::cuda
 
 #define JAMBO_CUDA_CHECK(call)                                                                                     \

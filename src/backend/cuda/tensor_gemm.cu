@@ -441,19 +441,12 @@ using Tile128x128 = Tile<2, 4, 4, 4, 4, 3>;    // 8 warps of 64 x 32
 using Tile128x128Unsliced = Tile<2, 2, 4, 8, 4, 3>;
 using Wgmma128x128 = WgmmaTile<5>;
 constexpr int64_t kMinTile128x128Rows = 512;
-// The wgmma tile where it has two waves of blocks for 132 SMs: with fewer its large tile leaves SMs idle.
-constexpr int64_t kMinWgmmaTiles = 264;
 
 // wgmma is built where the CUDA architectures include sm_90a (CMakeLists.txt), and runs on compute capability 9.0.
 bool wgmma_runs() {
 #if defined(JAMBO_CUDA_WGMMA)
-  static const bool runs = [] {
-    int device = 0, major = 0, minor = 0;
-    JAMBO_CUDA_CHECK(cudaGetDevice(&device));
-    JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    JAMBO_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    return major == 9 && minor == 0;
-  }();
+  static const bool runs = current_device_attribute(cudaDevAttrComputeCapabilityMajor) == 9 &&
+                           current_device_attribute(cudaDevAttrComputeCapabilityMinor) == 0;
   return runs;
 #else
   return false;
@@ -536,6 +529,13 @@ void launch_sized(const Operands& p, TensorGemmScratch& scratch, cudaStream_t st
     launch_sized<kType, T>(p, scratch, stream);
 }
 
+// The wgmma tile where it has two waves of blocks (one an SM): with fewer its large tile leaves SMs idle.
+constexpr int64_t kMinWgmmaWaves = 2;
+bool wgmma_fills_the_gpu(const Operands& p) {
+  static const int64_t num_sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  return num_tiles<Wgmma128x128>(p) >= kMinWgmmaWaves * num_sms;
+}
+
 template <DType kType>
 void launch_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
   if (p.num_rows <= 8)
@@ -546,7 +546,7 @@ void launch_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t
     launch_sized<kType, Tile64x64, Tile64x8>(p, scratch, stream);
   else if (p.num_rows <= 160)
     launch_sized<kType, Tile128x64, Tile64x64>(p, scratch, stream);
-  else if (wgmma_runs() && num_tiles<Wgmma128x128>(p) >= kMinWgmmaTiles)
+  else if (wgmma_runs() && wgmma_fills_the_gpu(p))
     launch_sized<kType, Wgmma128x128, Tile64x64Long>(p, scratch, stream);
   else if (p.order.num_slices == 1)
     launch_sized<kType, Tile128x128Unsliced, Tile64x64Long>(p, scratch, stream);
