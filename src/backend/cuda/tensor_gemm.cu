@@ -1,7 +1,10 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/tensor_gemm.h"
 
+#include <cudaTypedefs.h>
+
 #include <algorithm>
+#include <string>
 
 namespace jambo::backend::cuda {
 
@@ -25,8 +28,8 @@ struct Place {
 // A block's tile on mma.sync: kRows output rows of w (kWarpsM warps of kTilesM mma tiles of 16) by kTokens rows of x
 // (kWarpsN warps of kTilesN tiles of 8), its operands staged in shared memory kSteps k-steps at a time in a ring of
 // kStages. The kernel asks of a tile: its sizes, where chunk q (8 elements) of staged row r lies (`staged_offset`),
-// the products of a k-step, where each accumulator lies, and the waits its instruction needs (none here: mma.sync is
-// synchronous, so a stage may be refilled as soon as every warp is past it).
+// the products of a k-step, where each accumulator lies, and the waits its instruction needs before the
+// accumulators are read (none here: mma.sync is synchronous).
 template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kTilesN_, int kSteps_, int kStages_>
 struct Tile {
   static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_, kTilesM = kTilesM_, kTilesN = kTilesN_;
@@ -40,8 +43,6 @@ struct Tile {
   static constexpr int kStageElements = (kRows + kTokens) * kPitch;
   static constexpr int kInputsOffset = kRows * kPitch;  // x's rows follow w's in a stage
   static constexpr int kChunksPerRow = kDepth / 8;      // 16-byte copies
-  static constexpr int kAlignment = 16;
-  static constexpr int kRefillDistance = 1;  // the stage refilled is the one the block finished last
   static constexpr size_t kPipelineBytes = size_t(kStages) * kStageElements * sizeof(uint16_t);
   static_assert(kTilesN == 1 || kTilesN % 2 == 0, "B fragments are loaded two tiles at a time");
   using Accumulators = float[kTilesM][kTilesN][4];
@@ -52,9 +53,7 @@ struct Tile {
   template <typename F>
   __device__ static void for_each_accumulator(int64_t row0, int64_t token0, Accumulators& acc, Accumulators& totals,
                                               F&& f);
-  __device__ static void after_copies() {}
   __device__ static void begin_products(Accumulators&) {}
-  __device__ static void end_stage(Accumulators&) {}
   __device__ static void finish_products(Accumulators&) {}
 };
 
@@ -204,55 +203,103 @@ __device__ inline void Tile<kWarpsM, kWarpsN, kTilesM, kTilesN, kSteps, kStages>
           acc[i][j][q], totals[i][j][q]);
 }
 
-// d = a · b + (accumulate ? d : 0) for one k-step of wgmma m64n128k16 (fp32 accumulation), A (64 rows of w) and B (128 rows of x) in
-// shared memory, both K-major, by descriptor. An sm_90a instruction: other targets never launch the tiles using it.
-#define JAMBO_WGMMA_M64N128K16(TYPE) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" \
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-        : "l"(a), "l"(b), "r"(int(accumulate)))
-template <DType kType>
-__device__ inline void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b, bool accumulate) {
+// d = a · b + (accumulate ? d : 0) for one k-step of wgmma m64nNk16 (fp32 accumulation), A (64 rows of w) and B (N
+// rows of x) in shared memory, both K-major, by descriptor. An sm_90a instruction: other targets never launch the
+// tiles using it.
+#define JAMBO_WGMMA_REGISTERS_32                                                                                    \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31"
+#define JAMBO_WGMMA_REGISTERS_64                                                                                     \
+  JAMBO_WGMMA_REGISTERS_32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, " \
+                           "%49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define JAMBO_F8(i) \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define JAMBO_F32 JAMBO_F8(0), JAMBO_F8(8), JAMBO_F8(16), JAMBO_F8(24)
+#define JAMBO_F64 JAMBO_F32, JAMBO_F8(32), JAMBO_F8(40), JAMBO_F8(48), JAMBO_F8(56)
+// SHAPE and TYPE name the instruction; REGISTERS list D's operands, A B P the operand numbers after them.
+#define JAMBO_WGMMA(SHAPE, TYPE, REGISTERS, A, B, P, ...)                                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." \
+               TYPE " {" REGISTERS "}, " A ", " B ", p, 1, 1, 0, 0;\n}\n"                                          \
+               : __VA_ARGS__                                                                                     \
+               : "l"(a), "l"(b), "r"(int(accumulate)))
+template <DType kType, int kTokens>
+__device__ inline void wgmma_step(float (&d)[kTokens / 2], uint64_t a, uint64_t b, bool accumulate) {
+  static_assert(kTokens == 64 || kTokens == 128, "wgmma tiles of 64 or 128 rows of x");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (kType == DType::BF16)
-    JAMBO_WGMMA_M64N128K16("bf16");
+  if constexpr (kTokens == 128 && kType == DType::BF16)
+    JAMBO_WGMMA("m64n128k16", "bf16", JAMBO_WGMMA_REGISTERS_64, "%64", "%65", "%66", JAMBO_F64);
+  else if constexpr (kTokens == 128)
+    JAMBO_WGMMA("m64n128k16", "f16", JAMBO_WGMMA_REGISTERS_64, "%64", "%65", "%66", JAMBO_F64);
+  else if constexpr (kType == DType::BF16)
+    JAMBO_WGMMA("m64n64k16", "bf16", JAMBO_WGMMA_REGISTERS_32, "%32", "%33", "%34", JAMBO_F32);
   else
-    JAMBO_WGMMA_M64N128K16("f16");
+    JAMBO_WGMMA("m64n64k16", "f16", JAMBO_WGMMA_REGISTERS_32, "%32", "%33", "%34", JAMBO_F32);
 #else
   (void)d, (void)a, (void)b, (void)accumulate;
   __trap();
 #endif
 }
-#undef JAMBO_WGMMA_M64N128K16
+#undef JAMBO_WGMMA
+#undef JAMBO_F64
+#undef JAMBO_F32
+#undef JAMBO_F8
+#undef JAMBO_WGMMA_REGISTERS_64
+#undef JAMBO_WGMMA_REGISTERS_32
 
-__device__ inline void wgmma_fence() {
+// The sm_90a instructions of the wgmma tile and its pipeline; empty elsewhere, where it never runs.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#define JAMBO_SM90A(...) asm volatile(__VA_ARGS__)
+#else
+#define JAMBO_SM90A(...) (void)0
 #endif
-}
-__device__ inline void wgmma_commit() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
+__device__ inline void wgmma_fence() { JAMBO_SM90A("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ inline void wgmma_commit() { JAMBO_SM90A("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
 __device__ inline void wgmma_wait() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-#endif
+  JAMBO_SM90A("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
+// A warpgroup's registers a thread: fewer for the producer, more for the consumers (sm_90a's setmaxnreg).
+template <int kCount>
+__device__ inline void release_registers() {
+  JAMBO_SM90A("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kCount));
+}
+template <int kCount>
+__device__ inline void claim_registers() {
+  JAMBO_SM90A("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kCount));
+}
+
+// The mbarriers of the pipeline: a stage's `filled` completes a phase when its copies have landed, its `emptied`
+// when every consumer is done reading it.
+__device__ inline void barrier_init(uint64_t* barrier, int count) {
+  JAMBO_SM90A("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(count) : "memory");
+}
+__device__ inline void barrier_init_fence() { JAMBO_SM90A("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ inline void barrier_arrive(uint64_t* barrier) {
+  JAMBO_SM90A("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(barrier)) : "memory");
+}
+// The producer's arrival, announcing the bytes its copies will bring.
+__device__ inline void barrier_arrive_expecting(uint64_t* barrier, uint32_t bytes) {
+  JAMBO_SM90A("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(bytes)
+              : "memory");
+}
+// Returns once the barrier's phase of this parity has completed.
+__device__ inline void barrier_wait(uint64_t* barrier, uint32_t parity) {
+  JAMBO_SM90A(
+      "{\n.reg .pred done;\nwaiting:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra waiting;\n}\n" ::"r"(shared_address(barrier)),
+      "r"(parity)
+      : "memory");
+}
+// The box of a 2-D tensor map at (column, row) into shared memory by the TMA unit, its bytes counted on `barrier`.
+// Elements outside the tensor arrive as zeros.
+__device__ inline void copy_box(uint16_t* staged, const CUtensorMap* map, int column, int row, uint64_t* barrier) {
+  JAMBO_SM90A(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          shared_address(staged)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row), "r"(shared_address(barrier))
+      : "memory");
+}
+#undef JAMBO_SM90A
 
 // Keeps the compiler from moving an accumulator's reads and writes across the asynchronous products.
 template <int kCount>
@@ -261,27 +308,28 @@ __device__ inline void fence_accumulators(float (&values)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(values[i])::"memory");
 }
 
-// A block's tile on wgmma: 128 output rows of w (two warpgroups of 64) by 128 rows of x, staged kSteps = 4 k-steps
-// (one 128-byte row of each operand) at a time in a ring of kStages. A staged row's 16-byte chunk q lies at chunk
-// q ^ (row % 8) of its row, the 128-byte swizzle the instruction's descriptors name, in stages 1024-byte aligned.
-// The products run asynchronously: a stage is refilled only once the products of the stage after it have been
-// issued and its own have been waited for (kRefillDistance 2), and the accumulators are read only after a wait for
-// all of them. Cp.async writes shared memory through the generic proxy, so a fence orders them before the tensor
-// cores read.
-template <int kStages_>
+// A block's tile on wgmma: 128 output rows of w (two consumer warpgroups of 64) by kTokens rows of x, staged kSteps =
+// 4 k-steps (one 128-byte row of each operand) at a time in a ring of kStages, filled by the TMA unit on the orders
+// of a third, producer warpgroup. A staged row's 16-byte chunk q lies at chunk q ^ (row % 8) of its row: the TMA's
+// 128-byte swizzle, which the instruction's descriptors name, in stages 1024-byte aligned. The products run
+// asynchronously: a stage is handed back to the producer once the products of the stage after it have been issued
+// and its own waited for, and the accumulators are read only after a wait for all of them.
+template <int kTokens_, int kStages_>
 struct WgmmaTile {
-  static constexpr int kThreads = 256, kRows = 128, kTokens = 128, kSteps = 4, kStages = kStages_;
+  static constexpr int kConsumers = 256;                  // two warpgroups
+  static constexpr int kThreads = kConsumers + 128;       // and the producer's
+  static constexpr int kRows = 128, kTokens = kTokens_, kSteps = 4, kStages = kStages_;
   static constexpr int kDepth = kSteps * 16;
-  static constexpr int kChunksPerRow = kDepth / 8;
   static constexpr int kStageElements = (kRows + kTokens) * kDepth;
   static constexpr int kInputsOffset = kRows * kDepth;
+  static constexpr uint32_t kStageBytes = kStageElements * sizeof(uint16_t);
   static constexpr int kAlignment = 1024;
-  static constexpr int kRefillDistance = 2;
-  static constexpr size_t kPipelineBytes = size_t(kStages) * kStageElements * sizeof(uint16_t) + kAlignment;
+  static constexpr size_t kPipelineBytes = size_t(kStages) * kStageBytes + kAlignment;
   static_assert(kDepth * sizeof(uint16_t) == 128, "a staged row is one row of the 128-byte swizzle");
   using Accumulators = float[kTokens / 2];
 
-  __device__ static int staged_offset(int row, int chunk) { return row * kDepth + (chunk ^ (row % 8)) * 8; }
+  // The thread's rank among the consumers.
+  __device__ static int consumer() { return int(threadIdx.x) - 128; }
 
   // A K-major operand at `rows` (1024-byte aligned, plus k-step j's 32 bytes) with the 128-byte swizzle: 8-row
   // groups 1024 bytes apart.
@@ -294,9 +342,9 @@ struct WgmmaTile {
   // them while products are in flight would make the compiler serialize every wgmma.
   template <DType kType>
   __device__ static void multiply_step(const uint16_t* stage, int j, bool fresh, Accumulators& acc) {
-    const int warpgroup = int(threadIdx.x) / 128;
-    wgmma_m64n128k16<kType>(acc, descriptor(stage + warpgroup * 64 * kDepth + j * 16),
-                            descriptor(stage + kInputsOffset + j * 16), !fresh);
+    const int warpgroup = consumer() / 128;
+    wgmma_step<kType, kTokens>(acc, descriptor(stage + warpgroup * 64 * kDepth + j * 16),
+                               descriptor(stage + kInputsOffset + j * 16), !fresh);
   }
 
   // wgmma's D fragment: warp w of a warpgroup holds its rows 16w + l/4 and + 8, in each n-block of 8 the columns
@@ -304,7 +352,7 @@ struct WgmmaTile {
   template <typename F>
   __device__ static void for_each_accumulator(int64_t row0, int64_t token0, Accumulators& acc, Accumulators& totals,
                                               F&& f) {
-    const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+    const int warp = consumer() / kWarpSize, lane = consumer() % kWarpSize;
 #pragma unroll
     for (int i = 0; i < kTokens / 2; ++i)
       f(Place{row0 + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + ((i % 4) / 2) * 8,
@@ -312,11 +360,11 @@ struct WgmmaTile {
         acc[i], totals[i]);
   }
 
-  __device__ static void after_copies() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
   __device__ static void begin_products(Accumulators& acc) {
     fence_accumulators(acc);
     wgmma_fence();
   }
+  // After a stage's products are issued: all but these are done.
   __device__ static void end_stage(Accumulators& acc) {
     wgmma_commit();
     wgmma_wait<1>();
@@ -329,102 +377,226 @@ struct WgmmaTile {
   }
 };
 
-// One launch of the GEMM. A launch of one block per (tile, slice) (gridDim.z = the slices) sums one slice per block
-// into the partials, and the last of a tile's blocks adds them up in slice order. Any other launch walks all of K per
-// block, adding each slice's sum to running totals (kKeepsTotals: in registers, beside the accumulators) as it ends.
-template <DType kType, typename T, bool kWholeCopies, bool kKeepsTotals>
-__global__ void __launch_bounds__(T::kThreads, 1) tensor_gemm_kernel(const Operands p) {
-  extern __shared__ __align__(16) unsigned char shared[];
-  uint16_t* ring = reinterpret_cast<uint16_t*>(
-      shared + (T::kAlignment - shared_address(shared) % T::kAlignment) % T::kAlignment);
-  let_next_kernel_start();
-  const int64_t row0 = int64_t(blockIdx.x) * T::kRows, token0 = int64_t(blockIdx.y) * T::kTokens;
+// The k-steps a block sums: all of K, or in a launch of a block per slice (gridDim.z > 1) slice blockIdx.z.
+struct StepRange {
+  int64_t first_step, end_step;
+  int64_t k_end;       // the end of the columns summed
+  int64_t num_stages;  // of the tile's kSteps
+};
+template <typename T>
+__device__ StepRange step_range(const Operands& p) {
+  StepRange r;
   const bool sliced = gridDim.z > 1;
-  const int64_t slice_steps = p.order.slice_steps;
-  const int64_t first_step = sliced ? int64_t(blockIdx.z) * slice_steps : 0;
-  const int64_t end_step = sliced ? min(first_step + slice_steps, p.order.num_steps) : p.order.num_steps;
-  const int64_t k_end = min(end_step * 16, p.k);
-  const int64_t num_stages = (end_step - first_step + T::kSteps - 1) / T::kSteps;
-  const auto k0_of = [&](int64_t stage) { return (first_step + stage * T::kSteps) * 16; };
-  constexpr int kAhead = T::kStages - T::kRefillDistance;  // stages in flight when the block starts a stage
+  r.first_step = sliced ? int64_t(blockIdx.z) * p.order.slice_steps : 0;
+  r.end_step = sliced ? min(r.first_step + p.order.slice_steps, p.order.num_steps) : p.order.num_steps;
+  r.k_end = min(r.end_step * 16, p.k);
+  r.num_stages = (r.end_step - r.first_step + T::kSteps - 1) / T::kSteps;
+  return r;
+}
 
-  // The weights are no kernel's output: the first stages' are in flight before the wait (device_math.cuh), and the
-  // first commit group holds them all with the first stage's x, so stage s is in once group s is.
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s)
-    if (s < num_stages) load_weights<T, kWholeCopies>(p, ring + s * T::kStageElements, row0, k0_of(s), k_end);
-  wait_for_previous_kernel();  // x is the previous kernel's output
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    if (s < num_stages) load_inputs<T, kWholeCopies>(p, ring + s * T::kStageElements, token0, k0_of(s), k_end);
-    commit_copies();
-  }
-
+// A thread's sums as the block walks its k-steps: the current slice's in acc, and with kKeepsTotals those of the
+// slices before it added up in totals.
+template <typename T>
+struct Sums {
   typename T::Accumulators acc = {}, totals = {};
-  int64_t steps_left_in_slice = slice_steps;  // a counter, not a division per k-step
-  bool fresh = false;                         // the next step starts a slice (acc then holds the last one's sum)
-  for (int64_t stage = 0; stage < num_stages; ++stage) {
-    wait_for_copies<kAhead - 1>();
-    T::after_copies();
-    __syncthreads();  // the stage is in, and every warp is done with the buffer refilled next
-    const int64_t next = stage + kAhead;
-    if (next < num_stages) {
-      uint16_t* refilled = ring + (next % T::kStages) * T::kStageElements;
-      load_weights<T, kWholeCopies>(p, refilled, row0, k0_of(next), k_end);
-      load_inputs<T, kWholeCopies>(p, refilled, token0, k0_of(next), k_end);
-    }
-    commit_copies();
-    const uint16_t* staged = ring + (stage % T::kStages) * T::kStageElements;
-    T::begin_products(acc);
+  int64_t steps_left_in_slice = 0;  // a counter, not a division per k-step
+  bool fresh = false;               // the next step starts a slice (acc then holds the last one's sum)
+};
+
+// The k-steps of the stage staged at `staged`, from step `step0` on: where a slice ends before the block's last step,
+// its sum joins the totals (0 + slice 0, then + slice 1, ...).
+template <DType kType, typename T, bool kKeepsTotals>
+__device__ inline void multiply_stage(const uint16_t* staged, int64_t step0, const StepRange& range,
+                                      int64_t slice_steps, int64_t row0, int64_t token0, Sums<T>& sums) {
+  T::begin_products(sums.acc);
 #pragma unroll
-    for (int j = 0; j < T::kSteps; ++j) {
-      const int64_t step = first_step + stage * T::kSteps + j;
-      if (step >= end_step) break;
-      T::template multiply_step<kType>(staged, j, fresh, acc);
-      fresh = false;
-      // A slice ends before the last step: its sum joins the totals (0 + slice 0, then + slice 1, ...).
-      if constexpr (kKeepsTotals) {
-        if (--steps_left_in_slice == 0 && step + 1 < end_step) {
-          T::finish_products(acc);
-          T::for_each_accumulator(row0, token0, acc, totals,
-                                  [&](Place, float& sum, float& total) { total = __fadd_rn(total, sum); });
-          T::begin_products(acc);
-          fresh = true;
-          steps_left_in_slice = slice_steps;
-        }
+  for (int j = 0; j < T::kSteps; ++j) {
+    const int64_t step = step0 + j;
+    if (step >= range.end_step) break;
+    T::template multiply_step<kType>(staged, j, sums.fresh, sums.acc);
+    sums.fresh = false;
+    if constexpr (kKeepsTotals) {
+      if (--sums.steps_left_in_slice == 0 && step + 1 < range.end_step) {
+        T::finish_products(sums.acc);
+        T::for_each_accumulator(row0, token0, sums.acc, sums.totals,
+                                [&](Place, float& sum, float& total) { total = __fadd_rn(total, sum); });
+        T::begin_products(sums.acc);
+        sums.fresh = true;
+        sums.steps_left_in_slice = slice_steps;
       }
     }
-    T::end_stage(acc);
   }
-  T::finish_products(acc);
+}
 
-  if (!sliced) {
-    T::for_each_accumulator(row0, token0, acc, totals, [&](Place at, float& sum, float& total) {
+// The block's sums into y: at once, or in a launch of a block per slice into the partials, where the last of a
+// tile's blocks adds the slices' partial sums in slice order. `thread` is the caller's rank among the kThreads
+// (kConsumers) threads that hold sums, and `sync` their barrier.
+template <typename T, typename Sync>
+__device__ void store_sums(const Operands& p, int64_t row0, int64_t token0, int64_t tile, int thread, Sums<T>& sums,
+                           Sync&& sync) {
+  if (gridDim.z == 1) {
+    T::for_each_accumulator(row0, token0, sums.acc, sums.totals, [&](Place at, float& sum, float& total) {
       if (at.output < p.n && at.token < p.num_rows) p.y[device_offset(at.token, p.n) + at.output] = __fadd_rn(total, sum);
     });
     return;
   }
   const int64_t slice_size = device_offset(p.num_rows, p.n);
   float* partial = p.partials + device_offset(blockIdx.z, slice_size);
-  T::for_each_accumulator(row0, token0, acc, totals, [&](Place at, float& sum, float&) {
+  T::for_each_accumulator(row0, token0, sums.acc, sums.totals, [&](Place at, float& sum, float&) {
     if (at.output < p.n && at.token < p.num_rows) partial[device_offset(at.token, p.n) + at.output] = sum;
   });
   __threadfence();  // the partials reach every block before the count says they are there
-  __syncthreads();
+  sync();
   __shared__ bool adds_up;
-  uint32_t& arrivals = p.arrivals[blockIdx.y * gridDim.x + blockIdx.x];
-  if (threadIdx.x == 0) adds_up = atomicAdd(&arrivals, 1u) == gridDim.z - 1;
-  __syncthreads();
+  uint32_t& arrivals = p.arrivals[tile];
+  if (thread == 0) adds_up = atomicAdd(&arrivals, 1u) == gridDim.z - 1;
+  sync();
   if (!adds_up) return;
   __threadfence();
-  T::for_each_accumulator(row0, token0, acc, totals, [&](Place at, float&, float&) {
+  T::for_each_accumulator(row0, token0, sums.acc, sums.totals, [&](Place at, float&, float&) {
     if (at.output >= p.n || at.token >= p.num_rows) return;
     const int64_t offset = device_offset(at.token, p.n) + at.output;
     float total = 0.0f;
     for (unsigned s = 0; s < gridDim.z; ++s) total = __fadd_rn(total, __ldcg(p.partials + s * slice_size + offset));
     p.y[offset] = total;
   });
-  if (threadIdx.x == 0) arrivals = 0;  // ready for the next launch
+  if (thread == 0) arrivals = 0;  // ready for the next launch
+}
+
+// One launch of the GEMM on mma.sync tiles, every thread copying and multiplying. A launch of one block per (tile,
+// slice) (gridDim.z = the slices) sums one slice per block into the partials (store_sums). Any other launch walks all
+// of K per block, adding each slice's sum to running totals (kKeepsTotals: in registers, beside the accumulators) as
+// it ends.
+template <DType kType, typename T, bool kWholeCopies, bool kKeepsTotals>
+__global__ void __launch_bounds__(T::kThreads, 1) tensor_gemm_kernel(const Operands p) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  uint16_t* ring = reinterpret_cast<uint16_t*>(shared);
+  let_next_kernel_start();
+  const int64_t row0 = int64_t(blockIdx.x) * T::kRows, token0 = int64_t(blockIdx.y) * T::kTokens;
+  const StepRange range = step_range<T>(p);
+  const auto k0_of = [&](int64_t stage) { return (range.first_step + stage * T::kSteps) * 16; };
+  constexpr int kAhead = T::kStages - 1;  // stages in flight when the block starts a stage
+
+  // The weights are no kernel's output: the first stages' are in flight before the wait (device_math.cuh), and the
+  // first commit group holds them all with the first stage's x, so stage s is in once group s is.
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s)
+    if (s < range.num_stages)
+      load_weights<T, kWholeCopies>(p, ring + s * T::kStageElements, row0, k0_of(s), range.k_end);
+  wait_for_previous_kernel();  // x is the previous kernel's output
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < range.num_stages)
+      load_inputs<T, kWholeCopies>(p, ring + s * T::kStageElements, token0, k0_of(s), range.k_end);
+    commit_copies();
+  }
+
+  Sums<T> sums;
+  sums.steps_left_in_slice = p.order.slice_steps;
+  for (int64_t stage = 0; stage < range.num_stages; ++stage) {
+    wait_for_copies<kAhead - 1>();
+    __syncthreads();  // the stage is in, and every warp is done with the buffer refilled next
+    const int64_t next = stage + kAhead;
+    if (next < range.num_stages) {
+      uint16_t* refilled = ring + (next % T::kStages) * T::kStageElements;
+      load_weights<T, kWholeCopies>(p, refilled, row0, k0_of(next), range.k_end);
+      load_inputs<T, kWholeCopies>(p, refilled, token0, k0_of(next), range.k_end);
+    }
+    commit_copies();
+    multiply_stage<kType, T, kKeepsTotals>(ring + (stage % T::kStages) * T::kStageElements,
+                                           range.first_step + stage * T::kSteps, range, p.order.slice_steps, row0,
+                                           token0, sums);
+  }
+  store_sums<T>(p, row0, token0, int64_t(blockIdx.y) * gridDim.x + blockIdx.x, int(threadIdx.x), sums,
+                [] { __syncthreads(); });
+}
+
+// The wgmma launch's operands: w and x also as TMA tensor maps, [n, k] and [num_rows, k] in boxes of 64 columns by
+// the tile's rows.
+struct TmaOperands {
+  CUtensorMap w_map;
+  CUtensorMap x_map;
+  Operands p;
+};
+
+// The producer's one thread: stage after stage, once the consumers have handed its buffer back, a box of w and one of
+// x into it. The first stages' weights go before the wait for the kernel ahead (they are no kernel's output).
+template <typename T>
+__device__ void produce_stages(const TmaOperands& t, const StepRange& range, int64_t row0, int64_t token0,
+                               uint16_t* ring, uint64_t* filled, uint64_t* emptied) {
+  const auto k0_of = [&](int64_t stage) { return int((range.first_step + stage * T::kSteps) * 16); };
+  const int64_t num_first = min(int64_t(T::kStages), range.num_stages);
+  for (int64_t s = 0; s < num_first; ++s) {
+    barrier_arrive_expecting(&filled[s], T::kStageBytes);
+    copy_box(ring + s * T::kStageElements, &t.w_map, k0_of(s), int(row0), &filled[s]);
+  }
+  wait_for_previous_kernel();  // x is the previous kernel's output
+  for (int64_t s = 0; s < num_first; ++s)
+    copy_box(ring + s * T::kStageElements + T::kInputsOffset, &t.x_map, k0_of(s), int(token0), &filled[s]);
+  for (int64_t s = T::kStages; s < range.num_stages; ++s) {
+    const int64_t slot = s % T::kStages;
+    barrier_wait(&emptied[slot], uint32_t(s / T::kStages - 1) & 1);
+    barrier_arrive_expecting(&filled[slot], T::kStageBytes);
+    copy_box(ring + slot * T::kStageElements, &t.w_map, k0_of(s), int(row0), &filled[slot]);
+    copy_box(ring + slot * T::kStageElements + T::kInputsOffset, &t.x_map, k0_of(s), int(token0), &filled[slot]);
+  }
+}
+
+// The tile of block b in an order that keeps a wave's tiles near each other: kGroupTokenTiles tiles of x side by
+// side, walked along N, so that a wave of blocks reads a few tiles of x and a part of w from L2 rather than all of w
+// for one tile of x.
+constexpr int64_t kGroupTokenTiles = 8;
+struct TileIndex {
+  int64_t output_tile, token_tile;
+};
+__device__ inline TileIndex grouped_tile(int64_t block, int64_t num_output_tiles, int64_t num_token_tiles) {
+  const int64_t group_blocks = kGroupTokenTiles * num_output_tiles;
+  const int64_t first_token_tile = block / group_blocks * kGroupTokenTiles;
+  const int64_t group_width = min(num_token_tiles - first_token_tile, kGroupTokenTiles);
+  const int64_t in_group = block % group_blocks;
+  return {in_group / group_width, first_token_tile + in_group % group_width};
+}
+
+// One launch of the GEMM on the wgmma tile: the producer warpgroup's one thread keeps the ring full through the TMA
+// unit while the two consumer warpgroups multiply, their sums as in tensor_gemm_kernel.
+template <DType kType, typename T, bool kKeepsTotals>
+__global__ void __launch_bounds__(T::kThreads, 1) wgmma_gemm_kernel(const __grid_constant__ TmaOperands t) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  uint16_t* ring = reinterpret_cast<uint16_t*>(
+      shared + (T::kAlignment - shared_address(shared) % T::kAlignment) % T::kAlignment);
+  __shared__ uint64_t filled[T::kStages], emptied[T::kStages];
+  let_next_kernel_start();
+  const Operands& p = t.p;
+  const TileIndex tile = grouped_tile(int64_t(blockIdx.y) * gridDim.x + blockIdx.x, gridDim.x, gridDim.y);
+  const int64_t row0 = tile.output_tile * T::kRows, token0 = tile.token_tile * T::kTokens;
+  const StepRange range = step_range<T>(p);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < T::kStages; ++s) {
+      barrier_init(&filled[s], 1);
+      barrier_init(&emptied[s], T::kConsumers);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x < T::kThreads - T::kConsumers) {
+    release_registers<40>();
+    if (threadIdx.x == 0) produce_stages<T>(t, range, row0, token0, ring, filled, emptied);
+    return;
+  }
+  claim_registers<232>();
+  Sums<T> sums;
+  sums.steps_left_in_slice = p.order.slice_steps;
+  for (int64_t stage = 0; stage < range.num_stages; ++stage) {
+    barrier_wait(&filled[stage % T::kStages], uint32_t(stage / T::kStages) & 1);
+    multiply_stage<kType, T, kKeepsTotals>(ring + (stage % T::kStages) * T::kStageElements,
+                                           range.first_step + stage * T::kSteps, range, p.order.slice_steps, row0,
+                                           token0, sums);
+    T::end_stage(sums.acc);
+    if (stage > 0) barrier_arrive(&emptied[(stage - 1) % T::kStages]);
+  }
+  T::finish_products(sums.acc);
+  store_sums<T>(p, row0, token0, tile.token_tile * gridDim.x + tile.output_tile, T::consumer(), sums,
+                [] { asm volatile("bar.sync 1, %0;\n" ::"n"(T::kConsumers) : "memory"); });
 }
 
 // The tiles (outputs of w x rows of x), chosen by rows of x from a sweep of tile shapes over the 3B model's GEMMs
@@ -439,7 +611,8 @@ using Tile128x128 = Tile<2, 4, 4, 4, 4, 3>;    // 8 warps of 64 x 32
 // 4 warps of 64 x 64, for weights of one slice only: with the running totals beside them, a warp's 128
 // accumulators would not fit in its registers.
 using Tile128x128Unsliced = Tile<2, 2, 4, 8, 4, 3>;
-using Wgmma128x128 = WgmmaTile<5>;
+using Wgmma128x128 = WgmmaTile<128, 6>;
+using Wgmma128x64 = WgmmaTile<64, 8>;
 constexpr int64_t kMinTile128x128Rows = 512;
 
 // wgmma is built where the CUDA architectures include sm_90a (CMakeLists.txt), and runs on compute capability 9.0.
@@ -451,6 +624,57 @@ bool wgmma_runs() {
 #else
   return false;
 #endif
+}
+
+bool aligned_16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+// A [num_rows, k] operand as a TMA tensor map: boxes of 64 columns (128 bytes, the swizzle's row) by box_rows rows,
+// zeros outside. The encoder is the driver's, reached through the runtime so that nothing links libcuda.
+CUtensorMap tensor_map(const uint16_t* base, int64_t num_rows, int64_t k, int box_rows) {
+  static const auto encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    JAMBO_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault,
+                                                      &found));
+    require(found == cudaDriverEntryPointSuccess && function != nullptr,
+            "the CUDA driver has no cuTensorMapEncodeTiled (the wgmma GEMM needs a driver for CUDA 12 or later)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }();
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(num_rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(k) * sizeof(uint16_t)};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult status =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<uint16_t*>(base), dims, strides, box,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  require(status == CUDA_SUCCESS, "cuTensorMapEncodeTiled refused a [" + std::to_string(num_rows) + ", " +
+                                      std::to_string(k) + "] operand (error " + std::to_string(int(status)) +
+                                      "; please report this)");
+  return map;
+}
+
+template <DType kType, typename T, bool kKeepsTotals>
+void launch_wgmma(const TmaOperands& t, dim3 grid, cudaStream_t stream) {
+  static const bool configured = [] {
+    JAMBO_CUDA_CHECK(cudaFuncSetAttribute(wgmma_gemm_kernel<kType, T, kKeepsTotals>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kPipelineBytes)));
+    return true;
+  }();
+  (void)configured;
+  launch_early(wgmma_gemm_kernel<kType, T, kKeepsTotals>, grid, dim3(T::kThreads), T::kPipelineBytes, stream, t);
+}
+
+// A block per tile, each walking all of K.
+template <DType kType, typename T>
+void launch_wgmma_tiles(const Operands& p, cudaStream_t stream) {
+  const TmaOperands t{tensor_map(p.w, p.n, p.k, T::kRows), tensor_map(p.x, p.num_rows, p.k, T::kTokens), p};
+  const dim3 grid(num_blocks_for(p.n, T::kRows), num_blocks_for(p.num_rows, T::kTokens));
+  if (p.order.num_slices > 1)
+    launch_wgmma<kType, T, true>(t, grid, stream);
+  else
+    launch_wgmma<kType, T, false>(t, grid, stream);
 }
 
 template <DType kType, typename T, bool kWholeCopies, bool kKeepsTotals>
@@ -468,8 +692,7 @@ void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
 // Rows staged by cp.async where they allow it; running totals where a block walks several slices.
 template <DType kType, typename T>
 void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
-  const auto aligned = [](const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; };
-  const bool whole_copies = p.k % 8 == 0 && aligned(p.w) && aligned(p.x);
+  const bool whole_copies = p.k % 8 == 0 && aligned_16(p.w) && aligned_16(p.x);
   const bool keeps_totals = grid.z == 1 && p.order.num_slices > 1;
   if (whole_copies && keeps_totals)
     launch<kType, T, true, true>(p, grid, stream);
@@ -529,11 +752,14 @@ void launch_sized(const Operands& p, TensorGemmScratch& scratch, cudaStream_t st
     launch_sized<kType, T>(p, scratch, stream);
 }
 
-// The wgmma tile where it has two waves of blocks (one an SM): with fewer its large tile leaves SMs idle.
+// A wgmma tile where the TMA unit can read the operands (rows 16-byte aligned: K a multiple of 8) and its tiles make
+// two waves of blocks (one an SM) with kMinOutputTiles along N: with fewer, a large tile leaves SMs idle.
 constexpr int64_t kMinWgmmaWaves = 2;
-bool wgmma_fills_the_gpu(const Operands& p) {
+template <typename T>
+bool wgmma_fits(const Operands& p) {
   static const int64_t num_sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  return num_tiles<Wgmma128x128>(p) >= kMinWgmmaWaves * num_sms;
+  return wgmma_runs() && p.k % 8 == 0 && aligned_16(p.w) && aligned_16(p.x) &&
+         num_tiles<T>(p) >= kMinWgmmaWaves * num_sms && num_blocks_for(p.n, T::kRows) >= kMinOutputTiles;
 }
 
 template <DType kType>
@@ -546,8 +772,10 @@ void launch_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t
     launch_sized<kType, Tile64x64, Tile64x8>(p, scratch, stream);
   else if (p.num_rows <= 160)
     launch_sized<kType, Tile128x64, Tile64x64>(p, scratch, stream);
-  else if (wgmma_runs() && wgmma_fills_the_gpu(p))
-    launch_sized<kType, Wgmma128x128, Tile64x64Long>(p, scratch, stream);
+  else if (wgmma_fits<Wgmma128x128>(p))
+    launch_wgmma_tiles<kType, Wgmma128x128>(p, stream);
+  else if (wgmma_fits<Wgmma128x64>(p))
+    launch_wgmma_tiles<kType, Wgmma128x64>(p, stream);
   else if (p.order.num_slices == 1)
     launch_sized<kType, Tile128x128Unsliced, Tile64x64Long>(p, scratch, stream);
   else if (p.num_rows < kMinTile128x128Rows)
