@@ -156,7 +156,7 @@ int run_batch(BatchOptions& options) {
       num_generated += int64_t(sample.ids.size());
       const auto done = written.find(sample.id);
       if (done == written.end() || !done->second.count(sample.sample))
-        out << sample_to_json(sample).dump() << '\n' << std::flush;
+        out << sample_to_json(sample, engine::describe(engine_options.backend)).dump() << '\n' << std::flush;
       if (--samples_left[sample.id] == 0) progress.request_done();
     }
     progress.update(num_generated);

@@ -15,12 +15,20 @@ namespace {
 struct CompareCommandOptions {
   ModelOptions model;
   std::string input_path;
-  double threshold = forensics::kDefaultCompareThreshold;
+  std::optional<double> threshold;  // resolve_threshold's default where not given
   forensics::ReferenceOptions reference;
   std::string summary_path;
   std::string report_path;
   bool allow_skipped = false;
 };
+
+// The backend every sample names, or nullopt where one does not or they differ.
+std::optional<std::string> samples_backend(const forensics::SampleFile& file) {
+  std::optional<std::string> backend = file.samples.front().backend;
+  for (const forensics::Sample& sample : file.samples)
+    if (sample.backend != backend) return std::nullopt;
+  return backend;
+}
 
 // Returns the exit status: kFlaggedExitCode when a sample is flagged, else skipped_lines_exit_code.
 int run_compare(const CompareCommandOptions& options) {
@@ -34,9 +42,10 @@ int run_compare(const CompareCommandOptions& options) {
   JAMBO_REQUIRE(!samples.samples.empty(), "{}: no sample to compare ({} malformed lines skipped)", options.input_path,
                 samples.malformed_lines.size());
 
+  const double threshold = resolve_threshold(options.threshold, samples_backend(samples), options.reference);
   ProgressLine progress("compare", "samples", isatty(STDERR_FILENO));
   const forensics::CompareSummary summary =
-      compare_samples(model, std::move(samples), options.threshold, options.reference,
+      compare_samples(model, std::move(samples), threshold, options.reference,
                       [&progress](int64_t done, int64_t total) { progress.update(done, total); });
   const std::string summary_text = summary_json(summary).dump(2) + "\n";
   if (options.summary_path.empty()) {
@@ -67,9 +76,10 @@ void add_compare_command(CLI::App& app) {
   command
       ->add_option("--threshold", options->threshold,
                    "flag a sample when a generated token's |Δ logprob| exceeds this (0: any difference; jambo's CPU "
-                   "backend matches its reference bitwise, fp32 engines differ by ~1e-4, state bugs by 1e-1 and more)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+                   "backend matches its reference bitwise, fp32 engines differ by ~1e-4, state bugs by 1e-1 and more; "
+                   "default: 0 where every sample names the reference's own bitwise-invariant backend, as jambo "
+                   "batch's output does, else 1e-3)")
+      ->check(CLI::NonNegativeNumber);
   add_reference_flags(*command, options->reference, /*prefix=*/"", /*defaults_from_engine=*/false);
   command->add_option("--summary", options->summary_path, "write the JSON summary to this file (default: stdout)");
   command->add_option("--report", options->report_path, "write a self-contained HTML report to this file");

@@ -40,7 +40,8 @@ void write_outputs(const StressOptions& options, const forensics::StressResult& 
   if (!options.output_path.empty()) {
     std::ofstream out(options.output_path);
     JAMBO_REQUIRE(out, "cannot write output file '{}'", options.output_path);
-    for (const engine::SampleOutput& sample : result.samples) out << sample_to_json(sample).dump() << '\n';
+    for (const engine::SampleOutput& sample : result.samples)
+      out << sample_to_json(sample, engine::describe(options.engine.options.backend)).dump() << '\n';
   }
   if (!options.summary_path.empty()) {
     std::ofstream out(options.summary_path);
@@ -170,9 +171,12 @@ void add_stress_command(CLI::App& app) {
       ->check(CLI::Range(1e-3, 1e6))
       ->capture_default_str();
   command->add_option("--seed", workload.seed, "seed of the workload")->capture_default_str();
-  command->add_option("--threshold", options->threshold, "flag a sample whose |dlogprob| exceeds this")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  command
+      ->add_option("--threshold", options->threshold,
+                   "flag a sample whose |dlogprob| exceeds this (default: 0 where the engine and its reference are "
+                   "one bitwise-invariant backend, the CPU or CUDA's 16-bit weights on --cuda-gemm invariant, "
+                   "else 1e-3)")
+      ->check(CLI::NonNegativeNumber);
   command
       ->add_option("--budget-slots", options->num_budget_slots,
                    "with --memory-budget tight: the state slots it holds (default 2 max-n + 4)")
@@ -208,6 +212,9 @@ void add_stress_command(CLI::App& app) {
     if (command->count("--reference-backend") == 0) options->reference.backend = engine_backend.kind;
     if (command->count("--reference-cuda-weights") == 0) options->reference.cuda_weights = engine_backend.cuda_weights;
     if (command->count("--reference-cuda-gemm") == 0) options->reference.cuda_gemm = engine_backend.cuda_gemm;
+    options->threshold = resolve_threshold(
+        command->count("--threshold") > 0 ? std::optional<double>(options->threshold) : std::nullopt,
+        engine::describe(engine_backend), options->reference, engine_backend);
     if (const int status = run_stress_command(*options); status != 0) throw ExitStatus{status};
   });
 }

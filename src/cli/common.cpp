@@ -2,6 +2,7 @@
 
 #include "engine/backend_factory.h"
 #include "engine/memory_budget.h"
+#include "forensics/compare.h"
 #include "forensics/sequence_runner.h"
 #include "forensics/reference_scorer.h"
 #include "model/safetensors.h"
@@ -145,6 +146,27 @@ SingleSequenceBackend make_single_sequence_backend(const model::Model& model, in
   backend::CacheConfig cache = forensics::single_sequence_cache(max_tokens);
   cache.state_dtype = choice.state_dtype;
   return {make_backend(choice.kind, model, cache, choice.cuda_weights, choice.cuda_gemm), cache};
+}
+
+double resolve_threshold(std::optional<double> given, const std::optional<std::string>& samples_backend,
+                         const forensics::ReferenceOptions& reference,
+                         const std::optional<engine::BackendChoice>& engine) {
+  const engine::BackendChoice reference_choice{reference.backend, reference.cuda_weights, reference.cuda_gemm,
+                                               DType::F32};  // the reference keeps an fp32 state
+  const std::optional<std::string> reference_reason = engine::why_not_bitwise(reference_choice);
+  if (!given) {
+    const bool own = samples_backend && *samples_backend == engine::describe(reference_choice);
+    return own && !reference_reason ? 0.0 : forensics::kDefaultCompareThreshold;
+  }
+  if (*given == 0.0) {
+    if (reference_reason)
+      throw UsageError(fmt::format("--threshold 0 asks the reference for its logprobs bit for bit, but it runs on {}: {}",
+                                   engine::describe(reference_choice), *reference_reason));
+    if (engine && engine::why_not_bitwise(*engine))
+      throw UsageError(fmt::format("--threshold 0 asks the engine for its logprobs bit for bit, but it runs on {}: {}",
+                                   engine::describe(*engine), *engine::why_not_bitwise(*engine)));
+  }
+  return *given;
 }
 
 void add_reference_flags(CLI::App& command, forensics::ReferenceOptions& reference, const std::string& prefix,

@@ -98,6 +98,14 @@ void add_serve_command(CLI::App& app);
 void add_reference_flags(CLI::App& command, forensics::ReferenceOptions& reference, const std::string& prefix,
                          bool defaults_from_engine);
 
+// The threshold of compare and stress, given (`given`) or not: by default 0 where the samples come from the
+// reference's own backend choice (`samples_backend`, in engine::describe's words; nullopt where they do not say) and
+// that choice is bitwise-invariant (engine::why_not_bitwise), else forensics::kDefaultCompareThreshold. A threshold of
+// 0 given for a reference that cannot be bitwise, or samples from an engine that cannot, is a UsageError saying why.
+double resolve_threshold(std::optional<double> given, const std::optional<std::string>& samples_backend,
+                         const forensics::ReferenceOptions& reference,
+                         const std::optional<engine::BackendChoice>& engine = std::nullopt);
+
 // The request flags of generate and batch, bound to the fields of one request: --max-tokens, --temperature, --top-k,
 // --top-p, --min-p, --seed, --stop, --ignore-eos (--logprobs is each command's: they print logprobs differently).
 void add_request_flags(CLI::App& command, engine::RequestSpec& request);

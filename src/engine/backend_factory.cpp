@@ -46,6 +46,26 @@ std::string_view name(CudaWeights weights) { return name_of(kCudaWeightNames, we
 std::string_view name(CudaGemm gemm) { return name_of(kCudaGemmNames, gemm); }
 std::string_view state_dtype_name(DType dtype) { return name_of(kStateDTypeNames, dtype); }
 
+std::string describe(const BackendChoice& choice) {
+  const std::string state = fmt::format("{} state", state_dtype_name(choice.state_dtype));
+  if (choice.kind == BackendKind::Cpu) return fmt::format("{} ({})", name(choice.kind), state);
+  return fmt::format("{} ({} weights, {} GEMMs, {})", name(choice.kind), name(choice.cuda_weights),
+                     name(choice.cuda_gemm), state);
+}
+
+std::optional<std::string> why_not_bitwise(const BackendChoice& choice) {
+  if (choice.state_dtype != DType::F32)
+    return fmt::format("a {} state is rounded at every chunk boundary, which a one-shot prefill does not have",
+                       state_dtype_name(choice.state_dtype));
+  if (choice.kind == BackendKind::Cpu) return std::nullopt;
+  if (choice.cuda_weights == CudaWeights::F32)
+    return std::string("the CUDA backend's f32 weights run on cuBLAS, whose sums are ordered by the step's row count");
+  if (choice.cuda_gemm == CudaGemm::Cublas)
+    return std::string(
+        "--cuda-gemm cublas orders its sums by the step's row count (--cuda-gemm invariant does not)");
+  return std::nullopt;
+}
+
 std::vector<BackendKind> available_backends() {
 #ifdef JAMBO_WITH_CUDA
   return {BackendKind::Cpu, BackendKind::Cuda};

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,16 @@ struct BackendChoice {
   CudaGemm cuda_gemm = CudaGemm::Cublas;
   DType state_dtype = DType::F32;
 };
+
+// The choice in words, as output lines name the backend that made them: "cpu (f32 state)",
+// "cuda (bf16 weights, invariant GEMMs, f32 state)". The CPU backend's words leave out what it ignores.
+std::string describe(const BackendChoice& choice);
+
+// Why the choice's logprobs may differ from its own reference path's (a one-shot prefill of each sequence alone),
+// or nothing where they cannot: the choice is then batch-, chunk- and phase-invariant (docs/DESIGN.md), its forensics
+// hold it to a threshold of 0. That is the CPU backend, and the CUDA backend's 16-bit weights on the invariant GEMMs,
+// each with an fp32 state.
+std::optional<std::string> why_not_bitwise(const BackendChoice& choice);
 
 // The flags' spellings: "cpu", "cuda"; "f32", "bf16", "f16"; "cublas", "invariant"; "f32", "bf16".
 std::string_view name(BackendKind kind);

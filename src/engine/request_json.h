@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string_view>
+
 namespace jambo::engine {
 
 // Fields present in `line` override those of `defaults`. "prompt" needs a tokenizer. Throws jambo::Error naming the
@@ -17,7 +19,8 @@ namespace jambo::engine {
 RequestSpec request_from_json(const nlohmann::json& line, const RequestSpec& defaults,
                               const tokenizer::Tokenizer* tokenizer);
 
-nlohmann::json sample_to_json(const SampleOutput& sample);
+// A sample as a line of jambo batch's output, naming the backend that made it (engine::describe's words).
+nlohmann::json sample_to_json(const SampleOutput& sample, std::string_view backend);
 
 // [[id, logprob], ...]
 nlohmann::json top_logprobs_to_json(const std::vector<backend::TokenLogprob>& entries);

@@ -28,6 +28,9 @@ its line number, skipped and counted. Each field is read from the first of its n
                  a dict or pair list must hold the generated id
   id             id | request_id: a string or an integer (default: the line number)
   sample         sample | index (default: 0)
+  backend        the jambo backend that made it, as jambo batch and stress write it (optional): where
+                 every sample names the reference's own bitwise-invariant backend, the default
+                 threshold is 0
 A line with an "outputs" list (vLLM's RequestOutput) gives one sample per output; an output's
 fields override the line's and its position is the default sample. Id lists and logit rows may be
 wrapped as a batch of one ([[...]]), as transformers' tensors are.)";
@@ -165,6 +168,11 @@ Sample parse_one_sample(const json& line, int64_t line_number, int64_t vocab_siz
   sample.ids = parse_generated_ids(line, sample.prompt_ids, vocab_size);
   const Field logprobs = require_field(line, {"logprobs", "scores"}, "logprobs of the generated ids");
   sample.logprobs = parse_logprobs(logprobs, sample.ids, vocab_size);
+  const Field backend = find_field(line, {"backend"});
+  if (backend.value) {
+    JAMBO_REQUIRE(backend.value->is_string(), "field 'backend' must be a string, got {}", describe_json(*backend.value));
+    sample.backend = backend.value->get<std::string>();
+  }
   return sample;
 }
 

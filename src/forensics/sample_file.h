@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <istream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct Sample {
   std::vector<int32_t> prompt_ids;  // [num_prompt_tokens]
   std::vector<int32_t> ids;         // [num_generated]
   std::vector<double> logprobs;     // [num_generated] the engine's logprob of each generated id
+  std::optional<std::string> backend;  // "backend": the jambo backend that made it (engine::describe), if said
 };
 
 struct MalformedLine {

@@ -47,10 +47,11 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Engine samples in the form `jambo compare` reads, so both audit exactly the same thing.
-SampleFile as_sample_file(const std::vector<engine::SampleOutput>& samples, int64_t vocab_size) {
+SampleFile as_sample_file(const std::vector<engine::SampleOutput>& samples, std::string_view backend,
+                          int64_t vocab_size) {
   SampleFile file;
   for (size_t i = 0; i < samples.size(); ++i)
-    for (Sample& sample : parse_sample_line(sample_to_json(samples[i]), int64_t(i) + 1, vocab_size))
+    for (Sample& sample : parse_sample_line(sample_to_json(samples[i], backend), int64_t(i) + 1, vocab_size))
       file.samples.push_back(std::move(sample));
   return file;
 }
@@ -94,7 +95,7 @@ StressResult run_stress(const model::Model& model, const tokenizer::Tokenizer* t
   run_engine(model, tokenizer, options, workload, progress, result);
   result.engine_seconds = seconds_since(engine_start);
   const Clock::time_point reference_start = Clock::now();
-  result.comparison = compare_samples(model, as_sample_file(result.samples, model.config.vocab_size), threshold,
+  result.comparison = compare_samples(model, as_sample_file(result.samples, engine::describe(options.backend), model.config.vocab_size), threshold,
                                       reference, progress.on_reference);
   result.reference_seconds = seconds_since(reference_start);
   return result;

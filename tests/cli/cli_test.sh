@@ -321,19 +321,29 @@ expect_exit 1 "trace of unreadable lines only" "$jambo" trace --input "$work/tra
 expect_stderr_line "trace names the first unreadable line" \
   "jambo: error: $work/trace-deep.jsonl: no event or row of request 'sampled' (1 unreadable lines skipped; the first, line 1: field 'a': JSON nested deeper than 256 levels)"
 
-# compare: a clean batch passes; one perturbed logprob is flagged with exit code 3
+# compare: a clean batch passes; one perturbed logprob is flagged with exit code 3. Batch lines name their backend,
+# the reference's own and bitwise-invariant (the CPU's), so the threshold is 0 by default.
+jq -e -s 'all(.backend == "cpu (f32 state)")' "$work/batch-out.jsonl" >/dev/null \
+  && pass "batch lines name their backend" || fail "batch backend: $(jq -c .backend "$work/batch-out.jsonl")"
 expect_exit 0 "compare clean" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --report "$work/report.html"
 grep -q "<svg" "$work/report.html" && pass "compare writes an HTML report" || fail "compare report lacks a plot"
 # its one-line verdict: numbers never run into the next clause; no sample named when every |Δ| is 0
-expect_stderr_line "compare's verdict, clean" "compare: 0 of 4 samples flagged (|Δ logprob| above 0.001); \
+expect_stderr_line "compare's verdict, clean" "compare: 0 of 4 samples flagged (|Δ logprob| above 0); \
 $(jq .num_tokens "$work/out") generated tokens compared; every |Δ logprob| is 0"
+# samples that do not say where they come from (another engine's), or from another backend: 1e-3
+jq -c 'del(.backend)' "$work/batch-out.jsonl" >"$work/anonymous.jsonl"
+jq -c '.backend = "cuda (bf16 weights, cublas GEMMs, f32 state)"' "$work/batch-out.jsonl" >"$work/elsewhere.jsonl"
+for input in anonymous elsewhere; do
+  expect_exit 0 "compare $input samples" "$jambo" compare --model "$demo" --input "$work/$input.jsonl"
+  expect_stderr_line "compare $input samples at 1e-3" "(|Δ logprob| above 0.001)"
+done
 jq -c 'if .id == "greedy" then .logprobs[2] += 0.5 else . end' "$work/batch-out.jsonl" >"$work/perturbed.jsonl"
 expect_exit 3 "compare flags a perturbed sample" "$jambo" compare --model "$demo" --input "$work/perturbed.jsonl" \
   --report "$work/perturbed.html"
 jq -e '.samples | map(select(.flagged)) | length == 1 and .[0].id == "greedy" and .[0].first_divergent_position == 2' \
   "$work/out" >/dev/null && pass "compare names the sample and position" || fail "compare summary: $(cat "$work/out")"
 greedy_line=$(jq '.samples[] | select(.id == "greedy") | .line' "$work/out")
-verdict="1 of 4 samples flagged (|Δ logprob| above 0.001); $(jq .num_tokens "$work/out") generated tokens compared; \
+verdict="1 of 4 samples flagged (|Δ logprob| above 0); $(jq .num_tokens "$work/out") generated tokens compared; \
 largest |Δ logprob| 0.5 (id \"greedy\", sample 0, line $greedy_line, position 2)"
 expect_stderr_line "compare's verdict names the largest |Δ| and where it is" "compare: $verdict"
 grep -qF "<p class=\"verdict flagged\">$(sed 's/"/\&quot;/g' <<<"$verdict").</p>" "$work/perturbed.html" \
@@ -386,6 +396,12 @@ for fault in decode-before-prefill offset-wrap; do
   expect_exit 3 "stress bf16 state catches $fault" "$jambo" stress --model "$demo" --requests 30 \
     --max-prompt-tokens 40 --state-dtype bf16 --threshold 0.5 --inject "$fault"
 done
+# a threshold of 0 where the engine cannot be bitwise is refused, saying why; the CPU's default is 0
+expect_exit 2 "stress bf16 state at threshold 0" "$jambo" stress --model "$demo" --state-dtype bf16 --threshold 0
+expect_stderr "stress at threshold 0 says why" "rounded at every chunk boundary"
+expect_exit 0 "stress at the CPU's default threshold" "$jambo" stress --model "$demo" --requests 10 --max-prompt-tokens 20
+grep -qF "(|Δ logprob| above 0);" "$work/out" && pass "stress on the CPU defaults to threshold 0" \
+  || fail "stress threshold: $(cat "$work/out")"
 expect_exit 2 "stress with min-n above max-n" "$jambo" stress --model "$demo" --min-n 5 --max-n 4
 expect_stderr "min-n above max-n named" "--min-n 5 is more than --max-n 4"
 
