@@ -666,17 +666,6 @@ void launch_wgmma(const TmaOperands& t, dim3 grid, cudaStream_t stream) {
   launch_early(wgmma_gemm_kernel<kType, T, kKeepsTotals>, grid, dim3(T::kThreads), T::kPipelineBytes, stream, t);
 }
 
-// A block per tile, each walking all of K.
-template <DType kType, typename T>
-void launch_wgmma_tiles(const Operands& p, cudaStream_t stream) {
-  const TmaOperands t{tensor_map(p.w, p.n, p.k, T::kRows), tensor_map(p.x, p.num_rows, p.k, T::kTokens), p};
-  const dim3 grid(num_blocks_for(p.n, T::kRows), num_blocks_for(p.num_rows, T::kTokens));
-  if (p.order.num_slices > 1)
-    launch_wgmma<kType, T, true>(t, grid, stream);
-  else
-    launch_wgmma<kType, T, false>(t, grid, stream);
-}
-
 template <DType kType, typename T, bool kWholeCopies, bool kKeepsTotals>
 void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
   static const bool configured = [] {
@@ -704,6 +693,11 @@ void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
     launch<kType, T, false, false>(p, grid, stream);
 }
 
+template <typename T>
+int64_t num_tiles(const Operands& p) {
+  return int64_t(num_blocks_for(p.n, T::kRows)) * num_blocks_for(p.num_rows, T::kTokens);
+}
+
 // A block per tile, or per (tile, slice) with sliced (the slices' sums then meet in the partials).
 template <DType kType, typename T>
 void launch_tiles(Operands p, bool sliced, TensorGemmScratch& scratch, cudaStream_t stream) {
@@ -722,9 +716,15 @@ void launch_tiles(Operands p, bool sliced, TensorGemmScratch& scratch, cudaStrea
   launch<kType, T>(p, grid, stream);
 }
 
-template <typename T>
-int64_t num_tiles(const Operands& p) {
-  return int64_t(num_blocks_for(p.n, T::kRows)) * num_blocks_for(p.num_rows, T::kTokens);
+// A block per tile, each walking all of K.
+template <DType kType, typename T>
+void launch_wgmma_tiles(const Operands& p, cudaStream_t stream) {
+  const dim3 grid(num_blocks_for(p.n, T::kRows), num_blocks_for(p.num_rows, T::kTokens));
+  const TmaOperands t{tensor_map(p.w, p.n, p.k, T::kRows), tensor_map(p.x, p.num_rows, p.k, T::kTokens), p};
+  if (p.order.num_slices > 1)
+    launch_wgmma<kType, T, true>(t, grid, stream);
+  else
+    launch_wgmma<kType, T, false>(t, grid, stream);
 }
 
 // A block per slice where a launch has fewer tiles than this, K is long enough (kMinStepsToSlice) and there are
@@ -752,18 +752,30 @@ void launch_sized(const Operands& p, TensorGemmScratch& scratch, cudaStream_t st
     launch_sized<kType, T>(p, scratch, stream);
 }
 
-// A wgmma tile where the TMA unit can read the operands (rows 16-byte aligned: K a multiple of 8) and its tiles make
-// two waves of blocks (one an SM) with kMinOutputTiles along N: with fewer, a large tile leaves SMs idle.
+// The wgmma tiles, from kMinWgmmaRows rows where the TMA unit can read the operands (rows 16-byte aligned: K a
+// multiple of 8) and the tiles make kMinWgmmaWaves waves of blocks (one an SM: with fewer, a large tile leaves SMs
+// idle), kMinOutputTiles of them along N. A block per (tile, slice) on wgmma, where the tiles are fewer, lost to the mma.sync tiles at most shapes
+// (bench/HISTORY.md). Returns whether it launched.
+constexpr int64_t kMinWgmmaRows = 33;
 constexpr int64_t kMinWgmmaWaves = 2;
-template <typename T>
-bool wgmma_fits(const Operands& p) {
-  static const int64_t num_sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  return wgmma_runs() && p.k % 8 == 0 && aligned_16(p.w) && aligned_16(p.x) &&
-         num_tiles<T>(p) >= kMinWgmmaWaves * num_sms && num_blocks_for(p.n, T::kRows) >= kMinOutputTiles;
+template <DType kType>
+bool launch_on_wgmma(const Operands& p, cudaStream_t stream) {
+  if (!wgmma_runs() || p.num_rows < kMinWgmmaRows || p.k % 8 != 0 || !aligned_16(p.w) || !aligned_16(p.x) ||
+      num_blocks_for(p.n, Wgmma128x128::kRows) < kMinOutputTiles)
+    return false;
+  static const int64_t wave = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  if (num_tiles<Wgmma128x128>(p) >= kMinWgmmaWaves * wave)
+    launch_wgmma_tiles<kType, Wgmma128x128>(p, stream);
+  else if (num_tiles<Wgmma128x64>(p) >= kMinWgmmaWaves * wave)
+    launch_wgmma_tiles<kType, Wgmma128x64>(p, stream);
+  else
+    return false;
+  return true;
 }
 
 template <DType kType>
 void launch_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
+  if (launch_on_wgmma<kType>(p, stream)) return;
   if (p.num_rows <= 8)
     launch_sized<kType, Tile64x8>(p, scratch, stream);
   else if (p.num_rows <= 32)
@@ -772,10 +784,6 @@ void launch_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t
     launch_sized<kType, Tile64x64, Tile64x8>(p, scratch, stream);
   else if (p.num_rows <= 160)
     launch_sized<kType, Tile128x64, Tile64x64>(p, scratch, stream);
-  else if (wgmma_fits<Wgmma128x128>(p))
-    launch_wgmma_tiles<kType, Wgmma128x128>(p, stream);
-  else if (wgmma_fits<Wgmma128x64>(p))
-    launch_wgmma_tiles<kType, Wgmma128x64>(p, stream);
   else if (p.order.num_slices == 1)
     launch_sized<kType, Tile128x128Unsliced, Tile64x64Long>(p, scratch, stream);
   else if (p.num_rows < kMinTile128x128Rows)
