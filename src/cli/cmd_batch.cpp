@@ -151,12 +151,13 @@ int run_batch(BatchOptions& options) {
   std::ofstream out = open_output(options.output_path);
   Progress progress(int64_t(samples_left.size()), isatty(STDERR_FILENO));
   int64_t num_generated = 0;
+  const std::string backend = engine::describe(engine_options.backend);
   while (engine.has_unfinished()) {
     for (const engine::SampleOutput& sample : engine.step()) {
       num_generated += int64_t(sample.ids.size());
       const auto done = written.find(sample.id);
       if (done == written.end() || !done->second.count(sample.sample))
-        out << sample_to_json(sample, engine::describe(engine_options.backend)).dump() << '\n' << std::flush;
+        out << sample_to_json(sample, backend).dump() << '\n' << std::flush;
       if (--samples_left[sample.id] == 0) progress.request_done();
     }
     progress.update(num_generated);

@@ -40,8 +40,8 @@ void write_outputs(const StressOptions& options, const forensics::StressResult& 
   if (!options.output_path.empty()) {
     std::ofstream out(options.output_path);
     JAMBO_REQUIRE(out, "cannot write output file '{}'", options.output_path);
-    for (const engine::SampleOutput& sample : result.samples)
-      out << sample_to_json(sample, engine::describe(options.engine.options.backend)).dump() << '\n';
+    const std::string backend = engine::describe(options.engine.options.backend);
+    for (const engine::SampleOutput& sample : result.samples) out << sample_to_json(sample, backend).dump() << '\n';
   }
   if (!options.summary_path.empty()) {
     std::ofstream out(options.summary_path);

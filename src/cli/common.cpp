@@ -162,9 +162,9 @@ double resolve_threshold(std::optional<double> given, const std::optional<std::s
     if (reference_reason)
       throw UsageError(fmt::format("--threshold 0 asks the reference for its logprobs bit for bit, but it runs on {}: {}",
                                    engine::describe(reference_choice), *reference_reason));
-    if (engine && engine::why_not_bitwise(*engine))
+    if (const std::optional<std::string> engine_reason = engine ? engine::why_not_bitwise(*engine) : std::nullopt)
       throw UsageError(fmt::format("--threshold 0 asks the engine for its logprobs bit for bit, but it runs on {}: {}",
-                                   engine::describe(*engine), *engine::why_not_bitwise(*engine)));
+                                   engine::describe(*engine), *engine_reason));
   }
   return *given;
 }

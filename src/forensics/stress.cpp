@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <utility>
 
 namespace jambo::forensics {
 
@@ -95,8 +96,8 @@ StressResult run_stress(const model::Model& model, const tokenizer::Tokenizer* t
   run_engine(model, tokenizer, options, workload, progress, result);
   result.engine_seconds = seconds_since(engine_start);
   const Clock::time_point reference_start = Clock::now();
-  result.comparison = compare_samples(model, as_sample_file(result.samples, engine::describe(options.backend), model.config.vocab_size), threshold,
-                                      reference, progress.on_reference);
+  SampleFile samples = as_sample_file(result.samples, engine::describe(options.backend), model.config.vocab_size);
+  result.comparison = compare_samples(model, std::move(samples), threshold, reference, progress.on_reference);
   result.reference_seconds = seconds_since(reference_start);
   return result;
 }

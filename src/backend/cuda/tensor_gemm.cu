@@ -626,7 +626,12 @@ bool wgmma_runs() {
 #endif
 }
 
-bool aligned_16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+// Every row of w and x starts 16-byte aligned and holds whole 16-byte copies (K a multiple of 8): what cp.async's
+// copies and the TMA unit's boxes need.
+bool rows_copy_whole(const Operands& p) {
+  const auto aligned = [](const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; };
+  return p.k % 8 == 0 && aligned(p.w) && aligned(p.x);
+}
 
 // A [num_rows, k] operand as a TMA tensor map: boxes of 64 columns (128 bytes, the swizzle's row) by box_rows rows,
 // zeros outside. The encoder is the driver's, reached through the runtime so that nothing links libcuda.
@@ -681,7 +686,7 @@ void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
 // Rows staged by cp.async where they allow it; running totals where a block walks several slices.
 template <DType kType, typename T>
 void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
-  const bool whole_copies = p.k % 8 == 0 && aligned_16(p.w) && aligned_16(p.x);
+  const bool whole_copies = rows_copy_whole(p);
   const bool keeps_totals = grid.z == 1 && p.order.num_slices > 1;
   if (whole_copies && keeps_totals)
     launch<kType, T, true, true>(p, grid, stream);
@@ -752,15 +757,15 @@ void launch_sized(const Operands& p, TensorGemmScratch& scratch, cudaStream_t st
     launch_sized<kType, T>(p, scratch, stream);
 }
 
-// The wgmma tiles, from kMinWgmmaRows rows where the TMA unit can read the operands (rows 16-byte aligned: K a
-// multiple of 8) and the tiles make kMinWgmmaWaves waves of blocks (one an SM: with fewer, a large tile leaves SMs
-// idle), kMinOutputTiles of them along N. A block per (tile, slice) on wgmma, where the tiles are fewer, lost to the mma.sync tiles at most shapes
+// The wgmma tiles, from kMinWgmmaRows rows where the TMA unit can read the operands (rows_copy_whole) and the tiles
+// make kMinWgmmaWaves waves of blocks (one an SM: with fewer, a large tile leaves SMs idle), kMinOutputTiles of them
+// along N. A block per (tile, slice) on wgmma, where the tiles are fewer, lost to the mma.sync tiles at most shapes
 // (bench/HISTORY.md). Returns whether it launched.
 constexpr int64_t kMinWgmmaRows = 33;
 constexpr int64_t kMinWgmmaWaves = 2;
 template <DType kType>
 bool launch_on_wgmma(const Operands& p, cudaStream_t stream) {
-  if (!wgmma_runs() || p.num_rows < kMinWgmmaRows || p.k % 8 != 0 || !aligned_16(p.w) || !aligned_16(p.x) ||
+  if (!wgmma_runs() || p.num_rows < kMinWgmmaRows || !rows_copy_whole(p) ||
       num_blocks_for(p.n, Wgmma128x128::kRows) < kMinOutputTiles)
     return false;
   static const int64_t wave = current_device_attribute(cudaDevAttrMultiProcessorCount);
