@@ -1,8 +1,9 @@
-// The 16-bit GEMMs of the Jamba-Reasoning-3B shape, our tensor-core GEMM (tensor_gemm.h, one summation order for
-// every row count) beside cuBLAS's bf16 GEMM with its own heuristic (the kernels it picks differ by row count):
-// microseconds per GEMM, weight GB/s, TFLOP/s. Each figure is the mean of 16 launches in a CUDA graph, replayed 10
-// times, cycling through 4 copies of the weight so that L2 holds none of it. Prints figures; never fails on time.
-//   build-gpu/jambo_gemm_bench [rows,...]   (default 1,8,32,64,256,2048)
+// The GEMMs of the Jamba-Reasoning-3B shape, our invariant GEMM (tensor_gemm.h, one summation order for every row
+// count) beside cuBLAS with its own heuristic (the kernels it picks differ by row count): bf16 weights against
+// cublasGemmEx, or fp32 weights against the pedantic SGEMM of the f32 mode. Microseconds per GEMM, weight GB/s,
+// TFLOP/s. Each figure is the mean of 16 launches in a CUDA graph, replayed 10 times, cycling through 4 copies of
+// the weight so that L2 holds none of it. Prints figures; never fails on time.
+//   build-gpu/jambo_gemm_bench [rows,...] [bf16|f32]   (default 1,8,32,64,256,2048 bf16)
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/tensor_gemm.h"
@@ -11,6 +12,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -31,13 +34,21 @@ constexpr Shape kShapes[] = {{"q_proj", 2560, 2560},   {"k_proj", 128, 2560},   
                              {"gate_up", 16384, 2560}, {"down_proj", 2560, 8192}, {"lm_head", 65536, 2560}};
 constexpr int kCopies = 4, kLaunches = 16, kReplays = 10;
 
-DeviceBuffer<uint16_t> random_bf16(int64_t count, uint64_t seed) {
+// count values uniform in [-1, 1) as bf16 or fp32.
+DeviceBuffer<std::byte> random_values(int64_t count, DType dtype, uint64_t seed) {
   std::mt19937_64 random(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<uint16_t> host(static_cast<size_t>(count));
-  for (uint16_t& value : host) value = __bfloat16_as_ushort(__float2bfloat16(uniform(random)));
-  DeviceBuffer<uint16_t> device(count);
-  JAMBO_CUDA_CHECK(cudaMemcpy(device.data(), host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  const size_t bytes = size_t(count) * dtype_size(dtype);
+  std::vector<std::byte> host(bytes);
+  for (int64_t i = 0; i < count; ++i) {
+    const float value = uniform(random);
+    if (dtype == DType::F32)
+      std::memcpy(&host[size_t(i) * 4], &value, 4);
+    else
+      reinterpret_cast<uint16_t*>(host.data())[i] = __bfloat16_as_ushort(__float2bfloat16(value));
+  }
+  DeviceBuffer<std::byte> device{int64_t(bytes)};
+  JAMBO_CUDA_CHECK(cudaMemcpy(device.data(), host.data(), bytes, cudaMemcpyHostToDevice));
   return device;
 }
 
@@ -67,6 +78,13 @@ double time_launches(cudaStream_t stream, const Enqueue& enqueue) {
   return 1000.0 * ms / (kReplays * kLaunches);
 }
 
+DType parse_dtype(int argc, char** argv) {
+  if (argc < 3 || std::string(argv[2]) == "bf16") return DType::BF16;
+  if (std::string(argv[2]) == "f32") return DType::F32;
+  std::fprintf(stderr, "jambo_gemm_bench: weights '%s' are neither bf16 nor f32\n", argv[2]);
+  std::exit(2);
+}
+
 std::vector<int64_t> parse_rows(int argc, char** argv) {
   std::vector<int64_t> rows = {1, 8, 32, 64, 256, 2048};
   if (argc < 2) return rows;
@@ -80,11 +98,15 @@ std::vector<int64_t> parse_rows(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const std::vector<int64_t> row_counts = parse_rows(argc, argv);
+  const DType dtype = parse_dtype(argc, argv);
+  std::printf("%s weights\n", std::string(dtype_name(dtype)).c_str());
   cudaStream_t stream;
   JAMBO_CUDA_CHECK(cudaStreamCreate(&stream));
   cublasHandle_t cublas;
   JAMBO_CUBLAS_CHECK(cublasCreate(&cublas));
   JAMBO_CUBLAS_CHECK(cublasSetStream(cublas, stream));
+  JAMBO_CUBLAS_CHECK(cublasSetMathMode(cublas, dtype == DType::F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+  const cudaDataType_t type = dtype == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
   DeviceBuffer<std::byte> workspace(int64_t(32) << 20);
   JAMBO_CUBLAS_CHECK(cublasSetWorkspace(cublas, workspace.data(), size_t(32) << 20));
   TensorGemmScratch scratch;
@@ -94,21 +116,21 @@ int main(int argc, char** argv) {
   for (const int64_t rows : row_counts) {
     double step_ours = 0.0, step_cublas = 0.0;
     for (const Shape& shape : kShapes) {
-      std::vector<DeviceBuffer<uint16_t>> weights;
-      for (int c = 0; c < kCopies; ++c) weights.push_back(random_bf16(shape.n * shape.k, 100 + c));
-      const DeviceBuffer<uint16_t> x = random_bf16(rows * shape.k, 7);
+      std::vector<DeviceBuffer<std::byte>> weights;
+      for (int c = 0; c < kCopies; ++c) weights.push_back(random_values(shape.n * shape.k, dtype, 100 + c));
+      const DeviceBuffer<std::byte> x = random_values(rows * shape.k, dtype, 7);
       DeviceBuffer<float> y(rows * shape.n);
       const double ours = time_launches(stream, [&](int c) {
-        tensor_gemm({weights[c].data(), DType::BF16, x.data(), y.data(), rows, shape.n, shape.k}, scratch, stream);
+        tensor_gemm({weights[c].data(), dtype, x.data(), y.data(), rows, shape.n, shape.k, shape.k}, scratch, stream);
       });
       const double theirs = time_launches(stream, [&](int c) {
         const float one = 1.0f, zero = 0.0f;
         JAMBO_CUBLAS_CHECK(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(shape.n), int(rows), int(shape.k), &one,
-                                        weights[c].data(), CUDA_R_16BF, int(shape.k), x.data(), CUDA_R_16BF,
-                                        int(shape.k), &zero, y.data(), CUDA_R_32F, int(shape.n), CUBLAS_COMPUTE_32F,
-                                        CUBLAS_GEMM_DEFAULT));
+                                        weights[c].data(), type, int(shape.k), x.data(), type, int(shape.k), &zero,
+                                        y.data(), CUDA_R_32F, int(shape.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       });
-      const double bytes = double(shape.n) * double(shape.k) * 2.0, flops = 2.0 * shape.n * shape.k * rows;
+      const double bytes = double(shape.n) * double(shape.k) * dtype_size(dtype),
+                   flops = 2.0 * shape.n * shape.k * rows;
       std::printf("%-10s %6lld %6lld %6lld | %9.1f %8.0f %7.1f | %9.1f %8.0f %7.1f | %6.2f\n", shape.name,
                   (long long)shape.n, (long long)shape.k, (long long)rows, ours, bytes / ours / 1e3,
                   flops / ours / 1e6, theirs, bytes / theirs / 1e3, flops / theirs / 1e6, ours / theirs);

@@ -174,7 +174,7 @@ void add_stress_command(CLI::App& app) {
   command
       ->add_option("--threshold", options->threshold,
                    "flag a sample whose |dlogprob| exceeds this (default: 0 where the engine and its reference are "
-                   "one bitwise-invariant backend, the CPU or CUDA's 16-bit weights on --cuda-gemm invariant, "
+                   "one bitwise-invariant backend, the CPU or CUDA on --cuda-gemm invariant, "
                    "else 1e-3)")
       ->check(CLI::NonNegativeNumber);
   command

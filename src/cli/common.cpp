@@ -121,7 +121,7 @@ CLI::Option* add_cuda_gemm_option(CLI::App& command, const std::string& flag, en
 }
 
 constexpr const char* kCudaGemmHelp =
-    "the GPU's 16-bit GEMMs: cublas (fastest), or invariant (one summation order for every batch size: a row's GEMM "
+    "the GPU's GEMMs: cublas (fastest), or invariant (one summation order for every batch size: a row's GEMM "
     "outputs do not depend on its batch; slower, see docs/DESIGN.md: GPU invariance)";
 
 }  // namespace

@@ -58,8 +58,6 @@ std::optional<std::string> why_not_bitwise(const BackendChoice& choice) {
     return fmt::format("a {} state is rounded at every chunk boundary, which a one-shot prefill does not have",
                        state_dtype_name(choice.state_dtype));
   if (choice.kind == BackendKind::Cpu) return std::nullopt;
-  if (choice.cuda_weights == CudaWeights::F32)
-    return std::string("the CUDA backend's f32 weights run on cuBLAS, whose sums are ordered by the step's row count");
   if (choice.cuda_gemm == CudaGemm::Cublas)
     return std::string(
         "--cuda-gemm cublas orders its sums by the step's row count (--cuda-gemm invariant does not)");

@@ -18,9 +18,10 @@ enum class BackendKind { Cpu, Cuda };
 // (GEMM weights converted to IEEE half). Not a DType: Bf16 keeps an fp32 checkpoint's matrices in fp32.
 enum class CudaWeights { F32, Bf16, F16 };
 
-// The CUDA backend's 16-bit GEMMs: Cublas (cuBLASLt, and the skinny GEMM with its decode fusions; the fastest
-// today, its sums ordered by the step's row count) or Invariant (our tensor-core GEMM in one order for every row
-// count: a row's GEMM outputs do not depend on its batch; docs/DESIGN.md: GPU invariance).
+// The CUDA backend's GEMMs: Cublas (cuBLAS/cuBLASLt, and for 16-bit weights the skinny GEMM with its decode
+// fusions; the fastest today, its sums ordered by the step's row count) or Invariant (our own GEMM in one order for
+// every row count, any weight mode: a row's GEMM outputs do not depend on its batch; docs/DESIGN.md: GPU
+// invariance).
 enum class CudaGemm { Cublas, Invariant };
 
 // Where and how one model runs: the backend, the CUDA backend's weight mode (the CPU backend ignores it) and the
@@ -38,7 +39,7 @@ std::string describe(const BackendChoice& choice);
 
 // Why the choice's logprobs may differ from its own reference path's (a one-shot prefill of each sequence alone),
 // or nothing where they cannot: the choice is then batch-, chunk- and phase-invariant (docs/DESIGN.md), its forensics
-// hold it to a threshold of 0. That is the CPU backend, and the CUDA backend's 16-bit weights on the invariant GEMMs,
+// hold it to a threshold of 0. That is the CPU backend, and the CUDA backend on the invariant GEMMs (any weight mode),
 // each with an fp32 state.
 std::optional<std::string> why_not_bitwise(const BackendChoice& choice);
 

@@ -172,9 +172,21 @@ SkinnyGemm conv_params(const float* x, int64_t num_rows, const DeviceMatrix& w, 
   return skinny;
 }
 
+// The invariant GEMM's operands (tensor_gemm.h): x [num_rows, x_stride] of w's type.
+void run_invariant(Gemm& gemm, const void* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y) {
+  TensorGemm operands;
+  operands.w = w.data, operands.dtype = w.dtype, operands.x = x, operands.x_stride = x_stride;
+  operands.y = y, operands.num_rows = num_rows, operands.n = w.rows, operands.k = w.cols;
+  tensor_gemm(operands, gemm.tensor_scratch(), gemm.stream());
+}
+
 void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, const DeviceMatrix& w, float* y,
                 const Narrow16& x16) {
   if (num_rows == 0) return;
+  if (w.dtype == DType::F32 && gemm.invariant()) {
+    run_invariant(gemm, x, x_stride, num_rows, w, y);
+    return;
+  }
   if (w.dtype == DType::F32) {
     constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
     JAMBO_REQUIRE(num_rows <= kMaxInt && w.rows <= kMaxInt && w.cols <= kMaxInt && x_stride <= kMaxInt,
@@ -200,10 +212,7 @@ void run_linear(Gemm& gemm, const float* x, int64_t x_stride, int64_t num_rows, 
     narrow = rounded;
   }
   if (gemm.invariant()) {
-    TensorGemm operands;
-    operands.w = static_cast<const uint16_t*>(w.data), operands.dtype = w.dtype, operands.x = narrow;
-    operands.y = y, operands.num_rows = num_rows, operands.n = w.rows, operands.k = w.cols;
-    tensor_gemm(operands, gemm.tensor_scratch(), gemm.stream());
+    run_invariant(gemm, narrow, w.cols, num_rows, w, y);
     return;
   }
   gemm.matmul16(narrow, num_rows, w, y);

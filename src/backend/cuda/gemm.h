@@ -1,9 +1,9 @@
 // Dense GEMMs: y = x · wᵀ with w in nn.Linear layout, all row-major. fp32 weights run as fp32 cuBLAS GEMMs;
 // 16-bit weights (the bf16 and f16 modes) run with the activations rounded to the weight's 16-bit type at the GEMM
 // input, fp32 accumulation and fp32 output: as a cuBLASLt matmul on a narrowed copy of x, or, for a row or two
-// (decode), as skinny_gemm, which rounds x as it reads it. An invariant Gemm runs them all as the tensor-core GEMM
-// in one summation order for every row count instead (tensor_gemm.h), without the decode fusions: slower today
-// (bench/gemm_bench.cpp), and a row's GEMM outputs no longer depend on its batch.
+// (decode), as skinny_gemm, which rounds x as it reads it. An invariant Gemm runs them all, fp32 weights too, as the
+// invariant GEMM in one summation order for every row count instead (tensor_gemm.h), without the decode fusions:
+// slower today (bench/gemm_bench.cpp), and a row's GEMM outputs no longer depend on its batch.
 //
 // Why round the input rather than keep it fp32: cuBLAS and the tensor cores take both operands in one type, so an
 // fp32 input would need the weights upcast (the f32 mode: twice the bytes, and decode is bandwidth-bound) or a custom
@@ -55,7 +55,7 @@ size_t choose_gemm_candidate(std::span<const GemmCandidate> candidates);
 class Gemm {
  public:
   // pedantic: TF32 and other reduced-precision shortcuts off (the f32 mode must agree with the CPU backend
-  // to 1e-4 on logprobs); the bf16 mode leaves cuBLAS its default math. invariant: 16-bit weights through
+  // to 1e-4 on logprobs); the bf16 mode leaves cuBLAS its default math. invariant: every weight through
   // tensor_gemm, for every row count.
   Gemm(cudaStream_t stream, bool pedantic, bool invariant = false);
   ~Gemm();

@@ -32,6 +32,7 @@ struct Place {
 // accumulators are read (none here: mma.sync is synchronous).
 template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kTilesN_, int kSteps_, int kStages_>
 struct Tile {
+  using Element = uint16_t;
   static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_, kTilesM = kTilesM_, kTilesN = kTilesN_;
   static constexpr int kSteps = kSteps_, kStages = kStages_;
   static constexpr int kThreads = kWarpsM * kWarpsN * kWarpSize;
@@ -42,7 +43,8 @@ struct Tile {
   static constexpr int kPitch = kDepth + 8;
   static constexpr int kStageElements = (kRows + kTokens) * kPitch;
   static constexpr int kInputsOffset = kRows * kPitch;  // x's rows follow w's in a stage
-  static constexpr int kChunksPerRow = kDepth / 8;      // 16-byte copies
+  static constexpr int kChunkElements = 8;                // a 16-byte copy
+  static constexpr int kChunksPerRow = kDepth / kChunkElements;
   static constexpr size_t kPipelineBytes = size_t(kStages) * kStageElements * sizeof(uint16_t);
   static_assert(kTilesN == 1 || kTilesN % 2 == 0, "B fragments are loaded two tiles at a time");
   using Accumulators = float[kTilesM][kTilesN][4];
@@ -58,10 +60,10 @@ struct Tile {
 };
 
 struct Operands {
-  const uint16_t* w;
-  const uint16_t* x;
+  const void* w;     // [n, k] in the tile's Element
+  const void* x;     // [num_rows, x_stride] in the tile's Element, the first k columns read
   float* y;
-  int64_t num_rows, n, k;
+  int64_t num_rows, n, k, x_stride;
   GemmOrder order;
   float* partials;     // [num_slices, num_rows, n], for a launch of a block per slice
   uint32_t* arrivals;  // [tiles], zero between launches
@@ -111,40 +113,43 @@ __device__ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Copies k columns [k0, k0 + kDepth) of kNumRows rows of a [num_rows, k] operand from row `first` on into `staged`
-// (chunk q of row r at T::staged_offset(r, q)): zeros past k_end (the end of what the block sums) and past the
-// operand's last row. kWholeCopies: every row starts 16-byte aligned and holds whole copies of 16 bytes (K a multiple
-// of 8), which go through cp.async; otherwise the rows are copied one element at a time (the small test models:
-// dt_proj of K = 3).
+// Copies k columns [k0, k0 + kDepth) of kNumRows rows of a [num_rows, stride] operand from row `first` on into
+// `staged` (chunk q of row r at T::staged_offset(r, q)): zeros past k_end (the end of what the block sums) and past
+// the operand's last row. kWholeCopies: every row starts 16-byte aligned and holds whole copies of 16 bytes, which go
+// through cp.async; otherwise the rows are copied one element at a time (the small test models: dt_proj of K = 3).
 template <typename T, bool kWholeCopies, int kNumRows>
-__device__ void load_rows(const uint16_t* base, int64_t first, int64_t num_rows, int64_t k, uint16_t* staged,
-                          int64_t k0, int64_t k_end) {
+__device__ void load_rows(const void* operand, int64_t first, int64_t num_rows, int64_t stride,
+                          typename T::Element* staged, int64_t k0, int64_t k_end) {
+  using Element = typename T::Element;
+  const Element* base = static_cast<const Element*>(operand);
   constexpr int kChunks = kNumRows * T::kChunksPerRow;
 #pragma unroll
   for (int c = int(threadIdx.x); c < kChunks; c += T::kThreads) {
     const int r = c / T::kChunksPerRow, q = c % T::kChunksPerRow;
-    const int64_t row = first + r, column = k0 + q * 8;
+    const int64_t row = first + r, column = k0 + q * T::kChunkElements;
     const bool row_valid = row < num_rows;
-    uint16_t* chunk = staged + T::staged_offset(r, q);
+    Element* chunk = staged + T::staged_offset(r, q);
     if constexpr (kWholeCopies) {
       const bool valid = row_valid && column < k_end;
-      copy_16_bytes(chunk, valid ? base + device_offset(row, k) + column : base, valid);
+      copy_16_bytes(chunk, valid ? base + device_offset(row, stride) + column : base, valid);
     } else {
 #pragma unroll
-      for (int e = 0; e < 8; ++e)
-        chunk[e] = row_valid && column + e < k_end ? base[device_offset(row, k) + column + e] : uint16_t(0);
+      for (int e = 0; e < T::kChunkElements; ++e)
+        chunk[e] = row_valid && column + e < k_end ? base[device_offset(row, stride) + column + e] : Element(0);
     }
   }
 }
 
 // A stage holds the block's kRows rows of w, then its kTokens rows of x.
 template <typename T, bool kWholeCopies>
-__device__ void load_weights(const Operands& p, uint16_t* stage, int64_t row0, int64_t k0, int64_t k_end) {
+__device__ void load_weights(const Operands& p, typename T::Element* stage, int64_t row0, int64_t k0,
+                             int64_t k_end) {
   load_rows<T, kWholeCopies, T::kRows>(p.w, row0, p.n, p.k, stage, k0, k_end);
 }
 template <typename T, bool kWholeCopies>
-__device__ void load_inputs(const Operands& p, uint16_t* stage, int64_t token0, int64_t k0, int64_t k_end) {
-  load_rows<T, kWholeCopies, T::kTokens>(p.x, token0, p.num_rows, p.k, stage + T::kInputsOffset, k0, k_end);
+__device__ void load_inputs(const Operands& p, typename T::Element* stage, int64_t token0, int64_t k0,
+                            int64_t k_end) {
+  load_rows<T, kWholeCopies, T::kTokens>(p.x, token0, p.num_rows, p.x_stride, stage + T::kInputsOffset, k0, k_end);
 }
 
 // The mma's of k-step j of a staged stage for the warp's tiles: A fragments of its kTilesM tiles of w, B fragments
@@ -202,6 +207,81 @@ __device__ inline void Tile<kWarpsM, kWarpsN, kTilesM, kTilesN, kSteps, kStages>
                 token0 + (warp / kWarpsM) * kTilesN * 8 + j * 8 + (lane % 4) * 2 + q % 2},
           acc[i][j][q], totals[i][j][q]);
 }
+
+// A block's tile on the FMA units, for fp32 weights: kRows output rows of w by kTokens rows of x, each of the 256
+// threads holding kThreadTokens x kThreadOutputs sums (outputs kOutputThreads apart, rows kTokenThreads apart), the
+// operands staged kSteps k-steps at a time in a ring of kStages. A k-step of an output is 16 fused multiply-adds in
+// increasing k, whichever tile holds it, so the bits follow the order alone; operands are multiplied as they are.
+template <int kTokenThreads_, int kThreadTokens_, int kThreadOutputs_, int kSteps_, int kStages_>
+struct FmaTile {
+  using Element = float;
+  static constexpr int kThreads = 256;
+  static constexpr int kTokenThreads = kTokenThreads_, kOutputThreads = kThreads / kTokenThreads;
+  static constexpr int kThreadTokens = kThreadTokens_, kThreadOutputs = kThreadOutputs_;
+  static constexpr int kRows = kOutputThreads * kThreadOutputs;
+  static constexpr int kTokens = kTokenThreads * kThreadTokens;
+  static constexpr int kSteps = kSteps_, kStages = kStages_;
+  static constexpr int kDepth = kSteps * 16;
+  // Padding a staged row by 16 bytes puts 8 consecutive rows' 16 bytes at one column in 8 different bank quads.
+  static constexpr int kPitch = kDepth + 4;
+  static constexpr int kStageElements = (kRows + kTokens) * kPitch;
+  static constexpr int kInputsOffset = kRows * kPitch;
+  static constexpr int kChunkElements = 4;
+  static constexpr int kChunksPerRow = kDepth / kChunkElements;
+  static constexpr size_t kPipelineBytes = size_t(kStages) * kStageElements * sizeof(float);
+  static_assert(kThreads % kTokenThreads == 0 && kOutputThreads % 8 == 0, "a quarter warp reads 8 rows of w");
+  using Accumulators = float[kThreadTokens][kThreadOutputs];
+
+  __device__ static int output_thread() { return int(threadIdx.x) % kOutputThreads; }
+  __device__ static int token_thread() { return int(threadIdx.x) / kOutputThreads; }
+  __device__ static int staged_offset(int row, int chunk) { return row * kPitch + chunk * kChunkElements; }
+
+  template <DType kType>
+  __device__ static void multiply_step(const float* stage, int j, bool fresh, Accumulators& acc) {
+    static_assert(kType == DType::F32, "the FMA tile multiplies fp32 weights");
+    if (fresh) {
+#pragma unroll
+      for (int t = 0; t < kThreadTokens; ++t)
+#pragma unroll
+        for (int o = 0; o < kThreadOutputs; ++o) acc[t][o] = 0.0f;
+    }
+    const float* w_rows = stage + output_thread() * kPitch + j * 16;
+    const float* x_rows = stage + kInputsOffset + token_thread() * kPitch + j * 16;
+#pragma unroll
+    for (int c = 0; c < 16; c += 4) {
+      float4 a[kThreadTokens], b[kThreadOutputs];
+#pragma unroll
+      for (int t = 0; t < kThreadTokens; ++t)
+        a[t] = *reinterpret_cast<const float4*>(x_rows + t * kTokenThreads * kPitch + c);
+#pragma unroll
+      for (int o = 0; o < kThreadOutputs; ++o)
+        b[o] = *reinterpret_cast<const float4*>(w_rows + o * kOutputThreads * kPitch + c);
+#pragma unroll
+      for (int t = 0; t < kThreadTokens; ++t)
+#pragma unroll
+        for (int o = 0; o < kThreadOutputs; ++o) {
+          float& sum = acc[t][o];
+          sum = __fmaf_rn(a[t].x, b[o].x, sum);
+          sum = __fmaf_rn(a[t].y, b[o].y, sum);
+          sum = __fmaf_rn(a[t].z, b[o].z, sum);
+          sum = __fmaf_rn(a[t].w, b[o].w, sum);
+        }
+    }
+  }
+
+  template <typename F>
+  __device__ static void for_each_accumulator(int64_t row0, int64_t token0, Accumulators& acc, Accumulators& totals,
+                                              F&& f) {
+#pragma unroll
+    for (int t = 0; t < kThreadTokens; ++t)
+#pragma unroll
+      for (int o = 0; o < kThreadOutputs; ++o)
+        f(Place{row0 + output_thread() + o * kOutputThreads, token0 + token_thread() + t * kTokenThreads}, acc[t][o],
+          totals[t][o]);
+  }
+  __device__ static void begin_products(Accumulators&) {}
+  __device__ static void finish_products(Accumulators&) {}
+};
 
 // d = a · b + (accumulate ? d : 0) for one k-step of wgmma m64nNk16 (fp32 accumulation), A (64 rows of w) and B (N
 // rows of x) in shared memory, both K-major, by descriptor. An sm_90a instruction: other targets never launch the
@@ -316,6 +396,7 @@ __device__ inline void fence_accumulators(float (&values)[kCount]) {
 // and its own waited for, and the accumulators are read only after a wait for all of them.
 template <int kTokens_, int kStages_>
 struct WgmmaTile {
+  using Element = uint16_t;
   static constexpr int kConsumers = 256;                  // two warpgroups
   static constexpr int kThreads = kConsumers + 128;       // and the producer's
   static constexpr int kRows = 128, kTokens = kTokens_, kSteps = 4, kStages = kStages_;
@@ -406,7 +487,7 @@ struct Sums {
 // The k-steps of the stage staged at `staged`, from step `step0` on: where a slice ends before the block's last step,
 // its sum joins the totals (0 + slice 0, then + slice 1, ...).
 template <DType kType, typename T, bool kKeepsTotals>
-__device__ inline void multiply_stage(const uint16_t* staged, int64_t step0, const StepRange& range,
+__device__ inline void multiply_stage(const typename T::Element* staged, int64_t step0, const StepRange& range,
                                       int64_t slice_steps, int64_t row0, int64_t token0, Sums<T>& sums) {
   T::begin_products(sums.acc);
 #pragma unroll
@@ -470,7 +551,7 @@ __device__ void store_sums(const Operands& p, int64_t row0, int64_t token0, int6
 template <DType kType, typename T, bool kWholeCopies, bool kKeepsTotals>
 __global__ void __launch_bounds__(T::kThreads, 1) tensor_gemm_kernel(const Operands p) {
   extern __shared__ __align__(16) unsigned char shared[];
-  uint16_t* ring = reinterpret_cast<uint16_t*>(shared);
+  typename T::Element* ring = reinterpret_cast<typename T::Element*>(shared);
   let_next_kernel_start();
   const int64_t row0 = int64_t(blockIdx.x) * T::kRows, token0 = int64_t(blockIdx.y) * T::kTokens;
   const StepRange range = step_range<T>(p);
@@ -498,7 +579,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) tensor_gemm_kernel(const Opera
     __syncthreads();  // the stage is in, and every warp is done with the buffer refilled next
     const int64_t next = stage + kAhead;
     if (next < range.num_stages) {
-      uint16_t* refilled = ring + (next % T::kStages) * T::kStageElements;
+      typename T::Element* refilled = ring + (next % T::kStages) * T::kStageElements;
       load_weights<T, kWholeCopies>(p, refilled, row0, k0_of(next), range.k_end);
       load_inputs<T, kWholeCopies>(p, refilled, token0, k0_of(next), range.k_end);
     }
@@ -611,6 +692,11 @@ using Tile128x128 = Tile<2, 4, 4, 4, 4, 3>;    // 8 warps of 64 x 32
 // 4 warps of 64 x 64, for weights of one slice only: with the running totals beside them, a warp's 128
 // accumulators would not fit in its registers.
 using Tile128x128Unsliced = Tile<2, 2, 4, 8, 4, 3>;
+// fp32 weights: 256 threads of 1 x 4 sums, 4 x 4, 4 x 8 and 8 x 8.
+using Fma128x8 = FmaTile<8, 1, 4, 2, 4>;
+using Fma128x32 = FmaTile<8, 4, 4, 2, 4>;
+using Fma128x64 = FmaTile<16, 4, 8, 2, 3>;
+using Fma128x128 = FmaTile<16, 8, 8, 2, 3>;
 using Wgmma128x128 = WgmmaTile<128, 6>;
 using Wgmma128x64 = WgmmaTile<64, 8>;
 constexpr int64_t kMinTile128x128Rows = 512;
@@ -626,16 +712,17 @@ bool wgmma_runs() {
 #endif
 }
 
-// Every row of w and x starts 16-byte aligned and holds whole 16-byte copies (K a multiple of 8): what cp.async's
+// Every row of w and x, of elements this wide, starts 16-byte aligned and holds whole 16-byte copies: what cp.async's
 // copies and the TMA unit's boxes need.
-bool rows_copy_whole(const Operands& p) {
+bool rows_copy_whole(const Operands& p, int64_t element_bytes) {
   const auto aligned = [](const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; };
-  return p.k % 8 == 0 && aligned(p.w) && aligned(p.x);
+  return p.k * element_bytes % 16 == 0 && p.x_stride * element_bytes % 16 == 0 && aligned(p.w) && aligned(p.x);
 }
 
-// A [num_rows, k] operand as a TMA tensor map: boxes of 64 columns (128 bytes, the swizzle's row) by box_rows rows,
-// zeros outside. The encoder is the driver's, reached through the runtime so that nothing links libcuda.
-CUtensorMap tensor_map(const uint16_t* base, int64_t num_rows, int64_t k, int box_rows) {
+// The first k columns of a [num_rows, stride] operand as a TMA tensor map: boxes of 64 columns (128 bytes, the
+// swizzle's row) by box_rows rows, zeros outside. The encoder is the driver's, reached through the runtime so that
+// nothing links libcuda.
+CUtensorMap tensor_map(const void* base, int64_t num_rows, int64_t k, int64_t stride, int box_rows) {
   static const auto encode = [] {
     void* function = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -647,11 +734,11 @@ CUtensorMap tensor_map(const uint16_t* base, int64_t num_rows, int64_t k, int bo
   }();
   CUtensorMap map;
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(num_rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(k) * sizeof(uint16_t)};
+  const cuuint64_t strides[1] = {cuuint64_t(stride) * sizeof(uint16_t)};
   const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult status =
-      encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<uint16_t*>(base), dims, strides, box,
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims, strides, box,
              element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(status == CUDA_SUCCESS, "cuTensorMapEncodeTiled refused a [" + std::to_string(num_rows) + ", " +
@@ -686,7 +773,7 @@ void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
 // Rows staged by cp.async where they allow it; running totals where a block walks several slices.
 template <DType kType, typename T>
 void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
-  const bool whole_copies = rows_copy_whole(p);
+  const bool whole_copies = rows_copy_whole(p, sizeof(typename T::Element));
   const bool keeps_totals = grid.z == 1 && p.order.num_slices > 1;
   if (whole_copies && keeps_totals)
     launch<kType, T, true, true>(p, grid, stream);
@@ -725,7 +812,8 @@ void launch_tiles(Operands p, bool sliced, TensorGemmScratch& scratch, cudaStrea
 template <DType kType, typename T>
 void launch_wgmma_tiles(const Operands& p, cudaStream_t stream) {
   const dim3 grid(num_blocks_for(p.n, T::kRows), num_blocks_for(p.num_rows, T::kTokens));
-  const TmaOperands t{tensor_map(p.w, p.n, p.k, T::kRows), tensor_map(p.x, p.num_rows, p.k, T::kTokens), p};
+  const TmaOperands t{tensor_map(p.w, p.n, p.k, p.k, T::kRows),
+                      tensor_map(p.x, p.num_rows, p.k, p.x_stride, T::kTokens), p};
   if (p.order.num_slices > 1)
     launch_wgmma<kType, T, true>(t, grid, stream);
   else
@@ -765,7 +853,7 @@ constexpr int64_t kMinWgmmaRows = 33;
 constexpr int64_t kMinWgmmaWaves = 2;
 template <DType kType>
 bool launch_on_wgmma(const Operands& p, cudaStream_t stream) {
-  if (!wgmma_runs() || p.num_rows < kMinWgmmaRows || !rows_copy_whole(p) ||
+  if (!wgmma_runs() || p.num_rows < kMinWgmmaRows || !rows_copy_whole(p, sizeof(uint16_t)) ||
       num_blocks_for(p.n, Wgmma128x128::kRows) < kMinOutputTiles)
     return false;
   static const int64_t wave = current_device_attribute(cudaDevAttrMultiProcessorCount);
@@ -776,6 +864,17 @@ bool launch_on_wgmma(const Operands& p, cudaStream_t stream) {
   else
     return false;
   return true;
+}
+
+void launch_fp32_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
+  if (p.num_rows <= 8)
+    launch_sized<DType::F32, Fma128x8>(p, scratch, stream);
+  else if (p.num_rows <= 32)
+    launch_sized<DType::F32, Fma128x32, Fma128x8>(p, scratch, stream);
+  else if (p.num_rows <= 64)
+    launch_sized<DType::F32, Fma128x64, Fma128x32>(p, scratch, stream);
+  else
+    launch_sized<DType::F32, Fma128x128, Fma128x64>(p, scratch, stream);
 }
 
 template <DType kType>
@@ -800,14 +899,18 @@ void launch_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t
 }  // namespace
 
 void tensor_gemm(const TensorGemm& g, TensorGemmScratch& scratch, cudaStream_t stream) {
-  require((g.dtype == DType::BF16 || g.dtype == DType::F16) && g.num_rows >= 1 && g.n >= 1 && g.k >= 1,
-          "tensor_gemm takes 16-bit weights and at least one row, output and column (please report this)");
+  require((g.dtype == DType::BF16 || g.dtype == DType::F16 || g.dtype == DType::F32) && g.num_rows >= 1 &&
+              g.n >= 1 && g.k >= 1 && g.x_stride >= g.k,
+          "tensor_gemm takes bf16, f16 or fp32 weights, at least one row, output and column, and rows of x at least "
+          "K apart (please report this)");
   const GemmOrder order = gemm_order(g.n, g.k);
   require(order.num_slices < 65536 && g.num_rows <= int64_t(65535) * 64,
           "a GEMM of " + std::to_string(g.num_rows) + " rows by a [" + std::to_string(g.n) + ", " +
               std::to_string(g.k) + "] weight is beyond the tensor-core GEMM's grid");
-  const Operands p{g.w, g.x, g.y, g.num_rows, g.n, g.k, order, nullptr, nullptr};
-  if (g.dtype == DType::BF16)
+  const Operands p{g.w, g.x, g.y, g.num_rows, g.n, g.k, g.x_stride, order, nullptr, nullptr};
+  if (g.dtype == DType::F32)
+    launch_fp32_for_rows(p, scratch, stream);
+  else if (g.dtype == DType::BF16)
     launch_for_rows<DType::BF16>(p, scratch, stream);
   else
     launch_for_rows<DType::F16>(p, scratch, stream);

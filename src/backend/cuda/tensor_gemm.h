@@ -1,10 +1,12 @@
-// The GEMM of 16-bit weights on the tensor cores, in one summation order for every number of rows: y = x · wᵀ with
-// w [N, K] bf16 or f16 (nn.Linear layout), x [rows, K] rounded to w's type, fp32 accumulation and output. A row's
-// outputs are therefore the same bits whether it runs alone, among 255 others, first or last (docs/DESIGN.md: GPU
-// invariance). cuBLAS cannot promise that: it picks tiles and split-K by the number of rows.
+// The invariant GEMM, in one summation order for every number of rows: y = x · wᵀ with w [N, K] in nn.Linear layout,
+// fp32 accumulation and output. 16-bit weights (bf16, f16) run on the tensor cores with x [rows, K] rounded to w's
+// type; fp32 weights on the FMA units with x as it is. A row's outputs are therefore the same bits whether it runs
+// alone, among 255 others, first or last (docs/DESIGN.md: GPU invariance). cuBLAS cannot promise that: it picks
+// tiles and split-K by the number of rows.
 //
 // The order (GemmOrder): K is cut into k-steps of 16, the operand depth of the m16n8k16 mma instruction (a K that is
-// not a multiple of 16 ends in a step padded with zeros), and the k-steps into slices. A slice is summed from zero,
+// not a multiple of 16 ends in a step padded with zeros; for fp32 weights a k-step is 16 fused multiply-adds in
+// increasing k, x · w + sum, from the first k of the step), and the k-steps into slices. A slice is summed from zero,
 // k-step after k-step in increasing order, by mma alone; y = ((0 + slice 0) + slice 1) + ... in slice order. The
 // slices follow N and K alone. They exist for the rows of a decode step: a GEMM of one row has only N / 16 pieces of
 // 16 output rows to spread over the GPU, too few to stream the weights at full bandwidth, so where a launch has few
@@ -39,14 +41,15 @@ constexpr int64_t kGemmPiecesWanted = 1024;
 constexpr int64_t kGemmMinSliceSteps = 8;
 GemmOrder gemm_order(int64_t n, int64_t k);
 
-// Operands whose rows start 16-byte aligned with K a multiple of 8 are staged by cp.async, others an element at a
-// time: the same arithmetic either way.
+// Operands whose rows start 16-byte aligned and hold whole 16-byte copies are staged by cp.async, others an element
+// at a time: the same arithmetic either way.
 struct TensorGemm {
-  const uint16_t* w = nullptr;  // [n, k] in dtype's bits
-  DType dtype = DType::BF16;    // BF16 or F16
-  const uint16_t* x = nullptr;  // [num_rows, k] rounded to dtype
-  float* y = nullptr;           // [num_rows, n]
+  const void* w = nullptr;     // [n, k] of dtype
+  DType dtype = DType::BF16;   // BF16, F16 or F32
+  const void* x = nullptr;     // [num_rows, x_stride] of dtype (16-bit: x rounded to it), the first k columns read
+  float* y = nullptr;          // [num_rows, n]
   int64_t num_rows = 0, n = 0, k = 0;
+  int64_t x_stride = 0;        // elements from one row of x to the next, >= k
 };
 
 // What the blocks of a launch with a block per slice share: the partial sums of the slices and, per tile, a count of

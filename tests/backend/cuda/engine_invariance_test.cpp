@@ -1,4 +1,5 @@
-// The engine on the CUDA backend in the bf16 mode with the invariant GEMMs (--cuda-gemm invariant), bitwise:
+// The engine on the CUDA backend with the invariant GEMMs (--cuda-gemm invariant), in the bf16 and the f32 weight
+// modes, bitwise:
 // - batch invariance: every request's tokens and logprobs (sampled, top and prompt ones) are the same bits run
 //   alone (max-num-seqs n) as among all the others, under token budgets that cut prompts into chunks anywhere;
 // - phase invariance: each generated token's logprob is the same bits as the prompt logprob a one-shot prefill of
@@ -18,15 +19,16 @@ struct Batching {
   int64_t max_num_seqs, max_num_batched_tokens;
 };
 
-Outputs run_engine(const model::Model& model, const std::vector<engine::RequestSpec>& specs, Batching batching) {
+Outputs run_engine(const model::Model& model, engine::CudaWeights weights,
+                   const std::vector<engine::RequestSpec>& specs, Batching batching) {
   const int64_t num_kv_blocks = batching.max_num_seqs * (kMaxModelLen / kKvBlockSize);
   engine::EngineOptions options = exact_engine_options(model, batching.max_num_seqs, num_kv_blocks, kKvBlockSize,
                                                        kMaxModelLen, engine::BackendKind::Cuda);
-  options.backend.cuda_weights = engine::CudaWeights::Bf16;
+  options.backend.cuda_weights = weights;
   options.backend.cuda_gemm = engine::CudaGemm::Invariant;
   options.memory_budget = {
       .bytes = engine::exact_memory_budget(
-          model.config, engine::backend_weight_bytes(engine::BackendKind::Cuda, model, engine::CudaWeights::Bf16),
+          model.config, engine::backend_weight_bytes(engine::BackendKind::Cuda, model, weights),
           batching.max_num_seqs, num_kv_blocks, kKvBlockSize, DType::F32)};
   options.max_num_batched_tokens = batching.max_num_batched_tokens;
   engine::Engine engine(model, nullptr, options);
@@ -34,15 +36,17 @@ Outputs run_engine(const model::Model& model, const std::vector<engine::RequestS
 }
 
 // Every request in an engine of its own, its whole prompt in one step.
-Outputs run_alone(const model::Model& model, const std::vector<engine::RequestSpec>& specs) {
+Outputs run_alone(const model::Model& model, engine::CudaWeights weights,
+                  const std::vector<engine::RequestSpec>& specs) {
   Outputs outputs;
   for (const engine::RequestSpec& spec : specs)
-    outputs.merge(run_engine(model, {spec}, {spec.n, std::max<int64_t>(int64_t(spec.prompt_ids.size()), spec.n)}));
+    outputs.merge(
+        run_engine(model, weights, {spec}, {spec.n, std::max<int64_t>(int64_t(spec.prompt_ids.size()), spec.n)}));
   return outputs;
 }
 
 // Each sample's prompt and tokens scored in one prefill: its tokens' prompt logprobs are its logprobs.
-void expect_prefill_equals_decode(const model::Model& model, const Outputs& outputs) {
+void expect_prefill_equals_decode(const model::Model& model, engine::CudaWeights weights, const Outputs& outputs) {
   std::vector<engine::RequestSpec> scores;
   for (const auto& [key, sample] : outputs) {
     engine::RequestSpec spec;
@@ -53,7 +57,7 @@ void expect_prefill_equals_decode(const model::Model& model, const Outputs& outp
     spec.num_prompt_logprobs = 1;
     scores.push_back(spec);
   }
-  const Outputs scored = run_alone(model, scores);
+  const Outputs scored = run_alone(model, weights, scores);
   int64_t num_compared = 0;
   for (const auto& [key, sample] : outputs) {
     const engine::SampleOutput& score = scored.at({key.first + "/" + std::to_string(key.second), 0});
@@ -84,33 +88,41 @@ std::vector<engine::RequestSpec> workload(const model::Model& model, uint64_t se
   return specs;
 }
 
-class CudaEngineInvarianceTest : public GpuParamTest<std::string> {};
+struct Case {
+  std::string model;
+  engine::CudaWeights weights;
+};
+
+class CudaEngineInvarianceTest : public GpuParamTest<Case> {};
 
 TEST_P(CudaEngineInvarianceTest, ARequestsLogprobsAreItsOwnAndPrefillEqualsDecode) {
   static_assert(backend::cuda::kAttentionSplitKeys < 300, "prompts and generations cross a split boundary");
-  const std::string& name = GetParam();
+  const auto& [name, weights] = GetParam();
   const model::Model model = name == "jambo-demo"
                                  ? model::load_model(std::string(JAMBO_SOURCE_DIR) + "/models/jambo-demo")
                                  : load_fixture_model(name);
   const std::vector<engine::RequestSpec> specs = workload(model, 17);
-  const Outputs alone = run_alone(model, specs);
+  const Outputs alone = run_alone(model, weights, specs);
   for (const Batching batching : {Batching{8, 7}, Batching{64, 64}, Batching{20, 512}}) {
     const std::string what = "max_num_seqs " + std::to_string(batching.max_num_seqs) + ", max_num_batched_tokens " +
                              std::to_string(batching.max_num_batched_tokens);
     SCOPED_TRACE(what);
-    expect_bitwise_equal(alone, run_engine(model, specs, batching));
+    expect_bitwise_equal(alone, run_engine(model, weights, specs, batching));
     if (HasFailure()) return;
   }
-  expect_prefill_equals_decode(model, alone);
+  expect_prefill_equals_decode(model, weights, alone);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaEngineInvarianceTest,
-                         ::testing::Values("jambo-demo", "moe-top1-mqa-tied-bf16", "attn-heavy-tied-bf16"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Models, CudaEngineInvarianceTest,
+    ::testing::Values(Case{"jambo-demo", engine::CudaWeights::Bf16}, Case{"moe-top1-mqa-tied-bf16", engine::CudaWeights::Bf16},
+                      Case{"attn-heavy-tied-bf16", engine::CudaWeights::Bf16}, Case{"jambo-demo", engine::CudaWeights::F32},
+                      Case{"moe-top1-mqa-tied-bf16", engine::CudaWeights::F32}),
+    [](const auto& info) {
+      std::string name = info.param.model + "_" + std::string(engine::name(info.param.weights));
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
 
 }  // namespace
 }  // namespace jambo::testing

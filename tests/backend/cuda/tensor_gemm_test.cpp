@@ -1,13 +1,15 @@
-// The tensor-core GEMM of 16-bit weights (tensor_gemm.h), through linear(): its products against a double-precision
-// sum of the same rounded operands, and its one summation order, bit for bit, for a row alone and among 1 to 257
-// rows (every tile a row count takes, each with a block per slice where its tiles are few and without), at shapes of
-// the 3B model, of a small model (K = 20: staged an element at a time) and of ragged tiles.
+// The invariant GEMM (tensor_gemm.h), through linear(): 16-bit weights' products against a double-precision sum of
+// the same rounded operands, fp32 weights' bit for bit against their order computed on the host, and its one
+// summation order, bit for bit, for a row alone and among 1 to 600 rows (every tile a row count takes, each with a
+// block per slice where its tiles are few and without), at shapes of the 3B model, of a small model (K = 20: staged
+// an element at a time) and of ragged tiles.
 #include "invariance_util.h"
 #include "support/random_tensors.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/tensor_gemm.h"
 #include "cuda_test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -42,13 +44,13 @@ class TensorGemmTest : public StreamTest {
   // The weight on the GPU, and its values as the host sees them.
   struct Weight {
     TensorView host;
-    DeviceBuffer<uint16_t> device;
+    DeviceBuffer<std::byte> device;
     backend::cuda::DeviceMatrix matrix;
   };
   Weight make_weight(DType dtype, const Shape& shape) {
     Weight w;
     w.host = store_.make({shape.n, shape.k}, dtype, 1.0f);
-    w.device = upload(static_cast<const uint16_t*>(w.host.data), shape.n * shape.k);
+    w.device = upload(static_cast<const std::byte*>(w.host.data), shape.n * shape.k * dtype_size(dtype));
     w.matrix = {w.device.data(), dtype, shape.n, shape.k};
     return w;
   }
@@ -98,6 +100,46 @@ TEST_F(TensorGemmTest, SixteenBitWeightsMultiplyInputsRoundedToTheirType) {
     }
 }
 
+// The order of fp32 weights, on the host: per slice, from zero, a fused multiply-add per k in increasing k (zeros
+// past K, to the end of the slice's last k-step), and the slices' sums added in slice order from zero.
+float sum_in_order(const float* x, const float* w, int64_t k, const backend::cuda::GemmOrder& order) {
+  float total = 0.0f;
+  for (int64_t s = 0; s < order.num_slices; ++s) {
+    const int64_t first = s * order.slice_steps * 16;
+    const int64_t end = std::min(order.num_steps, (s + 1) * order.slice_steps) * 16;
+    float sum = 0.0f;
+    for (int64_t i = first; i < end; ++i) sum = std::fma(i < k ? x[i] : 0.0f, i < k ? w[i] : 0.0f, sum);
+    total += sum;
+  }
+  return total;
+}
+
+// fp32 weights: y is the bits of sum_in_order, at every FMA tile (1 to 600 rows), with a block per slice and
+// without (x_proj's 40 slices, a [40, 2560] of 20), outputs and rows that fill no whole tile, K not a multiple of 16
+// or 4 (rows then staged an element at a time) and rows of x apart by more than K.
+TEST_F(TensorGemmTest, Fp32WeightsSumInTheOrderBitForBit) {
+  for (const Shape& shape : {Shape{37, 64}, Shape{40, 2560}, Shape{192, 5120}, Shape{1000, 2560}, Shape{5, 8},
+                             Shape{24, 20}, Shape{130, 3}, Shape{600, 136}}) {
+    const Weight w = make_weight(DType::F32, shape);
+    const backend::cuda::GemmOrder order = backend::cuda::gemm_order(shape.n, shape.k);
+    const float* weights = static_cast<const float*>(w.host.data);
+    for (const int64_t rows : {1, 2, 8, 9, 32, 33, 64, 65, 130, 600}) {
+      if (rows * shape.n * shape.k > (int64_t(1) << 29)) continue;  // the host's sums stay within seconds
+      const int64_t stride = shape.k + 4;
+      const backend::cpu::Matrix x = store_.matrix(rows, stride, 1.0f);
+      const std::vector<float> x_values(x.data(), x.data() + rows * stride);
+      const std::vector<float> y = multiply(w.matrix, x_values, rows, stride);
+      int64_t num_different = 0;
+      for (int64_t m = 0; m < rows; ++m)
+        for (int64_t o = 0; o < shape.n; ++o) {
+          const float expected = sum_in_order(&x_values[size_t(m * stride)], weights + o * shape.k, shape.k, order);
+          num_different += !bitwise_equal(&y[size_t(m * shape.n + o)], &expected, 1);
+        }
+      EXPECT_EQ(num_different, 0) << describe(DType::F32, shape) << ", " << rows << " rows";
+    }
+  }
+}
+
 // A row's outputs are the same bits alone and among any other rows, first, in the middle or last, whichever tile
 // and launch the row count takes (row counts on both sides of every tile's bound): the 3B model's down_proj (7
 // slices, its few tiles a block per slice), x_proj (40 slices of 8 k-steps, few outputs: the narrow tiles), dt_proj
@@ -113,7 +155,8 @@ TEST_F(TensorGemmTest, ARowsOutputsAreItsOwn) {
                         Case{DType::BF16, {128, 2560}}, Case{DType::BF16, {16384, 2560}},
                         Case{DType::BF16, {7168, 2560}},
                         Case{DType::F16, {1000, 2560}}, Case{DType::BF16, {24, 20}},
-                        Case{DType::F16, {130, 3}}}) {
+                        Case{DType::F16, {130, 3}}, Case{DType::F32, {2560, 8192}}, Case{DType::F32, {192, 5120}},
+                        Case{DType::F32, {16384, 2560}}, Case{DType::F32, {24, 20}}}) {
     SCOPED_TRACE(describe(c.dtype, c.shape));
     const Weight w = make_weight(c.dtype, c.shape);
     const BatchOp<float> op = [&](const std::vector<float>& inputs, int64_t num_rows) {
