@@ -5,8 +5,9 @@
 # fails when the engine did not generate the whole workload.
 # Usage: bench/rollout.sh [path/to/jambo] [gpu|cpu-demo]
 #   gpu (default): the Jamba-Reasoning-3B shape, random bf16 weights, the CUDA backend: 1024 prompts x n = 8,
-#     512 tokens in, 256 out (2.1M generated tokens; one H200 run: 55.9 s, 37,500 generated tok/s and 46,900 in
-#     all, 0.67 ms a step outside the forward calls; other runs in bench/HISTORY.md; run it on the GPU machine).
+#     512 tokens in, 256 out (2.1M generated tokens; one H200 run on --cuda-gemm cublas: 55.9 s, 37,500 generated
+#     tok/s and 46,900 in all, 0.67 ms a step outside the forward calls; other runs in bench/HISTORY.md; run it on
+#     the GPU machine). CUDA_GEMM picks the GEMMs (default invariant, the engine's default; or cublas).
 #   cpu-demo: models/jambo-demo on the CPU, 16 prompts x n = 4, 32 tokens in, 32 out (seconds).
 # Any of PROMPTS, N, PROMPT_TOKENS, MAX_TOKENS, MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, MEMORY_BUDGET, SEED and
 # STATE_DTYPE (the engine's --state-dtype, f32 or bf16; default f32) in the environment overrides the preset's value.
@@ -17,7 +18,8 @@ preset=${2:-gpu}
 case "$preset" in
   gpu)
     model=bench/shapes/jamba-reasoning-3b
-    model_args=(--model "$model" --random-weights --random-dtype bf16 --backend cuda --cuda-weights bf16)
+    model_args=(--model "$model" --random-weights --random-dtype bf16 --backend cuda --cuda-weights bf16
+                --cuda-gemm "${CUDA_GEMM:-invariant}")
     # 512 sequences in flight (64 prompts' samples); each step decodes them all and prefills up to 3584 prompt
     # tokens beside. The budget holds bf16 weights (6.1 GB), 512 fp32 state slots (10.1 MB each) and their KV.
     : "${PROMPTS:=1024}" "${N:=8}" "${PROMPT_TOKENS:=512}" "${MAX_TOKENS:=256}"

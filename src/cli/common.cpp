@@ -121,8 +121,9 @@ CLI::Option* add_cuda_gemm_option(CLI::App& command, const std::string& flag, en
 }
 
 constexpr const char* kCudaGemmHelp =
-    "the GPU's GEMMs: cublas (fastest), or invariant (one summation order for every batch size: a row's GEMM "
-    "outputs do not depend on its batch; slower, see docs/DESIGN.md: GPU invariance)";
+    "the GPU's GEMMs: invariant (one summation order for every batch size: a request's tokens and logprobs do not "
+    "depend on its batch, docs/DESIGN.md: GPU invariance), or cublas (faster at most batch sizes, NOT invariant: "
+    "logprobs move with the batch, and the forensics cannot hold it to threshold 0)";
 
 }  // namespace
 

@@ -18,10 +18,10 @@ enum class BackendKind { Cpu, Cuda };
 // (GEMM weights converted to IEEE half). Not a DType: Bf16 keeps an fp32 checkpoint's matrices in fp32.
 enum class CudaWeights { F32, Bf16, F16 };
 
-// The CUDA backend's GEMMs: Cublas (cuBLAS/cuBLASLt, and for 16-bit weights the skinny GEMM with its decode
-// fusions; the fastest today, its sums ordered by the step's row count) or Invariant (our own GEMM in one order for
-// every row count, any weight mode: a row's GEMM outputs do not depend on its batch; docs/DESIGN.md: GPU
-// invariance).
+// The CUDA backend's GEMMs: Invariant (the default: our own GEMM in one order for every row count, any weight mode,
+// so that a row's GEMM outputs do not depend on its batch; docs/DESIGN.md: GPU invariance) or Cublas (opt-in:
+// cuBLAS/cuBLASLt, and for 16-bit weights the skinny GEMM with its decode fusions; faster at most shapes today, its
+// sums ordered by the step's row count).
 enum class CudaGemm { Cublas, Invariant };
 
 // Where and how one model runs: the backend, the CUDA backend's weight mode (the CPU backend ignores it) and the
@@ -29,7 +29,7 @@ enum class CudaGemm { Cublas, Invariant };
 struct BackendChoice {
   BackendKind kind = BackendKind::Cpu;
   CudaWeights cuda_weights = CudaWeights::F32;
-  CudaGemm cuda_gemm = CudaGemm::Cublas;
+  CudaGemm cuda_gemm = CudaGemm::Invariant;
   DType state_dtype = DType::F32;
 };
 
@@ -69,7 +69,7 @@ DType parse_state_dtype(const std::string& text);
 std::unique_ptr<backend::Backend> make_backend(BackendKind kind, const model::Model& model,
                                                const backend::CacheConfig& cache,
                                                CudaWeights cuda_weights = CudaWeights::F32,
-                                               CudaGemm cuda_gemm = CudaGemm::Cublas);
+                                               CudaGemm cuda_gemm = CudaGemm::Invariant);
 
 // The bytes of weights that backend holds for the model (what a memory plan takes before the caches): the
 // checkpoint's bytes on the CPU, which reads the mmap; on the GPU what the weight mode uploads.

@@ -17,8 +17,8 @@ namespace jambo::backend::cuda {
 // Uploads the model's weights and allocates the state slots and KV blocks of `cache` on GPU 0 (zeroed).
 // Throws jambo::Error when no GPU can be used or memory runs out.
 // weights: "f32", "bf16" or "f16" (jambo::Error otherwise). decode_graphs: decode steps run as CUDA graphs
-// (step_graphs.h); off, every step runs launch by launch (the graphs' test oracle). invariant_gemm: the 16-bit GEMMs
-// in one summation order for every row count (gemm.h).
+// (step_graphs.h); off, every step runs launch by launch (the graphs' test oracle). invariant_gemm: every GEMM in one
+// summation order for every row count (gemm.h).
 std::unique_ptr<Backend> make_cuda_backend(const model::Model& model, const CacheConfig& cache,
                                            const std::string& weights = "f32", bool decode_graphs = true,
                                            bool invariant_gemm = false);

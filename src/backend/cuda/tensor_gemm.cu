@@ -208,15 +208,17 @@ __device__ inline void Tile<kWarpsM, kWarpsN, kTilesM, kTilesN, kSteps, kStages>
           acc[i][j][q], totals[i][j][q]);
 }
 
-// A block's tile on the FMA units, for fp32 weights: kRows output rows of w by kTokens rows of x, each of the 256
-// threads holding kThreadTokens x kThreadOutputs sums (outputs kOutputThreads apart, rows kTokenThreads apart), the
-// operands staged kSteps k-steps at a time in a ring of kStages. A k-step of an output is 16 fused multiply-adds in
-// increasing k, whichever tile holds it, so the bits follow the order alone; operands are multiplied as they are.
-template <int kTokenThreads_, int kThreadTokens_, int kThreadOutputs_, int kSteps_, int kStages_>
+// A block's tile on the FMA units, for fp32 weights: kRows output rows of w by kTokens rows of x, each of the
+// kTokenThreads x kOutputThreads threads holding kThreadTokens x kThreadOutputs sums (outputs kOutputThreads apart,
+// rows kTokenThreads apart), the operands staged kSteps k-steps at a time in a ring of kStages. A k-step of an output
+// is 16 fused multiply-adds in increasing k, whichever tile holds it, so the bits follow the order alone; operands are
+// multiplied as they are.
+template <int kTokenThreads_, int kThreadTokens_, int kOutputThreads_, int kThreadOutputs_, int kSteps_,
+          int kStages_>
 struct FmaTile {
   using Element = float;
-  static constexpr int kThreads = 256;
-  static constexpr int kTokenThreads = kTokenThreads_, kOutputThreads = kThreads / kTokenThreads;
+  static constexpr int kTokenThreads = kTokenThreads_, kOutputThreads = kOutputThreads_;
+  static constexpr int kThreads = kTokenThreads * kOutputThreads;
   static constexpr int kThreadTokens = kThreadTokens_, kThreadOutputs = kThreadOutputs_;
   static constexpr int kRows = kOutputThreads * kThreadOutputs;
   static constexpr int kTokens = kTokenThreads * kThreadTokens;
@@ -229,7 +231,7 @@ struct FmaTile {
   static constexpr int kChunkElements = 4;
   static constexpr int kChunksPerRow = kDepth / kChunkElements;
   static constexpr size_t kPipelineBytes = size_t(kStages) * kStageElements * sizeof(float);
-  static_assert(kThreads % kTokenThreads == 0 && kOutputThreads % 8 == 0, "a quarter warp reads 8 rows of w");
+  static_assert(kOutputThreads % 8 == 0, "a quarter warp reads 8 rows of w");
   using Accumulators = float[kThreadTokens][kThreadOutputs];
 
   __device__ static int output_thread() { return int(threadIdx.x) % kOutputThreads; }
@@ -692,11 +694,14 @@ using Tile128x128 = Tile<2, 4, 4, 4, 4, 3>;    // 8 warps of 64 x 32
 // 4 warps of 64 x 64, for weights of one slice only: with the running totals beside them, a warp's 128
 // accumulators would not fit in its registers.
 using Tile128x128Unsliced = Tile<2, 2, 4, 8, 4, 3>;
-// fp32 weights: 256 threads of 1 x 4 sums, 4 x 4, 4 x 8 and 8 x 8.
-using Fma128x8 = FmaTile<8, 1, 4, 2, 4>;
-using Fma128x32 = FmaTile<8, 4, 4, 2, 4>;
-using Fma128x64 = FmaTile<16, 4, 8, 2, 3>;
-using Fma128x128 = FmaTile<16, 8, 8, 2, 3>;
+// fp32 weights: up to 8 rows of x, 64 threads of one output (each weight read from shared memory once, by its
+// output's thread; the rows of x broadcast); from 9 rows, 256 threads of 4 x 2 sums, 4 x 4 and 8 x 8 (the smaller
+// tiles in registers enough for two blocks an SM).
+template <int kTokens>
+using FmaDecodeTile = FmaTile<1, kTokens, 64, 1, 4, 4>;
+using Fma64x32 = FmaTile<8, 4, 32, 2, 2, 4>;
+using Fma64x64 = FmaTile<16, 4, 16, 4, 2, 4>;
+using Fma128x128 = FmaTile<16, 8, 16, 8, 2, 3>;
 using Wgmma128x128 = WgmmaTile<128, 6>;
 using Wgmma128x64 = WgmmaTile<64, 8>;
 constexpr int64_t kMinTile128x128Rows = 512;
@@ -867,14 +872,16 @@ bool launch_on_wgmma(const Operands& p, cudaStream_t stream) {
 }
 
 void launch_fp32_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
-  if (p.num_rows <= 8)
-    launch_sized<DType::F32, Fma128x8>(p, scratch, stream);
+  if (p.num_rows <= 2)
+    launch_sized<DType::F32, FmaDecodeTile<2>>(p, scratch, stream);
+  else if (p.num_rows <= 8)
+    launch_sized<DType::F32, FmaDecodeTile<8>>(p, scratch, stream);
   else if (p.num_rows <= 32)
-    launch_sized<DType::F32, Fma128x32, Fma128x8>(p, scratch, stream);
+    launch_sized<DType::F32, Fma64x32, FmaDecodeTile<8>>(p, scratch, stream);
   else if (p.num_rows <= 64)
-    launch_sized<DType::F32, Fma128x64, Fma128x32>(p, scratch, stream);
+    launch_sized<DType::F32, Fma64x64, Fma64x32>(p, scratch, stream);
   else
-    launch_sized<DType::F32, Fma128x128, Fma128x64>(p, scratch, stream);
+    launch_sized<DType::F32, Fma128x128, Fma64x64>(p, scratch, stream);
 }
 
 template <DType kType>
