@@ -1,3 +1,4 @@
+#include "backend/cuda/convert.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/embedding_norm.h"
 #include "backend/cuda/ffn.h"
@@ -212,6 +213,48 @@ void run_experts_grouped(const DeviceMoe& moe, const int64_t* expert_rows, const
   gemm(1, first_expert.down_proj, buffers.activation, expert_output);
 }
 
+// Every expert's MLP on the invariant GEMM, grouped by expert (tensor_gemm_grouped: launch rows as above, at most
+// max_expert_rows rows an expert), the inputs of 16-bit matrices rounded to their type as linear() rounds them.
+void run_experts_invariant(Gemm& gemm, const DeviceMoe& moe, const int64_t* expert_rows, const int32_t* active_experts,
+                           int64_t num_launch_rows, int64_t max_expert_rows, const float* expert_input,
+                           int64_t num_routed, const MlpBuffers& buffers, float* expert_output, cudaStream_t stream) {
+  const DeviceMlp& first_expert = moe.experts.front();
+  const int64_t num_experts = int64_t(moe.experts.size()), intermediate = first_expert.down_proj.cols;
+  // Matrix `kind` of every expert (0: gate_up, 1: down_proj), each of `first`'s type and shape.
+  const auto gemm_of = [&](int64_t kind, const DeviceMatrix& first, const void* x, float* y) {
+    bool aligned = true;
+    for (const DeviceMlp& expert : moe.experts) {
+      const DeviceMatrix& matrix = kind == 0 ? expert.gate_up : expert.down_proj;
+      require(matrix.dtype == first.dtype && matrix.rows == first.rows && matrix.cols == first.cols,
+              "the CUDA MoE takes experts of one type and shape (please report this)");
+      aligned = aligned && reinterpret_cast<uintptr_t>(matrix.data) % 16 == 0;
+    }
+    TensorGemm operands;
+    operands.dtype = first.dtype, operands.x = x, operands.x_stride = first.cols, operands.y = y;
+    operands.num_rows = num_routed, operands.n = first.rows, operands.k = first.cols;
+    TensorGemmGroups groups;
+    groups.group_rows = expert_rows, groups.group_ids = active_experts;
+    groups.weights = moe.expert_matrices + device_offset(kind, num_experts), groups.weights_aligned = aligned;
+    groups.num_launch_groups = num_launch_rows, groups.max_group_rows = max_expert_rows;
+    tensor_gemm_grouped(operands, groups, gemm.tensor_scratch(), stream);
+  };
+  const void* gate_up_input = expert_input;
+  if (first_expert.gate_up.dtype != DType::F32) {
+    const int64_t hidden_size = first_expert.gate_up.cols;
+    uint16_t* rounded = gemm.narrow_input(device_offset(num_routed, hidden_size));
+    narrow_to_16(expert_input, hidden_size, num_routed, hidden_size, first_expert.gate_up.dtype == DType::BF16, rounded,
+                 stream);
+    gate_up_input = rounded;
+  }
+  gemm_of(0, first_expert.gate_up, gate_up_input, buffers.gate_up);
+  const bool narrow_down = first_expert.down_proj.dtype != DType::F32;
+  swiglu(buffers.gate_up, num_routed, intermediate, narrow_down ? nullptr : buffers.activation, stream,
+         narrow_down ? Narrow16{buffers.activation16, first_expert.down_proj.dtype} : Narrow16{});
+  gemm_of(1, first_expert.down_proj,
+          narrow_down ? static_cast<const void*>(buffers.activation16) : static_cast<const void*>(buffers.activation),
+          expert_output);
+}
+
 // Each expert's MLP as cuBLAS GEMMs over its rows, sized by the counts read back to the host.
 void run_experts_per_expert(Gemm& gemm, const DeviceMoe& moe, const int64_t* expert_rows, const float* expert_input,
                             const MlpBuffers& buffers, float* expert_output, FfnWorkspace& workspace,
@@ -265,6 +308,7 @@ void combine_experts(const float* expert_output, const ExpertRouting& routing, i
 }
 
 bool experts_run_grouped(const DeviceMoe& moe, int64_t num_tokens, ExpertGemms gemms) {
+  if (gemms == ExpertGemms::Invariant) return true;
   // Every expert's matrices are like expert 0's; skinny_gemm reads each matrix's K in whole 16-byte loads.
   const DeviceMlp& first = moe.experts.front();
   const bool shapes_fit = first.gate_up.cols % skinny_weights_per_load(first.gate_up.dtype) == 0 &&
@@ -307,7 +351,10 @@ void sparse_moe(Gemm& gemm, const DeviceMoe& moe, int64_t num_experts_per_tok, c
   route_tokens(router_logits, num_tokens, num_experts, k, routing, stream);
   gather_rows(x, routed_token, num_routed, hidden_size, expert_input, stream);
 
-  if (experts_run_grouped(moe, num_tokens, gemms))
+  if (gemms == ExpertGemms::Invariant)
+    run_experts_invariant(gemm, moe, expert_rows, active_experts, num_launch_rows, /*max_expert_rows=*/num_tokens,
+                          expert_input, num_routed, buffers, expert_output, stream);
+  else if (experts_run_grouped(moe, num_tokens, gemms))
     run_experts_grouped(moe, expert_rows, active_experts, num_launch_rows, expert_input, num_routed, buffers,
                         expert_output, stream);
   else

@@ -67,18 +67,20 @@ void combine_experts(const float* expert_output,  // [T*k, H]
 
 constexpr int64_t kMaxGroupedTokens = 32;
 
-// How the experts' GEMMs run: by the step's token count as above, or (for tests) one way regardless.
-enum class ExpertGemms { ByTokenCount, Grouped, PerExpert };
+// How the experts' GEMMs run: by the step's token count as above, or (for tests) one way regardless; or, for an
+// invariant Gemm, Invariant: the invariant GEMM grouped by expert (tensor_gemm_grouped), the counts on the GPU, each
+// row the bits of its expert's GEMM alone (PerExpert's on an invariant Gemm), at any token count.
+enum class ExpertGemms { ByTokenCount, Grouped, PerExpert, Invariant };
 
-// The experts' GEMMs that a Gemm takes: by token count, or per expert for an invariant one, since the grouped skinny
-// GEMM sums in another order than the tensor-core GEMM that runs them past kMaxGroupedTokens.
+// The experts' GEMMs that a Gemm takes: by token count, or Invariant for an invariant one, since the grouped skinny
+// GEMM sums in another order than the invariant GEMM.
 inline ExpertGemms expert_gemms_of(const Gemm& gemm) {
-  return gemm.invariant() ? ExpertGemms::PerExpert : ExpertGemms::ByTokenCount;
+  return gemm.invariant() ? ExpertGemms::Invariant : ExpertGemms::ByTokenCount;
 }
 
 // Whether sparse_moe runs these experts grouped for a step of num_tokens tokens (else it reads the expert counts
-// back to the host): by the token count, or as asked, where skinny_gemm takes the experts' shapes (K a multiple
-// of one 16-byte load).
+// back to the host): always for Invariant; else by the token count, or as asked, where skinny_gemm takes the
+// experts' shapes (K a multiple of one 16-byte load).
 bool experts_run_grouped(const DeviceMoe& moe, int64_t num_tokens, ExpertGemms gemms = ExpertGemms::ByTokenCount);
 
 // out[t] = sum over the top-k experts e of softmax(router(x[t]))[e] * expert_e(x[t]), added in increasing

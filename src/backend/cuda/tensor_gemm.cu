@@ -60,14 +60,43 @@ struct Tile {
 };
 
 struct Operands {
-  const void* w;     // [n, k] in the tile's Element
-  const void* x;     // [num_rows, x_stride] in the tile's Element, the first k columns read
-  float* y;
-  int64_t num_rows, n, k, x_stride;
+  const void* w = nullptr;  // [n, k] in the tile's Element
+  const void* x = nullptr;  // [num_rows, x_stride] in the tile's Element, the first k columns read
+  float* y = nullptr;       // [num_rows, n]
+  int64_t num_rows = 0, n = 0, k = 0, x_stride = 0;
+  bool weights_aligned = false;  // every weight starts 16-byte aligned
   GemmOrder order;
-  float* partials;     // [num_slices, num_rows, n], for a launch of a block per slice
-  uint32_t* arrivals;  // [tiles], zero between launches
+  float* partials = nullptr;     // [num_slices, num_rows, n], for a launch of a block per slice
+  int64_t slice_elements = 0;    // num_rows * n of the whole launch (grouped: every group's rows)
+  uint32_t* arrivals = nullptr;  // [tiles], zero between launches
+  // A grouped launch (tensor_gemm_grouped) where weights is set: the launch group of blockIdx.y is blockIdx.y /
+  // group_token_tiles, and group_rows, group_ids and weights are TensorGemmGroups'.
+  const void* const* weights = nullptr;
+  const int64_t* group_rows = nullptr;
+  const int32_t* group_ids = nullptr;
+  int64_t num_groups = 1;         // launch groups
+  int64_t max_group_rows = 0;     // rows of a group at most
+  int64_t group_token_tiles = 0;  // tiles of x a launch group's blocks cover, set by the launch
 };
+
+// A grouped launch's block: its group's weight, rows of x and y and partial sums into p, and its tile's first row
+// of x within the group into token0. False where the launch group has no group or the tile lies past the group's
+// rows (every slice of a tile alike). The counts are the kernel ahead's output: waited for first.
+template <typename T>
+__device__ bool enter_group(Operands& p, int64_t& token0) {
+  wait_for_previous_kernel();
+  const int32_t group = p.group_ids[blockIdx.y / p.group_token_tiles];
+  if (group < 0) return false;
+  const int64_t first = p.group_rows[group];
+  p.num_rows = p.group_rows[group + 1] - first;
+  token0 = int64_t(blockIdx.y % p.group_token_tiles) * T::kTokens;
+  if (token0 >= p.num_rows) return false;
+  p.w = p.weights[group];
+  p.x = static_cast<const typename T::Element*>(p.x) + device_offset(first, p.x_stride);
+  p.y += device_offset(first, p.n);
+  if (p.partials != nullptr) p.partials += device_offset(first, p.n);
+  return true;
+}
 
 __device__ inline uint32_t shared_address(const void* pointer) {
   return uint32_t(__cvta_generic_to_shared(pointer));
@@ -523,7 +552,7 @@ __device__ void store_sums(const Operands& p, int64_t row0, int64_t token0, int6
     });
     return;
   }
-  const int64_t slice_size = device_offset(p.num_rows, p.n);
+  const int64_t slice_size = p.slice_elements;
   float* partial = p.partials + device_offset(blockIdx.z, slice_size);
   T::for_each_accumulator(row0, token0, sums.acc, sums.totals, [&](Place at, float& sum, float&) {
     if (at.output < p.n && at.token < p.num_rows) partial[device_offset(at.token, p.n) + at.output] = sum;
@@ -546,16 +575,20 @@ __device__ void store_sums(const Operands& p, int64_t row0, int64_t token0, int6
   if (thread == 0) arrivals = 0;  // ready for the next launch
 }
 
-// One launch of the GEMM on mma.sync tiles, every thread copying and multiplying. A launch of one block per (tile,
+// One launch of the GEMM on mma.sync or FMA tiles, every thread copying and multiplying, for one weight or for the
+// groups of a grouped launch (enter_group). A launch of one block per (tile,
 // slice) (gridDim.z = the slices) sums one slice per block into the partials (store_sums). Any other launch walks all
 // of K per block, adding each slice's sum to running totals (kKeepsTotals: in registers, beside the accumulators) as
 // it ends.
 template <DType kType, typename T, bool kWholeCopies, bool kKeepsTotals>
-__global__ void __launch_bounds__(T::kThreads, 1) tensor_gemm_kernel(const Operands p) {
+__global__ void __launch_bounds__(T::kThreads, 1) tensor_gemm_kernel(const Operands operands) {
   extern __shared__ __align__(16) unsigned char shared[];
   typename T::Element* ring = reinterpret_cast<typename T::Element*>(shared);
   let_next_kernel_start();
-  const int64_t row0 = int64_t(blockIdx.x) * T::kRows, token0 = int64_t(blockIdx.y) * T::kTokens;
+  Operands p = operands;
+  const int64_t row0 = int64_t(blockIdx.x) * T::kRows;
+  int64_t token0 = int64_t(blockIdx.y) * T::kTokens;
+  if (p.weights != nullptr && !enter_group<T>(p, token0)) return;
   const StepRange range = step_range<T>(p);
   const auto k0_of = [&](int64_t stage) { return (range.first_step + stage * T::kSteps) * 16; };
   constexpr int kAhead = T::kStages - 1;  // stages in flight when the block starts a stage
@@ -719,9 +752,10 @@ bool wgmma_runs() {
 
 // Every row of w and x, of elements this wide, starts 16-byte aligned and holds whole 16-byte copies: what cp.async's
 // copies and the TMA unit's boxes need.
+bool aligned_16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 bool rows_copy_whole(const Operands& p, int64_t element_bytes) {
-  const auto aligned = [](const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; };
-  return p.k * element_bytes % 16 == 0 && p.x_stride * element_bytes % 16 == 0 && aligned(p.w) && aligned(p.x);
+  return p.k * element_bytes % 16 == 0 && p.x_stride * element_bytes % 16 == 0 && p.weights_aligned &&
+         aligned_16(p.x);
 }
 
 // The first k columns of a [num_rows, stride] operand as a TMA tensor map: boxes of 64 columns (128 bytes, the
@@ -790,19 +824,28 @@ void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
     launch<kType, T, false, false>(p, grid, stream);
 }
 
+// The rows of x that choose the tile: all of them, or a grouped launch's rows a launch group.
+int64_t rows_per_group(const Operands& p) { return (p.num_rows + p.num_groups - 1) / p.num_groups; }
+
+// The tiles that have rows (a grouped launch's, for rows_per_group rows a group).
 template <typename T>
 int64_t num_tiles(const Operands& p) {
-  return int64_t(num_blocks_for(p.n, T::kRows)) * num_blocks_for(p.num_rows, T::kTokens);
+  return int64_t(num_blocks_for(p.n, T::kRows)) * num_blocks_for(rows_per_group(p), T::kTokens) * p.num_groups;
 }
 
-// A block per tile, or per (tile, slice) with sliced (the slices' sums then meet in the partials).
+// A block per tile, or per (tile, slice) with sliced (the slices' sums then meet in the partials); a grouped launch
+// has a launch group's blocks cover max_group_rows rows.
 template <DType kType, typename T>
 void launch_tiles(Operands p, bool sliced, TensorGemmScratch& scratch, cudaStream_t stream) {
-  const dim3 grid(num_blocks_for(p.n, T::kRows), num_blocks_for(p.num_rows, T::kTokens),
+  p.group_token_tiles = num_blocks_for(p.weights != nullptr ? p.max_group_rows : p.num_rows, T::kTokens);
+  require(p.group_token_tiles * p.num_groups < 65536, "a grouped GEMM of " + std::to_string(p.num_groups) +
+                                                          " groups of up to " + std::to_string(p.max_group_rows) +
+                                                          " rows is beyond the GEMM's grid");
+  const dim3 grid(num_blocks_for(p.n, T::kRows), unsigned(p.group_token_tiles * p.num_groups),
                   sliced ? unsigned(p.order.num_slices) : 1u);
   if (grid.z > 1) {
     const int64_t num_tiles = int64_t(grid.x) * grid.y;
-    p.partials = scratch.partials.reserve(device_offset(p.order.num_slices, device_offset(p.num_rows, p.n)));
+    p.partials = scratch.partials.reserve(device_offset(p.order.num_slices, p.slice_elements));
     if (scratch.arrivals.size() < num_tiles) {
       scratch.arrivals.reserve(num_tiles);
       JAMBO_CUDA_CHECK(cudaMemsetAsync(scratch.arrivals.data(), 0,
@@ -858,7 +901,7 @@ constexpr int64_t kMinWgmmaRows = 33;
 constexpr int64_t kMinWgmmaWaves = 2;
 template <DType kType>
 bool launch_on_wgmma(const Operands& p, cudaStream_t stream) {
-  if (!wgmma_runs() || p.num_rows < kMinWgmmaRows || !rows_copy_whole(p, sizeof(uint16_t)) ||
+  if (!wgmma_runs() || p.weights != nullptr || p.num_rows < kMinWgmmaRows || !rows_copy_whole(p, sizeof(uint16_t)) ||
       num_blocks_for(p.n, Wgmma128x128::kRows) < kMinOutputTiles)
     return false;
   static const int64_t wave = current_device_attribute(cudaDevAttrMultiProcessorCount);
@@ -872,13 +915,14 @@ bool launch_on_wgmma(const Operands& p, cudaStream_t stream) {
 }
 
 void launch_fp32_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
-  if (p.num_rows <= 2)
+  const int64_t rows = rows_per_group(p);
+  if (rows <= 2)
     launch_sized<DType::F32, FmaDecodeTile<2>>(p, scratch, stream);
-  else if (p.num_rows <= 8)
+  else if (rows <= 8)
     launch_sized<DType::F32, FmaDecodeTile<8>>(p, scratch, stream);
-  else if (p.num_rows <= 32)
+  else if (rows <= 32)
     launch_sized<DType::F32, Fma64x32, FmaDecodeTile<8>>(p, scratch, stream);
-  else if (p.num_rows <= 64)
+  else if (rows <= 64)
     launch_sized<DType::F32, Fma64x64, Fma64x32>(p, scratch, stream);
   else
     launch_sized<DType::F32, Fma128x128, Fma64x64>(p, scratch, stream);
@@ -887,40 +931,67 @@ void launch_fp32_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStr
 template <DType kType>
 void launch_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
   if (launch_on_wgmma<kType>(p, stream)) return;
-  if (p.num_rows <= 8)
+  const int64_t rows = rows_per_group(p);
+  if (rows <= 8)
     launch_sized<kType, Tile64x8>(p, scratch, stream);
-  else if (p.num_rows <= 32)
+  else if (rows <= 32)
     launch_sized<kType, Tile64x32, Tile64x8>(p, scratch, stream);
-  else if (p.num_rows <= 96)
+  else if (rows <= 96)
     launch_sized<kType, Tile64x64, Tile64x8>(p, scratch, stream);
-  else if (p.num_rows <= 160)
+  else if (rows <= 160)
     launch_sized<kType, Tile128x64, Tile64x64>(p, scratch, stream);
   else if (p.order.num_slices == 1)
     launch_sized<kType, Tile128x128Unsliced, Tile64x64Long>(p, scratch, stream);
-  else if (p.num_rows < kMinTile128x128Rows)
+  else if (rows < kMinTile128x128Rows)
     launch_sized<kType, Tile64x64Long, Tile64x64>(p, scratch, stream);
   else
     launch_sized<kType, Tile128x128, Tile64x64Long>(p, scratch, stream);
 }
 
-}  // namespace
-
-void tensor_gemm(const TensorGemm& g, TensorGemmScratch& scratch, cudaStream_t stream) {
+// The operands of one weight, checked.
+Operands operands_of(const TensorGemm& g) {
   require((g.dtype == DType::BF16 || g.dtype == DType::F16 || g.dtype == DType::F32) && g.num_rows >= 1 &&
               g.n >= 1 && g.k >= 1 && g.x_stride >= g.k,
           "tensor_gemm takes bf16, f16 or fp32 weights, at least one row, output and column, and rows of x at least "
           "K apart (please report this)");
-  const GemmOrder order = gemm_order(g.n, g.k);
-  require(order.num_slices < 65536 && g.num_rows <= int64_t(65535) * 64,
+  Operands p;
+  p.w = g.w, p.x = g.x, p.y = g.y, p.num_rows = g.num_rows, p.n = g.n, p.k = g.k, p.x_stride = g.x_stride;
+  p.weights_aligned = aligned_16(g.w);
+  p.order = gemm_order(g.n, g.k);
+  p.slice_elements = device_offset(g.num_rows, g.n);
+  p.max_group_rows = g.num_rows;
+  require(p.order.num_slices < 65536 && g.num_rows <= int64_t(65535) * 64,
           "a GEMM of " + std::to_string(g.num_rows) + " rows by a [" + std::to_string(g.n) + ", " +
               std::to_string(g.k) + "] weight is beyond the tensor-core GEMM's grid");
-  const Operands p{g.w, g.x, g.y, g.num_rows, g.n, g.k, g.x_stride, order, nullptr, nullptr};
-  if (g.dtype == DType::F32)
+  return p;
+}
+
+void launch_for_type(const Operands& p, DType dtype, TensorGemmScratch& scratch, cudaStream_t stream) {
+  if (dtype == DType::F32)
     launch_fp32_for_rows(p, scratch, stream);
-  else if (g.dtype == DType::BF16)
+  else if (dtype == DType::BF16)
     launch_for_rows<DType::BF16>(p, scratch, stream);
   else
     launch_for_rows<DType::F16>(p, scratch, stream);
+}
+
+}  // namespace
+
+void tensor_gemm(const TensorGemm& g, TensorGemmScratch& scratch, cudaStream_t stream) {
+  launch_for_type(operands_of(g), g.dtype, scratch, stream);
+}
+
+void tensor_gemm_grouped(const TensorGemm& g, const TensorGemmGroups& groups, TensorGemmScratch& scratch,
+                         cudaStream_t stream) {
+  require(groups.group_rows != nullptr && groups.group_ids != nullptr && groups.weights != nullptr &&
+              groups.num_launch_groups >= 1 && groups.max_group_rows >= 1 && groups.max_group_rows <= g.num_rows,
+          "tensor_gemm_grouped takes the groups' rows, ids and weights, a launch group and a bound of at least one "
+          "row (please report this)");
+  Operands p = operands_of(g);
+  p.w = nullptr, p.weights = groups.weights, p.group_rows = groups.group_rows, p.group_ids = groups.group_ids;
+  p.weights_aligned = groups.weights_aligned;
+  p.num_groups = groups.num_launch_groups, p.max_group_rows = groups.max_group_rows;
+  launch_for_type(p, g.dtype, scratch, stream);
 }
 
 }  // namespace jambo::backend::cuda

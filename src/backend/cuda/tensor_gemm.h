@@ -63,4 +63,22 @@ struct TensorGemmScratch {
 // y = x · wᵀ in gemm_order(n, k), for num_rows >= 1.
 void tensor_gemm(const TensorGemm& gemm, TensorGemmScratch& scratch, cudaStream_t stream);
 
+// The rows of x and y in groups, each with its own weight of one shape and type (the MoE experts), their counts on the
+// GPU, so that a MoE decode step stays one CUDA graph: a row's outputs are the bits tensor_gemm gives it in a GEMM of
+// its group's rows alone. Blocks are laid out for max_group_rows rows in each launch group, and those past a group's
+// rows return at once.
+struct TensorGemmGroups {
+  const int64_t* group_rows = nullptr;   // [G + 1] on the GPU: group g's rows are [group_rows[g], group_rows[g + 1])
+  const int32_t* group_ids = nullptr;    // [num_launch_groups] on the GPU: launch group i is group group_ids[i]
+                                         //   (none where -1)
+  const void* const* weights = nullptr;  // [G] on the GPU: group g's weight [n, k] of the TensorGemm's dtype
+  bool weights_aligned = false;          // every weight starts 16-byte aligned (else staged an element at a time)
+  int64_t num_launch_groups = 0;
+  int64_t max_group_rows = 0;            // no group has more rows
+};
+
+// y = x · w_gᵀ for the rows of every group g; gemm.w is not read, gemm.num_rows is every group's rows together.
+void tensor_gemm_grouped(const TensorGemm& gemm, const TensorGemmGroups& groups, TensorGemmScratch& scratch,
+                         cudaStream_t stream);
+
 }  // namespace jambo::backend::cuda

@@ -82,6 +82,23 @@ class OpsTest : public GpuParamTest<TestModelSpec> {
     return -1;
   }
 
+  // sparse_moe over num_tokens random rows, once for each way of running the experts, the outputs in that order.
+  std::vector<std::vector<float>> moe_outputs(backend::cuda::Gemm& gemm, const backend::cuda::DeviceMoe& moe,
+                                              int64_t num_tokens,
+                                              std::initializer_list<backend::cuda::ExpertGemms> ways) {
+    const backend::cpu::Matrix x = store_.matrix(num_tokens, config_.hidden_size, 1.0f);
+    backend::cuda::DeviceBuffer<float> device_x = upload(x.data(), num_tokens * config_.hidden_size);
+    std::vector<std::vector<float>> outputs;
+    for (const backend::cuda::ExpertGemms gemms : ways) {
+      backend::cuda::DeviceBuffer<float> out(num_tokens * config_.hidden_size);
+      backend::cuda::FfnWorkspace workspace;
+      backend::cuda::sparse_moe(gemm, moe, config_.num_experts_per_tok, device_x.data(), num_tokens, out.data(),
+                                workspace, stream_, {}, gemms);
+      outputs.push_back(download(out.data(), num_tokens * config_.hidden_size));
+    }
+    return outputs;
+  }
+
   backend::cuda::DeviceRows upload_rows(const StepSpec& spec, int64_t slot_stride) {
     const int64_t total = std::accumulate(spec.num_tokens.begin(), spec.num_tokens.end(), int64_t(0));
     tokens_.assign(size_t(total), 0);
@@ -299,19 +316,31 @@ TEST_P(OpsTest, GroupedExpertGemmsEqualPerExpertGemmsInBf16Mode) {
   ASSERT_TRUE(
       backend::cuda::experts_run_grouped(narrow_weights.layers[layer].moe, 1, backend::cuda::ExpertGemms::Grouped));
   for (const int64_t num_tokens : {int64_t(1), int64_t(7), int64_t(200)}) {
-    const backend::cpu::Matrix x = store_.matrix(num_tokens, config_.hidden_size, 1.0f);
-    backend::cuda::DeviceBuffer<float> device_x = upload(x.data(), num_tokens * config_.hidden_size);
-    std::vector<std::vector<float>> outputs;
-    for (const backend::cuda::ExpertGemms gemms :
-         {backend::cuda::ExpertGemms::PerExpert, backend::cuda::ExpertGemms::Grouped}) {
-      backend::cuda::DeviceBuffer<float> out(num_tokens * config_.hidden_size);
-      backend::cuda::FfnWorkspace workspace;
-      backend::cuda::sparse_moe(narrow_gemm, narrow_weights.layers[layer].moe, config_.num_experts_per_tok,
-                                device_x.data(), num_tokens, out.data(), workspace, stream_, {}, gemms);
-      outputs.push_back(download(out.data(), num_tokens * config_.hidden_size));
-    }
+    const std::vector<std::vector<float>> outputs =
+        moe_outputs(narrow_gemm, narrow_weights.layers[layer].moe, num_tokens,
+                    {backend::cuda::ExpertGemms::PerExpert, backend::cuda::ExpertGemms::Grouped});
     expect_close(outputs[1], outputs[0].data(), "grouped against per-expert, " + std::to_string(num_tokens) + " tokens",
                  1e-5);
+  }
+}
+
+// On an invariant Gemm, the experts grouped on the invariant GEMM (ExpertGemms::Invariant, what the engine runs) equal
+// each expert's GEMMs alone bit for bit, in the f32 and bf16 modes, for a token, a few and more than the largest tile.
+TEST_P(OpsTest, InvariantGroupedExpertGemmsEqualPerExpertGemmsBitForBit) {
+  const int64_t layer = first_ffn(model::FfnKind::Moe);
+  if (layer < 0) GTEST_SKIP() << "no MoE layer";
+  backend::cuda::Gemm invariant_gemm(stream_, /*pedantic=*/false, /*invariant=*/true);
+  ASSERT_EQ(backend::cuda::expert_gemms_of(invariant_gemm), backend::cuda::ExpertGemms::Invariant);
+  for (const backend::cuda::WeightMode mode : {backend::cuda::WeightMode::F32, backend::cuda::WeightMode::Bf16}) {
+    const backend::cuda::DeviceWeights weights(model_, mode, stream_);
+    for (const int64_t num_tokens : {int64_t(1), int64_t(7), int64_t(200)}) {
+      SCOPED_TRACE(std::string(mode == backend::cuda::WeightMode::F32 ? "f32" : "bf16") + ", " +
+                   std::to_string(num_tokens) + " tokens");
+      const std::vector<std::vector<float>> outputs =
+          moe_outputs(invariant_gemm, weights.layers[layer].moe, num_tokens,
+                      {backend::cuda::ExpertGemms::PerExpert, backend::cuda::ExpertGemms::Invariant});
+      EXPECT_TRUE(bitwise_equal(outputs[1].data(), outputs[0].data(), num_tokens * config_.hidden_size));
+    }
   }
 }
 

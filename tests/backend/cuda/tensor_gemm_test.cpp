@@ -168,6 +168,88 @@ TEST_F(TensorGemmTest, ARowsOutputsAreItsOwn) {
   }
 }
 
+// One GEMM of each launch kind, its probe row the same bits alone as among the others, small enough for Compute
+// Sanitizer (scripts/gpu-test runs it under its four tools): the wgmma tiles fed by TMA (128 x 128 at 600 rows of
+// gate_up, 128 x 64 at 160, running totals at 600 rows of 3 slices), mma.sync with a block per slice (down_proj, 3
+// rows) and with running totals (200 rows), and the FMA tiles of fp32 weights likewise.
+TEST_F(TensorGemmTest, EveryLaunchKindOnce) {
+  struct Case {
+    DType dtype;
+    Shape shape;
+    int64_t num_rows;
+  };
+  for (const Case& c : {Case{DType::BF16, {16384, 2560}, 600}, Case{DType::BF16, {16384, 2560}, 160},
+                        Case{DType::BF16, {7168, 2560}, 600}, Case{DType::BF16, {2560, 8192}, 3},
+                        Case{DType::BF16, {7168, 2560}, 200}, Case{DType::F32, {2560, 8192}, 1},
+                        Case{DType::F32, {2560, 2560}, 200}, Case{DType::F32, {7168, 2560}, 600}}) {
+    SCOPED_TRACE(describe(c.dtype, c.shape) + ", " + std::to_string(c.num_rows) + " rows");
+    const Weight w = make_weight(c.dtype, c.shape);
+    const BatchOp<float> op = [&](const std::vector<float>& inputs, int64_t num_rows) {
+      return multiply(w.matrix, inputs, num_rows, c.shape.k);
+    };
+    std::mt19937_64 random(79);
+    expect_row_invariant(op, uniform_rows(c.shape.k, 2.0f)(random), c.shape.n, uniform_rows(c.shape.k, 2.0f),
+                         {c.num_rows});
+  }
+}
+
+// A grouped launch (tensor_gemm_grouped, the MoE experts) gives each group's rows the bits of a GEMM of that group's
+// rows alone, by its own weight: groups without rows, a launch group of none (-1), a group of several tiles, a
+// launch of few tiles (a block per slice, whose partial sums lie at the group's rows) and of many, 16-bit and fp32.
+TEST_F(TensorGemmTest, GroupedRowsEqualTheirGroupAlone) {
+  struct Case {
+    std::vector<int64_t> counts;    // rows of each group
+    std::vector<int32_t> launches;  // group_ids
+  };
+  const Shape shape{2560, 2048};  // 7 slices
+  for (const DType dtype : {DType::BF16, DType::F32})
+    for (const Case& c : {Case{{1, 0, 3}, {0, 2, -1}}, Case{{0, 1, 37, 300, 9}, {1, 2, 3, 4, -1, 0}}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", " + std::to_string(c.counts.size()) + " groups");
+      std::vector<int64_t> group_rows = {0};
+      for (const int64_t count : c.counts) group_rows.push_back(group_rows.back() + count);
+      const int64_t num_rows = group_rows.back();
+      std::vector<Weight> weights;
+      std::vector<const void*> pointers;
+      for (size_t g = 0; g < c.counts.size(); ++g) {
+        weights.push_back(make_weight(dtype, shape));
+        pointers.push_back(weights.back().matrix.data);
+      }
+      const TensorView x = store_.make({num_rows, shape.k}, dtype, 1.0f);
+      const DeviceBuffer<std::byte> device_x =
+          upload(static_cast<const std::byte*>(x.data), num_rows * shape.k * dtype_size(dtype));
+      const DeviceBuffer<int64_t> device_rows = upload(group_rows.data(), int64_t(group_rows.size()));
+      const DeviceBuffer<int32_t> device_ids = upload(c.launches.data(), int64_t(c.launches.size()));
+      const DeviceBuffer<const void*> device_pointers = upload(pointers.data(), int64_t(pointers.size()));
+      backend::cuda::TensorGemm operands;
+      operands.dtype = dtype, operands.x = device_x.data(), operands.x_stride = shape.k;
+      operands.num_rows = num_rows, operands.n = shape.n, operands.k = shape.k;
+      DeviceBuffer<float> grouped(num_rows * shape.n);
+      operands.y = grouped.data();
+      backend::cuda::TensorGemmGroups groups;
+      groups.group_rows = device_rows.data(), groups.group_ids = device_ids.data();
+      groups.weights = device_pointers.data(), groups.weights_aligned = true;
+      groups.num_launch_groups = int64_t(c.launches.size());
+      groups.max_group_rows = *std::max_element(c.counts.begin(), c.counts.end());
+      backend::cuda::tensor_gemm_grouped(operands, groups, gemm_->tensor_scratch(), stream_);
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      const std::vector<float> y = download(grouped.data(), num_rows * shape.n);
+      for (const int32_t g : c.launches) {
+        if (g < 0 || c.counts[size_t(g)] == 0) continue;
+        backend::cuda::TensorGemm alone = operands;
+        alone.w = pointers[size_t(g)], alone.num_rows = c.counts[size_t(g)];
+        alone.x = static_cast<const std::byte*>(operands.x) + group_rows[size_t(g)] * shape.k * dtype_size(dtype);
+        DeviceBuffer<float> y_alone(alone.num_rows * shape.n);
+        alone.y = y_alone.data();
+        backend::cuda::tensor_gemm(alone, gemm_->tensor_scratch(), stream_);
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        const std::vector<float> expected = download(y_alone.data(), alone.num_rows * shape.n);
+        EXPECT_TRUE(bitwise_equal(&y[size_t(group_rows[size_t(g)] * shape.n)], expected.data(),
+                                  alone.num_rows * shape.n))
+            << "group " << g;
+      }
+    }
+}
+
 // The same launch again gives the same bits: the sliced launch's per-tile counts are back at zero after it.
 TEST_F(TensorGemmTest, RepeatedDecodeLaunchesAgree) {
   const Weight w = make_weight(DType::BF16, {2560, 8192});
