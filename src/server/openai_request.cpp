@@ -105,7 +105,8 @@ const std::set<std::string> kSharedFields = {"model",
                                              "presence_penalty",
                                              "frequency_penalty",
                                              "logit_bias",
-                                             "ignore_eos"};
+                                             "ignore_eos",
+                                             "return_token_ids"};
 
 std::set<std::string> with_shared(std::set<std::string> fields) {
   fields.insert(kSharedFields.begin(), kSharedFields.end());
@@ -362,6 +363,7 @@ GenerationRequest parse_completion_request(const json& body, const ServerLimits&
   GenerationRequest request;
   request.options = shared_options(fields, limits);
   read_streaming(fields, request);
+  request.return_token_ids = fields.boolean("return_token_ids", false);
   if (fields.find("suffix")) bad_field("suffix", "is not supported by jambo");
   if (fields.integer("best_of", request.options.n) != request.options.n)
     bad_field("best_of", "is supported only equal to n");
@@ -391,6 +393,7 @@ GenerationRequest parse_chat_request(const json& body, const ServerLimits& limit
   request.chat = true;
   request.options = shared_options(fields, limits);
   read_streaming(fields, request);
+  request.return_token_ids = fields.boolean("return_token_ids", false);
   if (const json* format = fields.find("response_format")) check_response_format(*format);
   if (const json* tools = fields.find("tools"); tools && !(tools->is_array() && tools->empty()))
     bad_field("tools", "tool calls are not supported by jambo");

@@ -44,6 +44,7 @@ struct GenerationRequest {
   bool include_usage = false;
   bool echo = false;          // completions: the prompt is part of each choice's text
   int64_t num_logprobs = -1;  // -1: no logprobs; else top-K per token (completions logprobs, chat top_logprobs)
+  bool return_token_ids = false;  // the prompt's and each choice's token ids beside the text (vLLM's field)
 };
 
 GenerationRequest parse_completion_request(const nlohmann::json& body, const ServerLimits& limits,

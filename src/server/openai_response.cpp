@@ -199,6 +199,8 @@ json ResponseBuilder::add(const StreamEvent& event) {
   }
   choice.text += text;
   choice.num_tokens += int64_t(event.ids.size());
+  if (event.prompt) choice.prompt_ids = event.prompt->prompt_ids;
+  choice.ids.insert(choice.ids.end(), event.ids.begin(), event.ids.end());
   choice.finish_reason = event.finish_reason;
 
   const json finish = event.finish_reason.empty() ? json() : json(event.finish_reason);
@@ -213,7 +215,14 @@ json ResponseBuilder::add(const StreamEvent& event) {
     chunk_choice = {{"index", event.choice}, {"text", text}, {"logprobs", chunk_logprobs}, {"finish_reason", finish}};
     if (event.prompt && !choice.prompt_logprobs.is_null()) chunk_choice["prompt_logprobs"] = choice.prompt_logprobs;
   }
+  // Token ids as vLLM returns them: the choice's new ids in each chunk, the prompt's with the choice's first chunk
+  // (a chat's one prompt at the chunk's top level, a completion's in the choice).
+  if (request_.return_token_ids) {
+    chunk_choice["token_ids"] = event.ids;
+    if (event.prompt && !request_.chat) chunk_choice["prompt_token_ids"] = event.prompt->prompt_ids;
+  }
   json chunk = envelope(json::array({chunk_choice}));
+  if (request_.return_token_ids && event.prompt && request_.chat) chunk["prompt_token_ids"] = event.prompt->prompt_ids;
   chunk["object"] = request_.chat ? "chat.completion.chunk" : "text_completion";
   if (request_.include_usage) chunk["usage"] = nullptr;
   return chunk;
@@ -224,19 +233,22 @@ json ResponseBuilder::response() const {
   for (size_t c = 0; c < choices_.size(); ++c) {
     const Choice& choice = choices_[c];
     const json logprobs = request_.num_logprobs >= 0 ? choice.logprobs : json();
+    json entry;
     if (request_.chat) {
-      choices.push_back({{"index", c},
-                         {"message", {{"role", "assistant"}, {"content", choice.text}}},
-                         {"logprobs", logprobs},
-                         {"finish_reason", choice.finish_reason}});
+      entry = {{"index", c},
+               {"message", {{"role", "assistant"}, {"content", choice.text}}},
+               {"logprobs", logprobs},
+               {"finish_reason", choice.finish_reason}};
     } else {
-      json entry = {
-          {"index", c}, {"text", choice.text}, {"logprobs", logprobs}, {"finish_reason", choice.finish_reason}};
+      entry = {{"index", c}, {"text", choice.text}, {"logprobs", logprobs}, {"finish_reason", choice.finish_reason}};
       if (!choice.prompt_logprobs.is_null()) entry["prompt_logprobs"] = choice.prompt_logprobs;
-      choices.push_back(std::move(entry));
+      if (request_.return_token_ids) entry["prompt_token_ids"] = choice.prompt_ids;
     }
+    if (request_.return_token_ids) entry["token_ids"] = choice.ids;
+    choices.push_back(std::move(entry));
   }
   json body = envelope(std::move(choices));
+  if (request_.return_token_ids && request_.chat) body["prompt_token_ids"] = request_.prompts.front();
   body["object"] = request_.chat ? "chat.completion" : "text_completion";
   body["usage"] = usage();
   return body;

@@ -2,7 +2,7 @@
 // logprobs in the chat format, n and seeds.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { client, MODEL, post } from './lib.mjs';
+import { client, MODEL, post, rawStream } from './lib.mjs';
 
 const openai = client();
 const MESSAGES = [
@@ -44,6 +44,20 @@ test('content given as text parts equals content given as a string', async () =>
   });
   assert.equal(a.choices[0].message.content, b.choices[0].message.content);
   assert.equal(a.usage.prompt_tokens, b.usage.prompt_tokens);
+});
+
+test('return_token_ids (vLLM form): the rendered prompt ids at the top, each choice its generated ids', async () => {
+  const body = { model: MODEL, messages: MESSAGES, max_completion_tokens: 6, temperature: 0, return_token_ids: true };
+  const { json: completion } = await post('/v1/chat/completions', body);
+  const { json: tokens } = await post('/tokenize', { messages: MESSAGES });
+  assert.deepEqual(completion.prompt_token_ids, tokens.tokens);
+  const [choice] = completion.choices;
+  assert.equal(choice.token_ids.length, completion.usage.completion_tokens);
+  const { events, done } = await rawStream('/v1/chat/completions', body);
+  assert.ok(done);
+  const chunks = events.slice(0, -1).map((event) => JSON.parse(event));
+  assert.deepEqual(chunks[0].prompt_token_ids, tokens.tokens);
+  assert.deepEqual(chunks.flatMap((chunk) => chunk.choices.flatMap((c) => c.token_ids)), choice.token_ids);
 });
 
 test('logprobs and top_logprobs in the chat format', async () => {

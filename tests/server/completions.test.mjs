@@ -2,7 +2,7 @@
 // max_tokens, seeds and usage.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { client, MODEL, post } from './lib.mjs';
+import { client, MODEL, post, rawStream } from './lib.mjs';
 
 const openai = client();
 const PROMPT = 'The meaning of life is';
@@ -180,6 +180,36 @@ test('prompt_logprobs (vLLM form): null first, then the prompt token with its lo
   for (let i = 1; i < promptLogprobs.length; i += 1) {
     const entry = promptLogprobs[i][String(json.tokens[i])];
     assert.ok(entry && entry.logprob <= 0, `prompt_logprobs[${i}] lacks token ${json.tokens[i]}`);
+  }
+});
+
+test('return_token_ids (vLLM form): each choice has its prompt ids and generated ids, streamed the same', async () => {
+  const body = { model: MODEL, prompt: PROMPT, max_tokens: 9, ignore_eos: true, n: 2, temperature: 0.9, seed: 5,
+    logprobs: 0, return_token_ids: true };
+  const { json: completion } = await post('/v1/completions', body);
+  const { json: tokens } = await post('/tokenize', { prompt: PROMPT });
+  assert.equal(completion.choices.length, 2);
+  for (const choice of completion.choices) {
+    assert.deepEqual(choice.prompt_token_ids, tokens.tokens);
+    assert.equal(choice.token_ids.length, 9);
+    assert.equal(choice.logprobs.tokens.length, 9);
+  }
+  const plain = await post('/v1/completions', { ...body, return_token_ids: false });
+  assert.equal(plain.json.choices[0].token_ids, undefined);
+  assert.equal(plain.json.choices[0].prompt_token_ids, undefined);
+  const { events, done } = await rawStream('/v1/completions', body);
+  assert.ok(done);
+  const streamed = [[], []];
+  const prompts = [];
+  for (const event of events.slice(0, -1)) {
+    for (const choice of JSON.parse(event).choices) {
+      streamed[choice.index].push(...choice.token_ids);
+      if (choice.prompt_token_ids) prompts[choice.index] = choice.prompt_token_ids;
+    }
+  }
+  for (const [index, choice] of completion.choices.entries()) {
+    assert.deepEqual(streamed[index], choice.token_ids);
+    assert.deepEqual(prompts[index], tokens.tokens);
   }
 });
 

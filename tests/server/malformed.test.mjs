@@ -58,6 +58,7 @@ const CASES = [
   ['logprobs true in completions', C, { ...ok, logprobs: true }, 400, 'logprobs'],
   ['prompt_logprobs 21', C, { ...ok, prompt_logprobs: 21 }, 400, 'prompt_logprobs'],
   ['echo a string', C, { ...ok, echo: 'yes' }, 400, 'echo'],
+  ['return_token_ids a string', C, { ...ok, return_token_ids: 'yes' }, 400, 'return_token_ids'],
   ['stop a number', C, { ...ok, stop: 12 }, 400, 'stop'],
   ['stop holding a number', C, { ...ok, stop: ['a', 1] }, 400, 'stop'],
   ['stop empty', C, { ...ok, stop: '' }, 400, 'stop'],
