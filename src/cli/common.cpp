@@ -250,6 +250,11 @@ void EngineFlags::add_to(CLI::App& command, bool allow_tight_budget) {
       ->default_str(std::string(name(options.slot_policy)));
   command.add_flag("--check", options.checked, "verify slot owner and generation of every row; poison freed slots");
   command.add_option("--trace", options.trace_path, "write a JSONL trace of every step and lifecycle event");
+  command
+      .add_option("--weight-version", options.weight_version,
+                  "the name of the weights, in every output's weight_versions (GET /weight_version)")
+      ->check([](const std::string& text) { return text.empty() ? "must not be empty" : ""; })
+      ->capture_default_str();
 }
 
 }  // namespace jambo::cli

@@ -278,7 +278,7 @@ void Engine::Impl::take_token(Sequence& sequence, backend::ChosenToken chosen) {
   }
   if (sequence.request.spec.stop.max_tokens == 0) return finish(sequence, "length");
   const int32_t token = chosen.token;
-  sequence.append(token, chosen.logprob, std::move(chosen.top_logprobs));
+  sequence.append(token, chosen.logprob, std::move(chosen.top_logprobs), options.weight_version);
   if (const auto reason = sequence.sampler.accept(token, sequence.num_generated())) return finish(sequence, *reason);
   report(sequence);
 }
@@ -332,6 +332,10 @@ const EngineCounters& Engine::counters() const {
   impl_->update_counters();
   return impl_->counters;
 }
+
+const std::string& Engine::weight_version() const { return impl_->options.weight_version; }
+
+void Engine::set_weight_version(std::string version) { impl_->options.weight_version = std::move(version); }
 
 void Engine::corrupt_lease_for_testing(const std::string& id) {
   Request* request = impl_->find(id);

@@ -43,6 +43,14 @@ struct EngineOptions {
   bool checked = false;    // law 2: verify owner and generation of every row; poison freed slots
   std::string trace_path;  // law 6: JSONL trace of every step and lifecycle event ("" = none)
   EngineFaults faults;     // none outside fault-injection tests
+  std::string weight_version = "default";  // the weights' name in outputs (SGLang's default), until set anew
+};
+
+// Generated tokens [start, end) of a sample, all sampled from the weights named version.
+struct WeightVersionSpan {
+  std::string version;
+  int64_t start = 0, end = 0;
+  bool operator==(const WeightVersionSpan&) const = default;
 };
 
 // One finished sample.
@@ -58,6 +66,7 @@ struct SampleOutput {
   std::vector<std::vector<backend::TokenLogprob>> prompt_top_logprobs;
   std::string finish_reason;  // "stop" or "length" (or "abort", or "error")
   std::string error;          // why the sample failed (finish_reason "error"): its logits were not finite
+  std::vector<WeightVersionSpan> weight_versions;  // which weights sampled which of ids, in order, covering them
 };
 
 // One sample's progress, reported to a listener (the server's streams) after every new token and once
@@ -110,6 +119,11 @@ class Engine {
   // finished in that step come back from the next step().
   std::vector<SampleOutput> step();
   const EngineCounters& counters() const;
+  // The name of the weights that sample the next tokens (options.weight_version until set): between steps, a
+  // caller that changed the weights names them here, and every sample's weight_versions says which tokens came
+  // from which.
+  const std::string& weight_version() const;
+  void set_weight_version(std::string version);
   // The context of one sequence: options.max_model_len, or its default for this model.
   int64_t max_model_len() const;
 

@@ -53,9 +53,14 @@ void Sequence::start_from_fork(SlotLease new_lease, int64_t num_prompt_tokens) {
   state_ = SequenceState::Prefilling;
 }
 
-void Sequence::append(int32_t token, double logprob, std::vector<backend::TokenLogprob> top) {
+void Sequence::append(int32_t token, double logprob, std::vector<backend::TokenLogprob> top,
+                      const std::string& weight_version) {
   require_state(is_running() && num_uncomputed() == 0, "take a new token");
   tokens_.push_back(token);
+  const int64_t index = int64_t(output.ids.size());
+  if (output.weight_versions.empty() || output.weight_versions.back().version != weight_version)
+    output.weight_versions.push_back({weight_version, index, index});
+  output.weight_versions.back().end = index + 1;
   output.ids.push_back(token);
   output.logprobs.push_back(logprob);
   output.top_logprobs.push_back(std::move(top));

@@ -49,7 +49,8 @@ class Sequence {
   void admit(SlotLease lease);                                       // waiting -> prefilling
   void computed(int64_t num_tokens);                                 // the step ran num_tokens more of this sequence
   void start_from_fork(SlotLease lease, int64_t num_prompt_tokens);  // waiting -> prefilling, prompt in state
-  void append(int32_t token, double logprob, std::vector<backend::TokenLogprob> top);  // -> decoding
+  // -> decoding; the token counted in output.weight_versions under weight_version.
+  void append(int32_t token, double logprob, std::vector<backend::TokenLogprob> top, const std::string& weight_version);
   void preempt();                          // prefilling/decoding -> waiting, state dropped
   void finish(const std::string& reason);  // -> finished
   void abort(const std::string& error = "");  // -> aborted; with an error, failed (finish_reason "error")

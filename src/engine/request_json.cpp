@@ -103,12 +103,20 @@ json top_logprobs_to_json(const std::vector<backend::TokenLogprob>& entries) {
   return out;
 }
 
+json weight_versions_to_json(const std::vector<WeightVersionSpan>& spans) {
+  json out = json::array();
+  for (const WeightVersionSpan& span : spans)
+    out.push_back({{"version", span.version}, {"start", span.start}, {"end", span.end}});
+  return out;
+}
+
 json sample_to_json(const SampleOutput& sample, std::string_view backend) {
   json top = json::array();
   for (const auto& entries : sample.top_logprobs) top.push_back(top_logprobs_to_json(entries));
   json out = {{"id", sample.id},         {"sample", sample.sample},     {"prompt_ids", sample.prompt_ids},
               {"ids", sample.ids},       {"text", sample.text},         {"logprobs", sample.logprobs},
-              {"top_logprobs", top},     {"finish_reason", sample.finish_reason}, {"backend", backend}};
+              {"top_logprobs", top},     {"finish_reason", sample.finish_reason}, {"backend", backend},
+              {"weight_versions", weight_versions_to_json(sample.weight_versions)}};
   if (!sample.prompt_logprobs.empty()) {
     json prompt = json::array(), prompt_top = json::array();
     for (size_t i = 0; i < sample.prompt_logprobs.size(); ++i) {

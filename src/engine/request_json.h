@@ -25,4 +25,7 @@ nlohmann::json sample_to_json(const SampleOutput& sample, std::string_view backe
 // [[id, logprob], ...]
 nlohmann::json top_logprobs_to_json(const std::vector<backend::TokenLogprob>& entries);
 
+// [{"version", "start", "end"}, ...]
+nlohmann::json weight_versions_to_json(const std::vector<WeightVersionSpan>& spans);
+
 }  // namespace jambo::engine

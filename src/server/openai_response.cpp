@@ -1,5 +1,7 @@
 #include "server/openai_response.h"
 
+#include "engine/request_json.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -202,6 +204,7 @@ json ResponseBuilder::add(const StreamEvent& event) {
   if (event.prompt) choice.prompt_ids = event.prompt->prompt_ids;
   choice.ids.insert(choice.ids.end(), event.ids.begin(), event.ids.end());
   choice.finish_reason = event.finish_reason;
+  if (!event.finish_reason.empty()) choice.weight_versions = event.weight_versions;
 
   const json finish = event.finish_reason.empty() ? json() : json(event.finish_reason);
   const json chunk_logprobs = request_.num_logprobs >= 0 ? logprobs : json();
@@ -215,6 +218,7 @@ json ResponseBuilder::add(const StreamEvent& event) {
     chunk_choice = {{"index", event.choice}, {"text", text}, {"logprobs", chunk_logprobs}, {"finish_reason", finish}};
     if (event.prompt && !choice.prompt_logprobs.is_null()) chunk_choice["prompt_logprobs"] = choice.prompt_logprobs;
   }
+  if (!event.finish_reason.empty()) chunk_choice["weight_versions"] = engine::weight_versions_to_json(event.weight_versions);
   // Token ids as vLLM returns them: the choice's new ids in each chunk, the prompt's with the choice's first chunk
   // (a chat's one prompt at the chunk's top level, a completion's in the choice).
   if (request_.return_token_ids) {
@@ -245,6 +249,7 @@ json ResponseBuilder::response() const {
       if (request_.return_token_ids) entry["prompt_token_ids"] = choice.prompt_ids;
     }
     if (request_.return_token_ids) entry["token_ids"] = choice.ids;
+    entry["weight_versions"] = engine::weight_versions_to_json(choice.weight_versions);
     choices.push_back(std::move(entry));
   }
   json body = envelope(std::move(choices));

@@ -47,6 +47,7 @@ class ResponseBuilder {
     int64_t text_offset = 0;         // completions: where the next token's text starts
     nlohmann::json prompt_logprobs;  // completions with prompt_logprobs: [null, {id: {logprob, decoded_token}}, ...]
     std::vector<int32_t> prompt_ids, ids;  // return_token_ids: the choice's prompt and generated tokens
+    std::vector<engine::WeightVersionSpan> weight_versions;  // once finished
   };
 
   // A token as the logprobs show it and the text it adds to the choice's text.

@@ -24,6 +24,8 @@ struct StreamEvent {
   std::string finish_reason;                            // "" until the choice ends
   // Set on a choice's first event only: the prompt (its logprobs when they were asked for).
   std::optional<engine::SampleOutput> prompt;
+  // Set on a choice's last event only: which weights sampled which of its tokens.
+  std::vector<engine::WeightVersionSpan> weight_versions;
 };
 
 // Why a request gets no answer, with the HTTP status that says so.

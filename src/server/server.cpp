@@ -155,6 +155,9 @@ struct Server::Impl final : HttpHandler {
   const chat_template::ChatTemplate* chat_template;
   ServerOptions options;
   ServerLimits limits;
+  // The engine's weight_version, as GET /weight_version answers it: copied here since nothing changes the weights
+  // of a running server yet (a weight update will set both, between the loop's steps).
+  const std::string weight_version;
   ServerMetrics metrics;
   EngineLoop loop;
   std::vector<Route> routes;
@@ -331,6 +334,7 @@ Server::Impl::Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer
       chat_template(chat_template),
       options(options),
       limits{options.model_name, options.max_model_len, max_n, options.max_num_prompts, tokenizer.vocab_size()},
+      weight_version(engine.weight_version()),
       loop(engine, options.max_num_requests),
       transport(*this, options.http) {
   // Those that read a body run on the transport's workers, the others where they were read.
@@ -341,6 +345,8 @@ Server::Impl::Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer
       {"POST", "/detokenize", true, [this](const HttpRequest& request) { return HttpReply(detokenize(request)); }},
       {"GET", "/v1/models", false, [this](const HttpRequest&) { return HttpReply(json_response(200, models())); }},
       {"GET", "/health", false, [this](const HttpRequest&) { return HttpReply(health()); }},
+      {"GET", "/weight_version", false,
+       [this](const HttpRequest&) { return HttpReply(json_response(200, {{"weight_version", weight_version}})); }},
       {"GET", "/metrics", false,
        [this](const HttpRequest&) {
          return HttpReply(

@@ -325,6 +325,10 @@ expect_stderr_line "trace names the first unreadable line" \
 # the reference's own and bitwise-invariant (the CPU's), so the threshold is 0 by default.
 jq -e -s 'all(.backend == "cpu (f32 state)")' "$work/batch-out.jsonl" >/dev/null \
   && pass "batch lines name their backend" || fail "batch backend: $(jq -c .backend "$work/batch-out.jsonl")"
+# and the weights that sampled their tokens: one span of the default name over all of them
+jq -e -s 'all(.weight_versions == [{"version": "default", "start": 0, "end": (.ids | length)}])' \
+  "$work/batch-out.jsonl" >/dev/null && pass "batch lines name their weights" ||
+  fail "batch weight_versions: $(jq -c .weight_versions "$work/batch-out.jsonl")"
 expect_exit 0 "compare clean" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --report "$work/report.html"
 grep -q "<svg" "$work/report.html" && pass "compare writes an HTML report" || fail "compare report lacks a plot"
 # its one-line verdict: numbers never run into the next clause; no sample named when every |Δ| is 0

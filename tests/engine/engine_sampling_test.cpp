@@ -130,6 +130,33 @@ TEST_F(EngineSamplingTest, ForkedSamplesShareThePromptsFullKvBlocks) {
   }
 }
 
+// A sample's weight_versions cover its tokens in order: one span of the options' version when nothing changed, and
+// split where the weights were renamed between steps (a forked sample's too; preempted or not, the spans stay).
+TEST_F(EngineSamplingTest, WeightVersionsSayWhichWeightsSampledWhichTokens) {
+  engine::EngineOptions options = small_options(model_);
+  options.weight_version = "v1";
+  engine::Engine engine(model_, nullptr, options);
+  EXPECT_EQ(engine.weight_version(), "v1");
+  engine::RequestSpec spec = request("renamed", {1, 2, 3}, 6);
+  spec.n = 2;
+  engine.add_request(spec);
+  int64_t num_steps = 0;
+  Outputs outputs;
+  while (engine.has_unfinished()) {
+    if (++num_steps == 4) engine.set_weight_version("v2");
+    for (engine::SampleOutput& output : engine.step()) outputs[{output.id, output.sample}] = std::move(output);
+  }
+  ASSERT_EQ(outputs.size(), 2u);
+  for (const auto& [key, output] : outputs) {
+    ASSERT_EQ(output.ids.size(), 6u);
+    // The prompt's step samples token 0; steps 2 and 3 tokens 1 and 2 under v1; from step 4 on, v2.
+    const std::vector<engine::WeightVersionSpan> expected = {{"v1", 0, 3}, {"v2", 3, 6}};
+    EXPECT_EQ(output.weight_versions, expected) << "sample " << key.second;
+  }
+  EXPECT_EQ(run_one(model_, nullptr, request("plain", {1, 2, 3}, 4)).weight_versions,
+            (std::vector<engine::WeightVersionSpan>{{"default", 0, 4}}));
+}
+
 TEST_F(EngineSamplingTest, PromptLogprobsStartWithNull) {
   engine::RequestSpec spec = request("prompt", {1, 2, 3, 4, 5}, 2);
   spec.num_prompt_logprobs = 3;

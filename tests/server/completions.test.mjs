@@ -2,7 +2,7 @@
 // max_tokens, seeds and usage.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { client, MODEL, post, rawStream } from './lib.mjs';
+import { BASE, client, MODEL, post, rawStream } from './lib.mjs';
 
 const openai = client();
 const PROMPT = 'The meaning of life is';
@@ -211,6 +211,18 @@ test('return_token_ids (vLLM form): each choice has its prompt ids and generated
     assert.deepEqual(streamed[index], choice.token_ids);
     assert.deepEqual(prompts[index], tokens.tokens);
   }
+});
+
+test('weight versions: GET /weight_version names the weights, and each choice says which sampled its tokens', async () => {
+  assert.deepEqual(await (await fetch(`${BASE}/weight_version`)).json(), { weight_version: 'default' });
+  const body = { model: MODEL, prompt: PROMPT, max_tokens: 5, ignore_eos: true, n: 2, seed: 1 };
+  const { json } = await post('/v1/completions', body);
+  for (const choice of json.choices)
+    assert.deepEqual(choice.weight_versions, [{ version: 'default', start: 0, end: 5 }]);
+  const { events } = await rawStream('/v1/completions', body);
+  const last = events.slice(0, -1).map((event) => JSON.parse(event).choices[0]).filter((c) => c.finish_reason);
+  assert.equal(last.length, 2);
+  for (const choice of last) assert.deepEqual(choice.weight_versions, [{ version: 'default', start: 0, end: 5 }]);
 });
 
 test('stop strings end the text before the stop, with finish_reason stop', async () => {
