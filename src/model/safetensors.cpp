@@ -237,6 +237,12 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   return weight_map;
 }
 
+// A path that cannot be looked at (a name too long, say) is not found, rather than an exception of the library's.
+bool path_exists(const fs::path& path) {
+  std::error_code error;
+  return fs::exists(fs::status(path, error));
+}
+
 }  // namespace
 
 void require_model_folder(const fs::path& folder) {
@@ -253,13 +259,13 @@ Checkpoint Checkpoint::open(const fs::path& folder) {
   const fs::path single_path = folder / "model.safetensors";
   auto file_set = std::make_shared<FileSet>();
   Checkpoint checkpoint;
-  if (fs::exists(index_path)) {
+  if (path_exists(index_path)) {
     checkpoint.source_ = index_path.string();
     std::map<std::string, const SafetensorsFile*> shards;
     for (const auto& [name, shard] : read_weight_map(index_path)) {
       if (!shards.contains(shard)) {
         const fs::path shard_path = folder / shard;
-        JAMBO_REQUIRE(fs::exists(shard_path), "{}: shard '{}' (holding tensor '{}') not found: {}",
+        JAMBO_REQUIRE(path_exists(shard_path), "{}: shard '{}' (holding tensor '{}') not found: {}",
                       checkpoint.source_, shard, name, shard_path.string());
         file_set->files.push_back(read_safetensors(shard_path));
         shards[shard] = file_set->files.back().get();
@@ -271,7 +277,7 @@ Checkpoint Checkpoint::open(const fs::path& folder) {
       checkpoint.tensors_[name] = Entry{found->second, file.source};
     }
   } else {
-    JAMBO_REQUIRE(fs::exists(single_path), "{}: no model.safetensors or model.safetensors.index.json in the folder",
+    JAMBO_REQUIRE(path_exists(single_path), "{}: no model.safetensors or model.safetensors.index.json in the folder",
                   folder.string());
     checkpoint.source_ = single_path.string();
     file_set->files.push_back(read_safetensors(single_path));

@@ -151,8 +151,8 @@ std::string Tokenizer::Impl::decode(std::span<const int32_t> ids, bool skip_spec
 
 Tokenizer Tokenizer::load(const std::filesystem::path& folder) {
   const std::filesystem::path tokenizer_path = folder / "tokenizer.json";
-  JAMBO_REQUIRE(std::filesystem::exists(tokenizer_path), "{}: file not found",
-                tokenizer_path.string());
+  std::error_code error;  // a path that cannot be looked at (too long, say) is not found, not a library exception
+  JAMBO_REQUIRE(std::filesystem::exists(tokenizer_path, error), "{}: file not found", tokenizer_path.string());
   const nlohmann::json tokenizer_json = read_json_file(tokenizer_path);
   const JsonField root(tokenizer_json, tokenizer_path.string(), "");
   if (!tokenizer_json.is_object()) root.fail("expected a JSON object");
@@ -160,7 +160,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& folder) {
   const std::filesystem::path config_path = folder / "tokenizer_config.json";
   nlohmann::json config_json;
   std::optional<JsonField> config;
-  if (std::filesystem::exists(config_path)) {
+  if (std::filesystem::exists(config_path, error)) {
     config_json = read_json_file(config_path);
     config.emplace(config_json, config_path.string(), "");
     if (!config_json.is_object()) config->fail("expected a JSON object");

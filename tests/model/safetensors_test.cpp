@@ -204,6 +204,11 @@ TEST(Safetensors, ShardErrorsNameIndexShardAndTensor) {
   EXPECT_THAT(open_error(folder), AllOf(HasSubstr("model.safetensors.index.json: malformed JSON")));
   model_test::write_text(folder / "model.safetensors.index.json", "{\"weight_map\": {\"a.weight\": 3}}");
   EXPECT_THAT(open_error(folder), HasSubstr("'weight_map' entry 'a.weight' = 3 is not a file name"));
+  // A name too long for the file system to look at is not found, not the library's exception (found by the fuzzer).
+  json long_name = kGoodWeightMap;
+  long_name["b.weight"] = std::string(5000, 'x') + ".safetensors";
+  write_shards(folder, long_name);
+  EXPECT_THAT(open_error(folder), AllOf(HasSubstr("(holding tensor 'b.weight') not found"), HasSubstr("xxxx")));
 }
 
 TEST(Safetensors, ShardsAreFileNamesInTheModelFolder) {
