@@ -200,8 +200,7 @@ json ResponseBuilder::add(const StreamEvent& event) {
     }
   }
   choice.text += text;
-  choice.num_tokens += int64_t(event.ids.size());
-  if (event.prompt) choice.prompt_ids = event.prompt->prompt_ids;
+  if (event.prompt && request_.return_token_ids) choice.prompt_ids = event.prompt->prompt_ids;
   choice.ids.insert(choice.ids.end(), event.ids.begin(), event.ids.end());
   choice.finish_reason = event.finish_reason;
   if (!event.finish_reason.empty()) choice.weight_versions = event.weight_versions;
@@ -274,7 +273,7 @@ int64_t ResponseBuilder::num_prompt_tokens() const {
 
 int64_t ResponseBuilder::num_completion_tokens() const {
   int64_t total = 0;
-  for (const Choice& choice : choices_) total += choice.num_tokens;
+  for (const Choice& choice : choices_) total += int64_t(choice.ids.size());
   return total;
 }
 

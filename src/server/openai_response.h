@@ -43,10 +43,10 @@ class ResponseBuilder {
     std::string text;
     std::string finish_reason;
     nlohmann::json logprobs;  // completions: {tokens, token_logprobs, top_logprobs, text_offset}; chat: {content}
-    int64_t num_tokens = 0;
     int64_t text_offset = 0;         // completions: where the next token's text starts
     nlohmann::json prompt_logprobs;  // completions with prompt_logprobs: [null, {id: {logprob, decoded_token}}, ...]
-    std::vector<int32_t> prompt_ids, ids;  // return_token_ids: the choice's prompt and generated tokens
+    std::vector<int32_t> ids;         // the generated tokens
+    std::vector<int32_t> prompt_ids;  // with return_token_ids: the choice's prompt
     std::vector<engine::WeightVersionSpan> weight_versions;  // once finished
   };
 
