@@ -2,8 +2,10 @@
 // count) beside cuBLAS with its own heuristic (the kernels it picks differ by row count): bf16 weights against
 // cublasGemmEx, or fp32 weights against the pedantic SGEMM of the f32 mode. Microseconds per GEMM, weight GB/s,
 // TFLOP/s. Each figure is the mean of 16 launches in a CUDA graph, replayed 10 times, cycling through 4 copies of
-// the weight so that L2 holds none of it. Prints figures; never fails on time.
-//   build-gpu/jambo_gemm_bench [rows,...] [bf16|f32]   (default 1,8,32,64,256,2048 bf16)
+// the weight so that L2 holds none of it. With `launches`, every launch that can run each GEMM instead (tensor_gemm.h:
+// gemm_launches), the one tensor_gemm chooses marked, each checked bit for bit against it. Prints figures; never
+// fails on time.
+//   build-gpu/jambo_gemm_bench [rows,...] [bf16|f32] [launches]   (default 1,8,32,64,256,2048 bf16)
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/tensor_gemm.h"
@@ -94,11 +96,39 @@ std::vector<int64_t> parse_rows(int argc, char** argv) {
   return rows;
 }
 
+// y's values on the host.
+std::vector<float> download(const DeviceBuffer<float>& y) {
+  std::vector<float> host(size_t(y.size()));
+  JAMBO_CUDA_CHECK(cudaMemcpy(host.data(), y.data(), host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// Every launch of one GEMM: microseconds, TFLOP/s, and whether its bits are the chosen launch's.
+void sweep_launches(cudaStream_t stream, TensorGemmScratch& scratch, const Shape& shape, int64_t rows, DType dtype,
+                    const std::vector<DeviceBuffer<std::byte>>& weights, const DeviceBuffer<std::byte>& x,
+                    DeviceBuffer<float>& y) {
+  const auto operands = [&](int c) {
+    return TensorGemm{weights[c].data(), dtype, x.data(), y.data(), rows, shape.n, shape.k, shape.k};
+  };
+  const GemmLaunch chosen = choose_gemm_launch(operands(0));
+  tensor_gemm(operands(0), chosen, scratch, stream);
+  const std::vector<float> expected = download(y);
+  for (const GemmLaunch& launch : gemm_launches(operands(0))) {
+    const double us = time_launches(stream, [&](int c) { tensor_gemm(operands(c), launch, scratch, stream); });
+    tensor_gemm(operands(0), launch, scratch, stream);
+    const bool same = download(y) == expected;
+    std::printf("  %-10s %6lld %-36s %9.1f us %7.1f TFLOP/s%s%s\n", shape.name, (long long)rows,
+                describe(launch).c_str(), us, 2.0 * shape.n * shape.k * rows / us / 1e6, launch == chosen ? "  <- chosen" : "",
+                same ? "" : "  DIFFERENT BITS");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<int64_t> row_counts = parse_rows(argc, argv);
   const DType dtype = parse_dtype(argc, argv);
+  const bool every_launch = argc > 3 && std::string(argv[3]) == "launches";
   std::printf("%s weights\n", std::string(dtype_name(dtype)).c_str());
   cudaStream_t stream;
   JAMBO_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -120,6 +150,7 @@ int main(int argc, char** argv) {
       for (int c = 0; c < kCopies; ++c) weights.push_back(random_values(shape.n * shape.k, dtype, 100 + c));
       const DeviceBuffer<std::byte> x = random_values(rows * shape.k, dtype, 7);
       DeviceBuffer<float> y(rows * shape.n);
+      if (every_launch) sweep_launches(stream, scratch, shape, rows, dtype, weights, x, y);
       const double ours = time_launches(stream, [&](int c) {
         tensor_gemm({weights[c].data(), dtype, x.data(), y.data(), rows, shape.n, shape.k, shape.k}, scratch, stream);
       });

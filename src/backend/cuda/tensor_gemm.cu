@@ -4,6 +4,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 namespace jambo::backend::cuda {
@@ -421,10 +422,10 @@ __device__ inline void fence_accumulators(float (&values)[kCount]) {
 
 // A block's tile on wgmma: 128 output rows of w (two consumer warpgroups of 64) by kTokens rows of x, staged kSteps =
 // 4 k-steps (one 128-byte row of each operand) at a time in a ring of kStages, filled by the TMA unit on the orders
-// of a third, producer warpgroup. A staged row's 16-byte chunk q lies at chunk q ^ (row % 8) of its row: the TMA's
-// 128-byte swizzle, which the instruction's descriptors name, in stages 1024-byte aligned. The products run
-// asynchronously: a stage is handed back to the producer once the products of the stage after it have been issued
-// and its own waited for, and the accumulators are read only after a wait for all of them.
+// of a third, producer warpgroup. A staged row's 16-byte chunk q lies at chunk q ^ (row % 8) of its row: the TMA's 128-byte swizzle, which the instruction's
+// descriptors name, in stages 1024-byte aligned. The products run asynchronously: a stage is handed back to the
+// producer once the products of the stage after it have been issued and its own waited for, and the accumulators
+// are read only after a wait for all of them.
 template <int kTokens_, int kStages_>
 struct WgmmaTile {
   using Element = uint16_t;
@@ -565,12 +566,19 @@ __device__ void store_sums(const Operands& p, int64_t row0, int64_t token0, int6
   sync();
   if (!adds_up) return;
   __threadfence();
-  T::for_each_accumulator(row0, token0, sums.acc, sums.totals, [&](Place at, float&, float&) {
-    if (at.output >= p.n || at.token >= p.num_rows) return;
-    const int64_t offset = device_offset(at.token, p.n) + at.output;
-    float total = 0.0f;
-    for (unsigned s = 0; s < gridDim.z; ++s) total = __fadd_rn(total, __ldcg(p.partials + s * slice_size + offset));
-    p.y[offset] = total;
+  // The accumulators, their own sums stored, become the running totals: slice after slice, every accumulator's
+  // partial sum is read and added. A slice's loads are independent of each other and no store comes between them,
+  // so they are all in flight at once (a total a thread, read slice by slice, waited on L2 once per accumulator).
+  T::for_each_accumulator(row0, token0, sums.acc, sums.totals, [](Place, float& sum, float&) { sum = 0.0f; });
+  for (unsigned s = 0; s < gridDim.z; ++s) {
+    const float* slice = p.partials + device_offset(s, slice_size);
+    T::for_each_accumulator(row0, token0, sums.acc, sums.totals, [&](Place at, float& sum, float&) {
+      if (at.output < p.n && at.token < p.num_rows)
+        sum = __fadd_rn(sum, __ldcg(slice + device_offset(at.token, p.n) + at.output));
+    });
+  }
+  T::for_each_accumulator(row0, token0, sums.acc, sums.totals, [&](Place at, float& sum, float&) {
+    if (at.output < p.n && at.token < p.num_rows) p.y[device_offset(at.token, p.n) + at.output] = sum;
   });
   if (thread == 0) arrivals = 0;  // ready for the next launch
 }
@@ -737,7 +745,6 @@ using Fma64x64 = FmaTile<16, 4, 16, 4, 2, 4>;
 using Fma128x128 = FmaTile<16, 8, 16, 8, 2, 3>;
 using Wgmma128x128 = WgmmaTile<128, 6>;
 using Wgmma128x64 = WgmmaTile<64, 8>;
-constexpr int64_t kMinTile128x128Rows = 512;
 
 // wgmma is built where the CUDA architectures include sm_90a (CMakeLists.txt), and runs on compute capability 9.0.
 bool wgmma_runs() {
@@ -827,45 +834,128 @@ void launch(const Operands& p, dim3 grid, cudaStream_t stream) {
 // The rows of x that choose the tile: all of them, or a grouped launch's rows a launch group.
 int64_t rows_per_group(const Operands& p) { return (p.num_rows + p.num_groups - 1) / p.num_groups; }
 
-// The tiles that have rows (a grouped launch's, for rows_per_group rows a group).
-template <typename T>
-int64_t num_tiles(const Operands& p) {
-  return int64_t(num_blocks_for(p.n, T::kRows)) * num_blocks_for(rows_per_group(p), T::kTokens) * p.num_groups;
+// The partial sums and the tiles' arrival counts of a launch of a block per slice.
+void reserve_slices(Operands& p, dim3 grid, TensorGemmScratch& scratch, cudaStream_t stream) {
+  const int64_t num_tiles = int64_t(grid.x) * grid.y;
+  p.partials = scratch.partials.reserve(device_offset(p.order.num_slices, p.slice_elements));
+  if (scratch.arrivals.size() < num_tiles) {
+    scratch.arrivals.reserve(num_tiles);
+    JAMBO_CUDA_CHECK(cudaMemsetAsync(scratch.arrivals.data(), 0,
+                                     size_t(device_offset(scratch.arrivals.size(), sizeof(uint32_t))), stream));
+  }
+  p.arrivals = scratch.arrivals.data();
 }
 
-// A block per tile, or per (tile, slice) with sliced (the slices' sums then meet in the partials); a grouped launch
-// has a launch group's blocks cover max_group_rows rows.
+// A block per tile, or per (tile, slice) with sliced; a grouped launch has a launch group's blocks cover
+// max_group_rows rows.
 template <DType kType, typename T>
 void launch_tiles(Operands p, bool sliced, TensorGemmScratch& scratch, cudaStream_t stream) {
-  p.group_token_tiles = num_blocks_for(p.weights != nullptr ? p.max_group_rows : p.num_rows, T::kTokens);
+  p.group_token_tiles = num_blocks_for(p.max_group_rows, T::kTokens);
   require(p.group_token_tiles * p.num_groups < 65536, "a grouped GEMM of " + std::to_string(p.num_groups) +
                                                           " groups of up to " + std::to_string(p.max_group_rows) +
                                                           " rows is beyond the GEMM's grid");
   const dim3 grid(num_blocks_for(p.n, T::kRows), unsigned(p.group_token_tiles * p.num_groups),
                   sliced ? unsigned(p.order.num_slices) : 1u);
-  if (grid.z > 1) {
-    const int64_t num_tiles = int64_t(grid.x) * grid.y;
-    p.partials = scratch.partials.reserve(device_offset(p.order.num_slices, p.slice_elements));
-    if (scratch.arrivals.size() < num_tiles) {
-      scratch.arrivals.reserve(num_tiles);
-      JAMBO_CUDA_CHECK(cudaMemsetAsync(scratch.arrivals.data(), 0,
-                                       size_t(device_offset(scratch.arrivals.size(), sizeof(uint32_t))), stream));
-    }
-    p.arrivals = scratch.arrivals.data();
-  }
+  if (sliced) reserve_slices(p, grid, scratch, stream);
   launch<kType, T>(p, grid, stream);
 }
 
-// A block per tile, each walking all of K.
+// The same on the wgmma tiles, whose operands the TMA unit reads through tensor maps.
 template <DType kType, typename T>
-void launch_wgmma_tiles(const Operands& p, cudaStream_t stream) {
-  const dim3 grid(num_blocks_for(p.n, T::kRows), num_blocks_for(p.num_rows, T::kTokens));
+void launch_wgmma_tiles(Operands p, bool sliced, TensorGemmScratch& scratch, cudaStream_t stream) {
+  const dim3 grid(num_blocks_for(p.n, T::kRows), num_blocks_for(p.num_rows, T::kTokens),
+                  sliced ? unsigned(p.order.num_slices) : 1u);
+  if (sliced) reserve_slices(p, grid, scratch, stream);
   const TmaOperands t{tensor_map(p.w, p.n, p.k, p.k, T::kRows),
                       tensor_map(p.x, p.num_rows, p.k, p.x_stride, T::kTokens), p};
-  if (p.order.num_slices > 1)
+  if (!sliced && p.order.num_slices > 1)
     launch_wgmma<kType, T, true>(t, grid, stream);
   else
     launch_wgmma<kType, T, false>(t, grid, stream);
+}
+
+template <DType kType>
+void launch_16(const Operands& p, const GemmLaunch& l, TensorGemmScratch& scratch, cudaStream_t stream) {
+  switch (l.tile) {
+    case GemmTile::Mma64x8: return launch_tiles<kType, Tile64x8>(p, l.sliced, scratch, stream);
+    case GemmTile::Mma64x32: return launch_tiles<kType, Tile64x32>(p, l.sliced, scratch, stream);
+    case GemmTile::Mma64x64: return launch_tiles<kType, Tile64x64>(p, l.sliced, scratch, stream);
+    case GemmTile::Mma64x64Long: return launch_tiles<kType, Tile64x64Long>(p, l.sliced, scratch, stream);
+    case GemmTile::Mma128x64: return launch_tiles<kType, Tile128x64>(p, l.sliced, scratch, stream);
+    case GemmTile::Mma128x128: return launch_tiles<kType, Tile128x128>(p, l.sliced, scratch, stream);
+    case GemmTile::Mma128x128Unsliced: return launch_tiles<kType, Tile128x128Unsliced>(p, l.sliced, scratch, stream);
+    case GemmTile::Wgmma128x64: return launch_wgmma_tiles<kType, Wgmma128x64>(p, l.sliced, scratch, stream);
+    case GemmTile::Wgmma128x128: return launch_wgmma_tiles<kType, Wgmma128x128>(p, l.sliced, scratch, stream);
+    default: break;
+  }
+  require(false, "the " + describe(l) + " launch is not one of 16-bit weights (please report this)");
+}
+
+void launch_fp32(const Operands& p, const GemmLaunch& l, TensorGemmScratch& scratch, cudaStream_t stream) {
+  switch (l.tile) {
+    case GemmTile::FmaDecode2: return launch_tiles<DType::F32, FmaDecodeTile<2>>(p, l.sliced, scratch, stream);
+    case GemmTile::FmaDecode8: return launch_tiles<DType::F32, FmaDecodeTile<8>>(p, l.sliced, scratch, stream);
+    case GemmTile::Fma64x32: return launch_tiles<DType::F32, Fma64x32>(p, l.sliced, scratch, stream);
+    case GemmTile::Fma64x64: return launch_tiles<DType::F32, Fma64x64>(p, l.sliced, scratch, stream);
+    case GemmTile::Fma128x128: return launch_tiles<DType::F32, Fma128x128>(p, l.sliced, scratch, stream);
+    default: break;
+  }
+  require(false, "the " + describe(l) + " launch is not one of fp32 weights (please report this)");
+}
+
+// A tile's outputs of w and rows of x, and what it runs on.
+struct TileFacts {
+  const char* name;
+  int64_t rows, tokens;
+  bool wgmma, fp32;
+};
+template <typename T>
+constexpr TileFacts facts_of(const char* name, bool wgmma, bool fp32) {
+  return {name, T::kRows, T::kTokens, wgmma, fp32};
+}
+TileFacts tile_facts(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::Mma64x8: return facts_of<Tile64x8>("mma 64x8", false, false);
+    case GemmTile::Mma64x32: return facts_of<Tile64x32>("mma 64x32", false, false);
+    case GemmTile::Mma64x64: return facts_of<Tile64x64>("mma 64x64", false, false);
+    case GemmTile::Mma64x64Long: return facts_of<Tile64x64Long>("mma 64x64 (4 warps)", false, false);
+    case GemmTile::Mma128x64: return facts_of<Tile128x64>("mma 128x64", false, false);
+    case GemmTile::Mma128x128: return facts_of<Tile128x128>("mma 128x128", false, false);
+    case GemmTile::Mma128x128Unsliced: return facts_of<Tile128x128Unsliced>("mma 128x128 (4 warps)", false, false);
+    case GemmTile::Wgmma128x64: return facts_of<Wgmma128x64>("wgmma 128x64", true, false);
+    case GemmTile::Wgmma128x128: return facts_of<Wgmma128x128>("wgmma 128x128", true, false);
+    case GemmTile::FmaDecode2: return facts_of<FmaDecodeTile<2>>("fma 64x2", false, true);
+    case GemmTile::FmaDecode8: return facts_of<FmaDecodeTile<8>>("fma 64x8", false, true);
+    case GemmTile::Fma64x32: return facts_of<Fma64x32>("fma 64x32", false, true);
+    case GemmTile::Fma64x64: return facts_of<Fma64x64>("fma 64x64", false, true);
+    case GemmTile::Fma128x128: return facts_of<Fma128x128>("fma 128x128", false, true);
+  }
+  return {"?", 1, 1, false, false};
+}
+constexpr GemmTile kEveryTile[] = {
+    GemmTile::Mma64x8,     GemmTile::Mma64x32,     GemmTile::Mma64x64,   GemmTile::Mma64x64Long,
+    GemmTile::Mma128x64,   GemmTile::Mma128x128,   GemmTile::Mma128x128Unsliced,
+    GemmTile::Wgmma128x64, GemmTile::Wgmma128x128, GemmTile::FmaDecode2, GemmTile::FmaDecode8,
+    GemmTile::Fma64x32,    GemmTile::Fma64x64,     GemmTile::Fma128x128};
+
+// The tiles a launch of this tile has (a grouped launch's, for rows_per_group rows a group).
+int64_t num_tiles(const Operands& p, GemmTile tile) {
+  const TileFacts f = tile_facts(tile);
+  return int64_t(num_blocks_for(p.n, int(f.rows))) * num_blocks_for(rows_per_group(p), int(f.tokens)) * p.num_groups;
+}
+
+// The TMA unit reads the operands of one weight (not a grouped launch's) whose rows copy whole, on a GPU that runs
+// wgmma.
+bool wgmma_reads(const Operands& p) {
+  return wgmma_runs() && p.weights == nullptr && rows_copy_whole(p, sizeof(uint16_t));
+}
+
+bool launch_runs(const Operands& p, DType dtype, const GemmLaunch& l) {
+  const TileFacts f = tile_facts(l.tile);
+  if (f.fp32 != (dtype == DType::F32) || (f.wgmma && !wgmma_reads(p))) return false;
+  if (l.sliced) return p.order.num_slices > 1;
+  // Running totals beside its 128 accumulators a thread would not fit in registers.
+  return l.tile != GemmTile::Mma128x128Unsliced || p.order.num_slices == 1;
 }
 
 // A block per slice where a launch has fewer tiles than this, K is long enough (kMinStepsToSlice) and there are
@@ -877,75 +967,89 @@ constexpr int64_t kMinStepsToSlice = 32;
 constexpr int64_t kMinTiles = 8;
 constexpr int64_t kMinOutputTiles = 4;
 
-template <DType kType, typename T>
-void launch_sized(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
-  const bool sliced = p.order.num_slices > 1 && p.order.num_steps >= kMinStepsToSlice &&
-                      num_tiles<T>(p) < kMaxTilesToSlice;
-  launch_tiles<kType, T>(p, sliced, scratch, stream);
+GemmLaunch sized(const Operands& p, GemmTile tile) {
+  const bool sliced =
+      p.order.num_slices > 1 && p.order.num_steps >= kMinStepsToSlice && num_tiles(p, tile) < kMaxTilesToSlice;
+  return {tile, sliced};
+}
+// tile, or narrow where tile is too wide for the weight.
+GemmLaunch sized(const Operands& p, GemmTile tile, GemmTile narrow) {
+  const bool too_wide = num_tiles(p, tile) < kMinTiles ||
+                        num_blocks_for(p.n, int(tile_facts(tile).rows)) < kMinOutputTiles;
+  return sized(p, too_wide ? narrow : tile);
 }
 
-// T, or Narrow where T is too wide for the weight.
-template <DType kType, typename T, typename Narrow>
-void launch_sized(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
-  if (num_tiles<T>(p) < kMinTiles || num_blocks_for(p.n, T::kRows) < kMinOutputTiles)
-    launch_sized<kType, Narrow>(p, scratch, stream);
-  else
-    launch_sized<kType, T>(p, scratch, stream);
+GemmLaunch choose_fp32(const Operands& p) {
+  const int64_t rows = rows_per_group(p);
+  if (rows <= 2) return sized(p, GemmTile::FmaDecode2);
+  if (rows <= 8) return sized(p, GemmTile::FmaDecode8);
+  if (rows <= 32) return sized(p, GemmTile::Fma64x32, GemmTile::FmaDecode8);
+  if (rows <= 64) return sized(p, GemmTile::Fma64x64, GemmTile::Fma64x32);
+  return sized(p, GemmTile::Fma128x128, GemmTile::Fma64x64);
 }
 
-// The wgmma tiles, from kMinWgmmaRows rows where the TMA unit can read the operands (rows_copy_whole) and the tiles
-// make kMinWgmmaWaves waves of blocks (one an SM: with fewer, a large tile leaves SMs idle), kMinOutputTiles of them
-// along N. A block per (tile, slice) on wgmma, where the tiles are fewer, lost to the mma.sync tiles at most shapes
-// (bench/HISTORY.md). Returns whether it launched.
+// From kMinWgmmaRows rows, where the TMA unit can read the operands, a wgmma tile walking all of K: 128 x 128 or 128 x 64, the one whose launch takes least time, reckoned as its waves of
+// blocks (one an SM) times the time a block of it takes (kWgmmaTileTimes, relative; bench/HISTORY.md). Not where it
+// leaves few tiles (kMinWgmmaTiles, or kMinWgmmaTilesLongK for a K of more than kLongKSteps k-steps: k_proj and
+// x_proj below 512 rows, out_proj and down_proj below 128), where one block's walk over K is the launch's time and
+// a block per slice on mma.sync beats it. Else the mma.sync tiles, chosen by rows of x from a sweep of tile shapes
+// over the 3B model's GEMMs.
 constexpr int64_t kMinWgmmaRows = 33;
-constexpr int64_t kMinWgmmaWaves = 2;
-template <DType kType>
-bool launch_on_wgmma(const Operands& p, cudaStream_t stream) {
-  if (!wgmma_runs() || p.weights != nullptr || p.num_rows < kMinWgmmaRows || !rows_copy_whole(p, sizeof(uint16_t)) ||
-      num_blocks_for(p.n, Wgmma128x128::kRows) < kMinOutputTiles)
-    return false;
+constexpr int64_t kMinWgmmaTiles = 8, kMinWgmmaTilesLongK = 32, kLongKSteps = 256;
+struct WgmmaTileTime {
+  GemmTile tile;
+  double block_time;  // a block's time, that of a 128 x 128 block 1
+};
+constexpr WgmmaTileTime kWgmmaTileTimes[] = {{GemmTile::Wgmma128x128, 1.0}, {GemmTile::Wgmma128x64, 0.8}};
+constexpr int64_t kMinTile128x128Rows = 512;
+
+// The wgmma tile of least reckoned time, or none where wgmma does not take the GEMM.
+std::optional<GemmTile> choose_wgmma(const Operands& p) {
+  if (rows_per_group(p) < kMinWgmmaRows || !wgmma_reads(p)) return std::nullopt;
   static const int64_t wave = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  if (num_tiles<Wgmma128x128>(p) >= kMinWgmmaWaves * wave)
-    launch_wgmma_tiles<kType, Wgmma128x128>(p, stream);
-  else if (num_tiles<Wgmma128x64>(p) >= kMinWgmmaWaves * wave)
-    launch_wgmma_tiles<kType, Wgmma128x64>(p, stream);
-  else
-    return false;
-  return true;
+  GemmTile best = GemmTile::Wgmma128x128;
+  double best_time = 0.0;
+  for (const WgmmaTileTime& candidate : kWgmmaTileTimes) {
+    const double time = double((num_tiles(p, candidate.tile) + wave - 1) / wave) * candidate.block_time;
+    if (best_time == 0.0 || time < best_time) best = candidate.tile, best_time = time;
+  }
+  const int64_t min_tiles = p.order.num_steps > kLongKSteps ? kMinWgmmaTilesLongK : kMinWgmmaTiles;
+  if (num_tiles(p, best) < min_tiles) return std::nullopt;
+  return best;
 }
 
-void launch_fp32_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
+GemmLaunch choose_16(const Operands& p) {
+  if (const std::optional<GemmTile> tile = choose_wgmma(p)) return {*tile, false};
   const int64_t rows = rows_per_group(p);
-  if (rows <= 2)
-    launch_sized<DType::F32, FmaDecodeTile<2>>(p, scratch, stream);
-  else if (rows <= 8)
-    launch_sized<DType::F32, FmaDecodeTile<8>>(p, scratch, stream);
-  else if (rows <= 32)
-    launch_sized<DType::F32, Fma64x32, FmaDecodeTile<8>>(p, scratch, stream);
-  else if (rows <= 64)
-    launch_sized<DType::F32, Fma64x64, Fma64x32>(p, scratch, stream);
-  else
-    launch_sized<DType::F32, Fma128x128, Fma64x64>(p, scratch, stream);
+  if (rows <= 8) return sized(p, GemmTile::Mma64x8);
+  if (rows <= 32) return sized(p, GemmTile::Mma64x32, GemmTile::Mma64x8);
+  if (rows <= 96) return sized(p, GemmTile::Mma64x64, GemmTile::Mma64x8);
+  if (rows <= 160) return sized(p, GemmTile::Mma128x64, GemmTile::Mma64x64);
+  if (p.order.num_slices == 1) return sized(p, GemmTile::Mma128x128Unsliced, GemmTile::Mma64x64Long);
+  if (rows < kMinTile128x128Rows) return sized(p, GemmTile::Mma64x64Long, GemmTile::Mma64x64);
+  return sized(p, GemmTile::Mma128x128, GemmTile::Mma64x64Long);
 }
 
-template <DType kType>
-void launch_for_rows(const Operands& p, TensorGemmScratch& scratch, cudaStream_t stream) {
-  if (launch_on_wgmma<kType>(p, stream)) return;
-  const int64_t rows = rows_per_group(p);
-  if (rows <= 8)
-    launch_sized<kType, Tile64x8>(p, scratch, stream);
-  else if (rows <= 32)
-    launch_sized<kType, Tile64x32, Tile64x8>(p, scratch, stream);
-  else if (rows <= 96)
-    launch_sized<kType, Tile64x64, Tile64x8>(p, scratch, stream);
-  else if (rows <= 160)
-    launch_sized<kType, Tile128x64, Tile64x64>(p, scratch, stream);
-  else if (p.order.num_slices == 1)
-    launch_sized<kType, Tile128x128Unsliced, Tile64x64Long>(p, scratch, stream);
-  else if (rows < kMinTile128x128Rows)
-    launch_sized<kType, Tile64x64Long, Tile64x64>(p, scratch, stream);
+GemmLaunch choose(const Operands& p, DType dtype) { return dtype == DType::F32 ? choose_fp32(p) : choose_16(p); }
+
+std::vector<GemmLaunch> launches(const Operands& p, DType dtype) {
+  std::vector<GemmLaunch> all;
+  for (const GemmTile tile : kEveryTile)
+    for (const bool sliced : {false, true})
+      if (launch_runs(p, dtype, {tile, sliced})) all.push_back({tile, sliced});
+  return all;
+}
+
+void run(const Operands& p, DType dtype, const GemmLaunch& l, TensorGemmScratch& scratch, cudaStream_t stream) {
+  require(launch_runs(p, dtype, l), "the " + describe(l) + " launch cannot run a GEMM of " +
+                                        std::string(dtype_name(dtype)) + " weights [" + std::to_string(p.n) + ", " +
+                                        std::to_string(p.k) + "] here (please report this)");
+  if (dtype == DType::F32)
+    launch_fp32(p, l, scratch, stream);
+  else if (dtype == DType::BF16)
+    launch_16<DType::BF16>(p, l, scratch, stream);
   else
-    launch_sized<kType, Tile128x128, Tile64x64Long>(p, scratch, stream);
+    launch_16<DType::F16>(p, l, scratch, stream);
 }
 
 // The operands of one weight, checked.
@@ -966,19 +1070,23 @@ Operands operands_of(const TensorGemm& g) {
   return p;
 }
 
-void launch_for_type(const Operands& p, DType dtype, TensorGemmScratch& scratch, cudaStream_t stream) {
-  if (dtype == DType::F32)
-    launch_fp32_for_rows(p, scratch, stream);
-  else if (dtype == DType::BF16)
-    launch_for_rows<DType::BF16>(p, scratch, stream);
-  else
-    launch_for_rows<DType::F16>(p, scratch, stream);
-}
-
 }  // namespace
 
+std::string describe(const GemmLaunch& launch) {
+  return std::string(tile_facts(launch.tile).name) + (launch.sliced ? ", a block per slice" : "");
+}
+
+std::vector<GemmLaunch> gemm_launches(const TensorGemm& g) { return launches(operands_of(g), g.dtype); }
+
+GemmLaunch choose_gemm_launch(const TensorGemm& g) { return choose(operands_of(g), g.dtype); }
+
 void tensor_gemm(const TensorGemm& g, TensorGemmScratch& scratch, cudaStream_t stream) {
-  launch_for_type(operands_of(g), g.dtype, scratch, stream);
+  const Operands p = operands_of(g);
+  run(p, g.dtype, choose(p, g.dtype), scratch, stream);
+}
+
+void tensor_gemm(const TensorGemm& g, const GemmLaunch& launch, TensorGemmScratch& scratch, cudaStream_t stream) {
+  run(operands_of(g), g.dtype, launch, scratch, stream);
 }
 
 void tensor_gemm_grouped(const TensorGemm& g, const TensorGemmGroups& groups, TensorGemmScratch& scratch,
@@ -991,7 +1099,7 @@ void tensor_gemm_grouped(const TensorGemm& g, const TensorGemmGroups& groups, Te
   p.w = nullptr, p.weights = groups.weights, p.group_rows = groups.group_rows, p.group_ids = groups.group_ids;
   p.weights_aligned = groups.weights_aligned;
   p.num_groups = groups.num_launch_groups, p.max_group_rows = groups.max_group_rows;
-  launch_for_type(p, g.dtype, scratch, stream);
+  run(p, g.dtype, choose(p, g.dtype), scratch, stream);
 }
 
 }  // namespace jambo::backend::cuda

@@ -24,6 +24,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace jambo::backend::cuda {
 
@@ -60,8 +62,33 @@ struct TensorGemmScratch {
   DeviceBuffer<uint32_t> arrivals;  // [tiles] zero between launches: the last block of a tile sets it back
 };
 
-// y = x · wᵀ in gemm_order(n, k), for num_rows >= 1.
+// The tiles a block can compute, named for (outputs of w) x (rows of x): on mma.sync and on wgmma (sm_90a, fed by
+// the TMA unit) for 16-bit weights, on the FMA units for fp32 weights.
+enum class GemmTile : uint8_t {
+  Mma64x8, Mma64x32, Mma64x64, Mma64x64Long, Mma128x64, Mma128x128, Mma128x128Unsliced,
+  Wgmma128x64, Wgmma128x128,
+  FmaDecode2, FmaDecode8, Fma64x32, Fma64x64, Fma128x128,
+};
+
+// A launch: its tile, and whether a block sums one slice of its tile (the slices' sums then meet in the partials,
+// added in slice order by the tile's last block) or walks all of K (adding each slice's sum to a running total as it
+// ends). Every launch gives the same bits: the choice is speed alone.
+struct GemmLaunch {
+  GemmTile tile = GemmTile::Mma64x8;
+  bool sliced = false;
+  bool operator==(const GemmLaunch&) const = default;
+};
+std::string describe(const GemmLaunch& launch);  // "wgmma 128x64, a block per slice"
+
+// The launches that can run this GEMM here (its weights' type, the GPU, its operands' alignment), and the one
+// tensor_gemm takes, chosen by N, K and the rows of x (bench/HISTORY.md has the sweeps behind the rules).
+std::vector<GemmLaunch> gemm_launches(const TensorGemm& gemm);
+GemmLaunch choose_gemm_launch(const TensorGemm& gemm);
+
+// y = x · wᵀ in gemm_order(n, k), for num_rows >= 1, as choose_gemm_launch lays it out, or as `launch` does (one of
+// gemm_launches: the tests and the benchmark try them all).
 void tensor_gemm(const TensorGemm& gemm, TensorGemmScratch& scratch, cudaStream_t stream);
+void tensor_gemm(const TensorGemm& gemm, const GemmLaunch& launch, TensorGemmScratch& scratch, cudaStream_t stream);
 
 // The rows of x and y in groups, each with its own weight of one shape and type (the MoE experts), their counts on the
 // GPU, so that a MoE decode step stays one CUDA graph: a row's outputs are the bits tensor_gemm gives it in a GEMM of

@@ -5,10 +5,16 @@
 // - phase invariance: each generated token's logprob is the same bits as the prompt logprob a one-shot prefill of
 //   the same tokens gives it.
 // The prompts run to 300 tokens and some generations past attention's split boundaries (kAttentionSplitKeys), so
-// that queries fold several splits in a prefill and in a decode step. Dense and MoE models, MQA and GQA.
-#include "support/engine_test_util.h"
+// that queries fold several splits in a prefill and in a decode step. Dense and MoE models, MQA and GQA. And the CPU
+// engine's settings (support/engine_settings.h: budgets of 1 to all tokens, 1 to 64 sequences, preemption forced,
+// each slot policy) over 64 requests, in the bf16 mode.
+#include "support/engine_settings.h"
 #include "backend/cuda/device_rows.h"
 #include "cuda_test_util.h"
+
+#include <map>
+#include <tuple>
+#include <utility>
 
 namespace jambo::testing {
 namespace {
@@ -112,6 +118,42 @@ TEST_P(CudaEngineInvarianceTest, ARequestsLogprobsAreItsOwnAndPrefillEqualsDecod
   }
   expect_prefill_equals_decode(model, weights, alone);
 }
+
+// Every request alone against the 64 under each of the CPU engine's settings, on the CUDA backend in the bf16 mode.
+class CudaEngineSettingsTest : public GpuParamTest<std::tuple<std::string, EngineSetting>> {};
+
+TEST_P(CudaEngineSettingsTest, EveryRequestMatchesItsRunAlone) {
+  const auto& [name, setting] = GetParam();
+  const model::Model model = name == "jambo-demo"
+                                 ? model::load_model(std::string(JAMBO_SOURCE_DIR) + "/models/jambo-demo")
+                                 : load_fixture_model(name);
+  const std::vector<engine::RequestSpec> specs =
+      random_workload(model, kSettingNumRequests, /*seed=*/7, 40, setting.allow_n);
+  const TestTraceFile trace;
+  engine::EngineOptions options = setting_options(
+      model, setting, engine::BackendKind::Cuda,
+      engine::backend_weight_bytes(engine::BackendKind::Cuda, model, engine::CudaWeights::Bf16), trace.path());
+  options.backend.cuda_weights = engine::CudaWeights::Bf16;
+  options.backend.cuda_gemm = engine::CudaGemm::Invariant;
+  engine::Engine engine(model, nullptr, options);
+  const Outputs outputs = run_to_end(engine, specs);
+  // The runs alone depend on the model and the workload only: made once for the settings that share them.
+  static std::map<std::pair<std::string, bool>, Outputs> alone_runs;
+  const auto [alone, made] = alone_runs.try_emplace({name, setting.allow_n});
+  if (made) alone->second = run_alone(model, engine::CudaWeights::Bf16, specs);
+  expect_bitwise_equal(alone->second, outputs);
+  expect_setting_held(setting, engine.counters(), trace.path());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Settings, CudaEngineSettingsTest,
+    ::testing::Combine(::testing::Values(std::string("jambo-demo"), std::string("moe-top1-mqa-tied-bf16")),
+                       ::testing::ValuesIn(engine_settings())),
+    [](const auto& info) {
+      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
 
 INSTANTIATE_TEST_SUITE_P(
     Models, CudaEngineInvarianceTest,

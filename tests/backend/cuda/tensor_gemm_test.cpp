@@ -65,6 +65,8 @@ class TensorGemmTest : public StreamTest {
     return download(y.data(), num_rows * w.rows);
   }
 
+  void expect_every_launch_agrees(DType dtype, const Shape& shape, int64_t rows);
+
   TensorStore store_{71};
   std::unique_ptr<backend::cuda::Gemm> gemm_;
 };
@@ -168,31 +170,6 @@ TEST_F(TensorGemmTest, ARowsOutputsAreItsOwn) {
   }
 }
 
-// One GEMM of each launch kind, its probe row the same bits alone as among the others, small enough for Compute
-// Sanitizer (scripts/gpu-test runs it under its four tools): the wgmma tiles fed by TMA (128 x 128 at 600 rows of
-// gate_up, 128 x 64 at 160, running totals at 600 rows of 3 slices), mma.sync with a block per slice (down_proj, 3
-// rows) and with running totals (200 rows), and the FMA tiles of fp32 weights likewise.
-TEST_F(TensorGemmTest, EveryLaunchKindOnce) {
-  struct Case {
-    DType dtype;
-    Shape shape;
-    int64_t num_rows;
-  };
-  for (const Case& c : {Case{DType::BF16, {16384, 2560}, 600}, Case{DType::BF16, {16384, 2560}, 160},
-                        Case{DType::BF16, {7168, 2560}, 600}, Case{DType::BF16, {2560, 8192}, 3},
-                        Case{DType::BF16, {7168, 2560}, 200}, Case{DType::F32, {2560, 8192}, 1},
-                        Case{DType::F32, {2560, 2560}, 200}, Case{DType::F32, {7168, 2560}, 600}}) {
-    SCOPED_TRACE(describe(c.dtype, c.shape) + ", " + std::to_string(c.num_rows) + " rows");
-    const Weight w = make_weight(c.dtype, c.shape);
-    const BatchOp<float> op = [&](const std::vector<float>& inputs, int64_t num_rows) {
-      return multiply(w.matrix, inputs, num_rows, c.shape.k);
-    };
-    std::mt19937_64 random(79);
-    expect_row_invariant(op, uniform_rows(c.shape.k, 2.0f)(random), c.shape.n, uniform_rows(c.shape.k, 2.0f),
-                         {c.num_rows});
-  }
-}
-
 // A grouped launch (tensor_gemm_grouped, the MoE experts) gives each group's rows the bits of a GEMM of that group's
 // rows alone, by its own weight: groups without rows, a launch group of none (-1), a group of several tiles, a
 // launch of few tiles (a block per slice, whose partial sums lie at the group's rows) and of many, 16-bit and fp32.
@@ -248,6 +225,45 @@ TEST_F(TensorGemmTest, GroupedRowsEqualTheirGroupAlone) {
             << "group " << g;
       }
     }
+}
+
+// Every launch that can run a GEMM (tensor_gemm.h: gemm_launches, every tile with a block per slice and without)
+// gives the bits of the one tensor_gemm chooses, which is among them: the choice is speed alone.
+void TensorGemmTest::expect_every_launch_agrees(DType dtype, const Shape& shape, int64_t rows) {
+  SCOPED_TRACE(describe(dtype, shape) + ", " + std::to_string(rows) + " rows");
+  const Weight w = make_weight(dtype, shape);
+  const TensorView x_host = store_.make({rows, shape.k}, dtype, 1.0f);
+  const DeviceBuffer<std::byte> x =
+      upload(static_cast<const std::byte*>(x_host.data), rows * shape.k * dtype_size(dtype));
+  DeviceBuffer<float> y(rows * shape.n);
+  const backend::cuda::TensorGemm operands{w.matrix.data, dtype, x.data(), y.data(), rows, shape.n, shape.k, shape.k};
+  const backend::cuda::GemmLaunch chosen = backend::cuda::choose_gemm_launch(operands);
+  const std::vector<backend::cuda::GemmLaunch> launches = backend::cuda::gemm_launches(operands);
+  EXPECT_NE(std::find(launches.begin(), launches.end(), chosen), launches.end()) << describe(chosen);
+  backend::cuda::tensor_gemm(operands, chosen, gemm_->tensor_scratch(), stream_);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const std::vector<float> expected = download(y.data(), rows * shape.n);
+  for (const backend::cuda::GemmLaunch& launch : launches) {
+    backend::cuda::tensor_gemm(operands, launch, gemm_->tensor_scratch(), stream_);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    EXPECT_TRUE(bitwise_equal(download(y.data(), rows * shape.n).data(), expected.data(), rows * shape.n))
+        << describe(launch) << " against " << describe(chosen);
+  }
+}
+
+// At shapes of the 3B model: weights of many slices (x_proj's 40) and of 7, K = 20 (staged an element at a time),
+// 16-bit and fp32, 1 to 300 rows.
+TEST_F(TensorGemmTest, EveryLaunchGivesTheChosenLaunchsBits) {
+  for (const DType dtype : {DType::BF16, DType::F16, DType::F32})
+    for (const Shape& shape : {Shape{2560, 8192}, Shape{192, 5120}, Shape{24, 20}})
+      for (const int64_t rows : {1, 37, 300}) expect_every_launch_agrees(dtype, shape, rows);
+}
+
+// The same, small enough for Compute Sanitizer (scripts/gpu-test runs it under its four tools): every launch kind
+// once at a few rows and at many, 16-bit and fp32.
+TEST_F(TensorGemmTest, EveryLaunchKindOnce) {
+  for (const DType dtype : {DType::BF16, DType::F32})
+    for (const int64_t rows : {3, 200}) expect_every_launch_agrees(dtype, Shape{384, 2560}, rows);
 }
 
 // The same launch again gives the same bits: the sliced launch's per-tile counts are back at zero after it.
