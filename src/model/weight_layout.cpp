@@ -85,7 +85,7 @@ std::vector<WeightSlot> list_weight_slots(const JambaConfig& config, ModelWeight
   SlotList list(slots);
   const int64_t H = config.hidden_size, V = config.vocab_size;
   list.add("model.embed_tokens.weight", {V, H}, WeightRole::Embedding, weights.embed_tokens);
-  weights.layers.assign(config.num_hidden_layers, LayerWeights{});
+  weights.layers.resize(config.num_hidden_layers);
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string prefix = fmt::format("model.layers.{}.", i);
     LayerWeights& layer = weights.layers[i];

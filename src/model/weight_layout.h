@@ -42,8 +42,8 @@ struct WeightSlot {
   std::optional<FusedExpertSource> fused;  // set for expert matrices
 };
 
-// Sizes `weights` per the config (layers, experts) and lists every tensor the forward reads, in a
-// fixed order. With tied embeddings lm_head has no slot (the caller aliases it to embed_tokens).
+// Sizes `weights` per the config (layers, experts; views already there are kept) and lists every tensor the forward
+// reads, in a fixed order. With tied embeddings lm_head has no slot (the caller aliases it to embed_tokens).
 std::vector<WeightSlot> list_weight_slots(const JambaConfig& config, ModelWeights& weights);
 
 // Bytes of all slots' views, counting each tensor once (lm_head once when tied).
