@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/error.h"
+#include "model/weight_update.h"
 #include "model/weights.h"
 
 #include <algorithm>
@@ -160,6 +161,10 @@ class Backend {
   // Elements of one slot's recurrent state (all Mamba layers).
   virtual int64_t state_elements_per_slot() const = 0;
   virtual void inject_faults(const FaultInjection& faults) = 0;
+  // Replaces the weights named in `update` (model/weight_update.h: read and checked against the model this backend
+  // was made from) with its values, copied into memory of the backend's own, so that the folder may change after.
+  // Between steps only. Throws jambo::Error where the backend takes no updates.
+  virtual void update_weights(const model::WeightUpdate& update) = 0;
 };
 
 }  // namespace jambo::backend

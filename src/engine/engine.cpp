@@ -337,6 +337,11 @@ const std::string& Engine::weight_version() const { return impl_->options.weight
 
 void Engine::set_weight_version(std::string version) { impl_->options.weight_version = std::move(version); }
 
+void Engine::update_weights(const model::WeightUpdate& update, std::string version) {
+  impl_->backend->update_weights(update);
+  set_weight_version(std::move(version));
+}
+
 void Engine::corrupt_lease_for_testing(const std::string& id) {
   Request* request = impl_->find(id);
   JAMBO_REQUIRE(request, "corrupt_lease_for_testing: no unfinished request '{}'", id);

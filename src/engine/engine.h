@@ -124,6 +124,10 @@ class Engine {
   // from which.
   const std::string& weight_version() const;
   void set_weight_version(std::string version);
+  // Between steps: the backend takes the update's weights (model/weight_update.h, read against this engine's model)
+  // and they are named `version`. Samples under way go on with the new weights; their weight_versions say which
+  // tokens came from which. Throws jambo::Error, the weights unchanged, where the backend takes no updates.
+  void update_weights(const model::WeightUpdate& update, std::string version);
   // The context of one sequence: options.max_model_len, or its default for this model.
   int64_t max_model_len() const;
 

@@ -10,8 +10,12 @@
 #include "backend/row_validation.h"
 #include "backend/state_layout.h"
 #include "core/error.h"
+#include "model/weight_layout.h"
 
 #include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
 
 namespace jambo::backend::cpu {
 namespace {
@@ -32,6 +36,7 @@ class CpuBackend final : public Backend {
     faults_ = faults;
     states_.wrap_offsets_at(faults.state_offset_modulus);
   }
+  void update_weights(const model::WeightUpdate& update) override;
 
  private:
   void validate(std::span<const BatchRow> rows) const;
@@ -43,6 +48,10 @@ class CpuBackend final : public Backend {
                        StepOutput& output);
 
   model::Model model_;
+  std::map<std::string, TensorView*> weights_by_name_;  // model_'s weights by per-expert checkpoint name
+  // The memory of each weight an update replaced: a weight's values live in its latest update's copy, and a copy
+  // goes once no weight's values are in it.
+  std::map<std::string, std::shared_ptr<const std::vector<std::byte>>> updated_weights_;
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
   cpu::StatePool states_;
   cpu::KvCache kv_cache_;
@@ -59,7 +68,30 @@ CpuBackend::CpuBackend(const model::Model& model, const CacheConfig& cache)
     : model_(model),
       index_in_kind_(indices_within_kind(model.config)),
       states_(model.config, cache.num_state_slots, cache.state_dtype),
-      kv_cache_(model.config, cache) {}
+      kv_cache_(model.config, cache) {
+  for (const model::WeightSlot& slot : model::list_weight_slots(model_.config, model_.weights))
+    weights_by_name_[slot.name] = slot.target;
+}
+
+void CpuBackend::update_weights(const model::WeightUpdate& update) {
+  auto copy = std::make_shared<std::vector<std::byte>>(size_t(update.num_bytes));
+  int64_t offset = 0;
+  for (const model::WeightUpdate::Piece& piece : update.pieces) {
+    const int64_t num_bytes = piece.source.numel() * dtype_size(piece.source.dtype);
+    std::memcpy(copy->data() + offset, piece.source.data, size_t(num_bytes));
+    offset += num_bytes;
+  }
+  JAMBO_ASSERT(offset == update.num_bytes);
+  offset = 0;
+  for (const model::WeightUpdate::Piece& piece : update.pieces) {
+    const auto found = weights_by_name_.find(piece.name);
+    JAMBO_ASSERT(found != weights_by_name_.end());  // read_weight_update names the model's weights only
+    found->second->data = copy->data() + offset;
+    updated_weights_[piece.name] = copy;
+    offset += piece.source.numel() * dtype_size(piece.source.dtype);
+  }
+  if (model_.config.tie_word_embeddings) model_.weights.lm_head = model_.weights.embed_tokens;
+}
 
 void CpuBackend::validate(std::span<const BatchRow> rows) const {
   validate_rows(rows, model_.config, {states_.num_slots(), kv_cache_.num_blocks(), kv_cache_.block_size()});

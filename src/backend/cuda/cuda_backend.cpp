@@ -49,6 +49,9 @@ class CudaBackend final : public Backend {
     require_state_offset_modulus(faults.state_offset_modulus, slot_layout_.slot_stride, cache_.num_state_slots);
     faults_ = faults;
   }
+  void update_weights(const model::WeightUpdate&) override {
+    fail("the CUDA backend does not take weight updates yet (the CPU backend does)");
+  }
 
  private:
   int64_t slot_offset(int64_t slot) const;  // element offset of a slot, through the test-only wrap

@@ -1,0 +1,133 @@
+// Engine::update_weights on the CPU backend: after an update the engine serves the new weights bit for bit as an
+// engine loaded from them does, whole or in part, and the update copies them: the folder may change after.
+#include "model/safetensors_writer.h"
+#include "model/weight_layout.h"
+#include "model/weight_update.h"
+#include "support/engine_test_util.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <utility>
+
+namespace jambo::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A folder under the system temp directory, removed at scope exit.
+class Folder {
+ public:
+  explicit Folder(const std::string& name)
+      : path_(fs::temp_directory_path() / fmt::format("jambo-{}-weight-update-{}", ::getpid(), name)) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~Folder() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Writes the model's weights (each weight under its per-expert name) to folder/model.safetensors, those named in
+// `only` alone where it is not empty.
+void write_weights(const model::Model& model, const fs::path& folder, const std::set<std::string>& only = {}) {
+  model::ModelWeights weights = model.weights;
+  std::vector<model_test::TestTensor> tensors;
+  for (const model::WeightSlot& slot : model::list_weight_slots(model.config, weights)) {
+    if (!only.empty() && !only.contains(slot.name)) continue;
+    const TensorView& view = *slot.target;
+    model_test::TestTensor tensor{slot.name, std::string(dtype_name(view.dtype)), view.shape, {}};
+    tensor.bytes.resize(size_t(view.numel() * dtype_size(view.dtype)));
+    std::memcpy(tensor.bytes.data(), view.data, tensor.bytes.size());
+    tensors.push_back(std::move(tensor));
+  }
+  model_test::write_safetensors(folder / "model.safetensors", tensors);
+}
+
+engine::EngineOptions options_for(const model::Model& model) {
+  return exact_engine_options(model, 8, 8 * 8, 8, 64);
+}
+
+Outputs run(const model::Model& model, const std::vector<engine::RequestSpec>& specs) {
+  engine::Engine engine(model, nullptr, options_for(model));
+  return run_to_end(engine, specs);
+}
+
+fs::path fixture_folder() { return fs::path(JAMBO_SOURCE_DIR) / "tests/fixtures/models/moe-top2-gqa2-fp32"; }
+
+class WeightUpdateTest : public ::testing::Test {
+ protected:
+  OneThread one_thread_;
+  model::Model serving_ = model::load_model(fixture_folder());
+  // The same architecture with other values (fp32, as the fixture's).
+  model::Model other_ = model::make_random_model(serving_.config, DType::F32, /*seed=*/5);
+  std::vector<engine::RequestSpec> specs_ = random_workload(serving_, 12, /*seed=*/3, 30);
+};
+
+TEST_F(WeightUpdateTest, AFullUpdateServesTheNewWeightsBitForBit) {
+  Folder folder("full");
+  write_weights(other_, folder.path());
+  fs::copy_file(fixture_folder() / "config.json", folder.path() / "config.json");
+  const model::Model loaded = model::load_model(folder.path());
+
+  engine::Engine engine(serving_, nullptr, options_for(serving_));
+  const Outputs before = run_to_end(engine, specs_);
+  {
+    const model::WeightUpdate update = model::read_weight_update(folder.path(), serving_);
+    EXPECT_EQ(update.pieces.size(), model::list_weight_slots(serving_.config, serving_.weights).size());
+    engine.update_weights(update, "step-1");
+  }
+  fs::remove_all(folder.path());  // the backend holds a copy
+  EXPECT_EQ(engine.weight_version(), "step-1");
+  std::vector<engine::RequestSpec> again = specs_;
+  for (engine::RequestSpec& spec : again) spec.id += "-again";
+  const Outputs after = run_to_end(engine, again);
+
+  Outputs expected;
+  for (const auto& [key, sample] : run(loaded, again)) expected.emplace(key, sample);
+  for (auto& [key, sample] : expected) sample.weight_versions = after.at(key).weight_versions;
+  expect_bitwise_equal(expected, after);
+  for (const auto& [key, sample] : after) {
+    ASSERT_EQ(sample.weight_versions.size(), 1u);
+    EXPECT_EQ(sample.weight_versions[0].version, "step-1");
+  }
+  // The new weights changed what the engine computes.
+  const auto& [first_key, first_before] = *before.begin();
+  EXPECT_NE(first_before.logprobs, after.at({first_key.first + "-again", first_key.second}).logprobs);
+}
+
+// An update of two weights leaves the others as they were: the engine equals one loaded from the serving
+// checkpoint with those two replaced.
+TEST_F(WeightUpdateTest, APartialUpdateReplacesItsWeightsAlone) {
+  const std::set<std::string> names = {"model.final_layernorm.weight", "model.layers.0.mamba.in_proj.weight"};
+  Folder update_folder("partial");
+  write_weights(other_, update_folder.path(), names);
+  // The serving checkpoint with those two weights taken from `other_`.
+  model::Model mixed = serving_;
+  model::ModelWeights other_weights = other_.weights;
+  const std::vector<model::WeightSlot> other_slots = model::list_weight_slots(other_.config, other_weights);
+  for (const model::WeightSlot& slot : model::list_weight_slots(mixed.config, mixed.weights))
+    if (names.contains(slot.name))
+      for (const model::WeightSlot& other_slot : other_slots)
+        if (other_slot.name == slot.name) *slot.target = *other_slot.target;
+  if (mixed.config.tie_word_embeddings) mixed.weights.lm_head = mixed.weights.embed_tokens;
+  mixed.storage = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(serving_.storage,
+                                                                                             other_.storage);
+
+  engine::Engine engine(serving_, nullptr, options_for(serving_));
+  const model::WeightUpdate update = model::read_weight_update(update_folder.path(), serving_);
+  EXPECT_EQ(update.pieces.size(), names.size());
+  engine.update_weights(update, "partial");
+  const Outputs after = run_to_end(engine, specs_);
+  Outputs expected = run(mixed, specs_);
+  for (auto& [key, sample] : expected) sample.weight_versions = after.at(key).weight_versions;
+  expect_bitwise_equal(expected, after);
+}
+
+}  // namespace
+}  // namespace jambo::testing
