@@ -57,15 +57,16 @@ void run_serve(const ServeOptions& options) {
     server_options.log_interval_seconds = 0;
   }
   const int64_t max_n = engine.counters().slots_total;
-  server::Server server(engine, *tokenizer, chat_template ? &*chat_template : nullptr, max_n, server_options);
+  server::Server server(model, engine, *tokenizer, chat_template ? &*chat_template : nullptr, max_n, server_options);
   const int port = server.bind();
   fmt::print("jambo: serving {} on http://{}:{} ({} backend, {} state slots, {} KV blocks)\n",
              server_options.model_name, server_options.host, port, name(engine_options.backend.kind), max_n,
              engine.counters().kv_blocks_total);
   std::fflush(stdout);
   if (server_options.enable_control_endpoints && server_options.api_key.empty())
-    fmt::print(stderr, "jambo: warning: the control endpoints (/pause, /resume, /abort_requests) are served without "
-                       "--api-key: anyone who reaches {}:{} can pause or abort the server\n",
+    fmt::print(stderr, "jambo: warning: the control endpoints (/pause, /resume, /abort_requests, "
+                       "/update_weights_from_disk) are served without --api-key: anyone who reaches {}:{} can pause "
+                       "or abort the server, or change its weights\n",
                server_options.host, port);
 
   std::thread stopper([&] {
@@ -103,8 +104,13 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command->add_flag("--enable-control-endpoints", server.enable_control_endpoints,
-                    "serve POST /pause, /resume, /abort_requests and GET /is_paused, which a trainer drives (give "
-                    "--api-key too: without one, anyone who reaches the port can pause the server)");
+                    "serve POST /pause, /resume, /abort_requests, /update_weights_from_disk and GET /is_paused, which "
+                    "a trainer drives (give --api-key too: without one, anyone who reaches the port can pause the "
+                    "server or change its weights)");
+  command
+      ->add_option("--allowed-weight-paths", server.allowed_weight_paths,
+                   "folders whose checkpoints POST /update_weights_from_disk may read (none: it reads none)")
+      ->check(CLI::ExistingDirectory);
   command
       ->add_option("--api-key", server.api_key,
                    "every route but /health and /metrics needs 'Authorization: Bearer KEY' (default: $JAMBO_API_KEY)")

@@ -105,6 +105,20 @@ void EngineLoop::corrupt_lease_for_testing(const std::string& id) {
   inbox_changed_.notify_all();
 }
 
+void EngineLoop::change_engine(EngineChange change, ChangeDone done) {
+  {
+    std::unique_lock lock(mutex_);
+    if (dead_ || stopping_) {
+      const std::string reason = dead_ ? death_reason_ : "the server is shutting down";
+      lock.unlock();
+      done(std::make_exception_ptr(Error(reason)));
+      return;
+    }
+    changes_.push_back({std::move(change), std::move(done)});
+  }
+  inbox_changed_.notify_all();
+}
+
 bool EngineLoop::is_alive() const {
   std::lock_guard lock(mutex_);
   return !dead_;
@@ -130,7 +144,7 @@ void EngineLoop::run() {
     if (!engine_.has_unfinished() || frozen) {
       inbox_changed_.wait(lock, [this] {
         return stopping_ || control_changed_ || (!paused_ && !submissions_.empty()) || !aborts_.empty() ||
-               !leases_to_corrupt_.empty();
+               !leases_to_corrupt_.empty() || !changes_.empty();
       });
       continue;
     }
@@ -161,9 +175,19 @@ void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
   if (!paused_) submissions = std::exchange(submissions_, {});
   std::vector<std::string> aborts = std::exchange(aborts_, {});
   std::vector<std::string> leases_to_corrupt = std::exchange(leases_to_corrupt_, {});
+  std::vector<Change> changes = std::exchange(changes_, {});
   const bool abort_all = std::exchange(abort_all_, false);
-  if (submissions.empty() && aborts.empty() && leases_to_corrupt.empty() && !abort_all) return;
+  if (submissions.empty() && aborts.empty() && leases_to_corrupt.empty() && changes.empty() && !abort_all) return;
   lock.unlock();
+  for (const Change& change : changes) {
+    std::exception_ptr thrown;
+    try {
+      change.change(engine_);
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    change.done(thrown);
+  }
   if (abort_all)
     for (const auto& [id, route] : routes_) aborts.push_back(id);
   for (const std::string& id : aborts)
@@ -261,9 +285,11 @@ void EngineLoop::die(std::unique_lock<std::mutex>& lock, const std::string& reas
 void EngineLoop::refuse_all(std::unique_lock<std::mutex>& lock, const std::string& reason) {
   std::vector<std::unique_ptr<Submission>> submissions = std::exchange(submissions_, {});
   std::vector<std::function<void()>> pauses = std::exchange(on_paused_, {});
+  std::vector<Change> changes = std::exchange(changes_, {});
   aborted_in_inbox_.clear();
   lock.unlock();
   for (const auto& on_paused : pauses) on_paused();
+  for (const Change& change : changes) change.done(std::make_exception_ptr(Error(reason)));
   for (const auto& [id, route] : routes_) {
     route.stream->fail({503, reason});
     route.stream->notify();

@@ -60,6 +60,13 @@ class EngineLoop {
   void resume();
   bool is_paused() const;
 
+  // Runs `change` on the loop's thread between steps, paused or not, then `done` with what it threw (null when
+  // nothing): changes of the engine itself, such as a weight update. done is called at once with the reason where
+  // the loop is dead or stopping.
+  using EngineChange = std::function<void(engine::Engine&)>;
+  using ChangeDone = std::function<void(std::exception_ptr)>;
+  void change_engine(EngineChange change, ChangeDone done);
+
   bool is_alive() const;
   std::string death_reason() const;
   engine::EngineCounters counters() const;  // as of the last step
@@ -73,6 +80,10 @@ class EngineLoop {
     std::vector<engine::RequestSpec> specs;
     std::shared_ptr<RequestStream> stream;
     VerdictCallback on_verdict;
+  };
+  struct Change {
+    EngineChange change;
+    ChangeDone done;
   };
   struct Route {
     std::shared_ptr<RequestStream> stream;
@@ -101,6 +112,7 @@ class EngineLoop {
   std::vector<std::unique_ptr<Submission>> submissions_;
   std::vector<std::string> aborts_;
   std::vector<std::string> leases_to_corrupt_;
+  std::vector<Change> changes_;
   std::unordered_set<std::string> aborted_in_inbox_;  // ids of waiting submissions to abort once admitted
   bool paused_ = false;
   PauseMode pause_mode_ = PauseMode::Abort;

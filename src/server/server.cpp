@@ -6,11 +6,13 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "model/weight_update.h"
 
 #include <fmt/format.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <unordered_map>
 #include <condition_variable>
 #include <mutex>
@@ -120,8 +122,8 @@ struct LiveRequest {
 };
 
 struct Server::Impl final : HttpHandler {
-  Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer, const chat_template::ChatTemplate* chat_template,
-       int64_t max_n, const ServerOptions& options);
+  Impl(const model::Model& model, engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
+       const chat_template::ChatTemplate* chat_template, int64_t max_n, const ServerOptions& options);
 
   struct Route {
     std::string_view method;
@@ -147,17 +149,22 @@ struct Server::Impl final : HttpHandler {
   HttpResponse resume(const HttpRequest& request);
   HttpResponse is_paused(const HttpRequest& request);
   HttpResponse abort_requests(const HttpRequest& request);
+  HttpReply update_weights_from_disk(const HttpRequest& request);
+  std::string current_weight_version() const;
+  void set_weight_version(std::string version);
   void track(const void* key, const Exchange& exchange);
   void forget(const void* key);
   std::string next_id(const std::string& prefix, const std::string& caller_id);
 
+  const model::Model& model;
   const tokenizer::Tokenizer& tokenizer;
   const chat_template::ChatTemplate* chat_template;
   ServerOptions options;
   ServerLimits limits;
-  // The engine's weight_version, as GET /weight_version answers it: copied here since nothing changes the weights
-  // of a running server yet (a weight update will set both, between the loop's steps).
-  const std::string weight_version;
+  // The engine's weight_version, as GET /weight_version answers it: a copy, set on the loop's thread by the update
+  // that changes the engine's.
+  mutable std::mutex weight_version_mutex;
+  std::string weight_version;
   ServerMetrics metrics;
   EngineLoop loop;
   std::vector<Route> routes;
@@ -328,9 +335,61 @@ class PauseResponse final : public LateResponse, public std::enable_shared_from_
   std::atomic<bool> told_{false};
 };
 
-Server::Impl::Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
+// POST /update_weights_from_disk: answered once the loop has put the new weights in, between its steps
+// (EngineLoop::change_engine). The folder was read and checked before, on a transport worker, while the engine went
+// on serving.
+class WeightUpdateResponse final : public LateResponse, public std::enable_shared_from_this<WeightUpdateResponse> {
+ public:
+  WeightUpdateResponse(Server::Impl& server, std::shared_ptr<const model::WeightUpdate> update, std::string version,
+                       double read_seconds)
+      : LateResponse(""), server_(server), update_(std::move(update)), version_(std::move(version)),
+        read_seconds_(read_seconds) {}
+
+  void start(std::function<void()> wake) override {
+    const auto started = std::chrono::steady_clock::now();
+    server_.loop.change_engine(
+        [update = update_, version = version_](engine::Engine& engine) { engine.update_weights(*update, version); },
+        [self = shared_from_this(), started, wake = std::move(wake)](std::exception_ptr thrown) {
+          if (!thrown) self->server_.set_weight_version(self->version_);
+          self->thrown_ = thrown;
+          self->update_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+          self->told_ = true;
+          wake();
+        });
+  }
+
+  LateProgress poll() override {
+    if (!told_) return {};
+    if (thrown_) return {error_response(api_error_for(thrown_)), "", true};
+    return {json_response(200, {{"success", true},
+                                {"message", fmt::format("{} weights from {} tensors ({} bytes) are in, as '{}'",
+                                                        update_->pieces.size(), update_->tensors.size(),
+                                                        update_->num_bytes, version_)},
+                                {"weight_version", version_},
+                                {"num_tensors", update_->tensors.size()},
+                                {"num_weights", update_->pieces.size()},
+                                {"num_bytes", update_->num_bytes},
+                                {"read_seconds", read_seconds_},
+                                {"update_seconds", update_seconds_}}),
+            "", true};
+  }
+
+  void abandon() override {}  // the update goes in all the same
+
+ private:
+  Server::Impl& server_;
+  const std::shared_ptr<const model::WeightUpdate> update_;
+  const std::string version_;
+  const double read_seconds_;
+  double update_seconds_ = 0.0;
+  std::exception_ptr thrown_;
+  std::atomic<bool> told_{false};  // after thrown_ and update_seconds_
+};
+
+Server::Impl::Impl(const model::Model& model, engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
                    const chat_template::ChatTemplate* chat_template, int64_t max_n, const ServerOptions& options)
-    : tokenizer(tokenizer),
+    : model(model),
+      tokenizer(tokenizer),
       chat_template(chat_template),
       options(options),
       limits{options.model_name, options.max_model_len, max_n, options.max_num_prompts, tokenizer.vocab_size()},
@@ -346,7 +405,9 @@ Server::Impl::Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer
       {"GET", "/v1/models", false, [this](const HttpRequest&) { return HttpReply(json_response(200, models())); }},
       {"GET", "/health", false, [this](const HttpRequest&) { return HttpReply(health()); }},
       {"GET", "/weight_version", false,
-       [this](const HttpRequest&) { return HttpReply(json_response(200, {{"weight_version", weight_version}})); }},
+       [this](const HttpRequest&) {
+         return HttpReply(json_response(200, {{"weight_version", current_weight_version()}}));
+       }},
       {"GET", "/metrics", false,
        [this](const HttpRequest&) {
          return HttpReply(
@@ -360,6 +421,8 @@ Server::Impl::Impl(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer
       {"GET", "/is_paused", false, [this](const HttpRequest& request) { return HttpReply(is_paused(request)); }});
   routes.push_back({"POST", "/abort_requests", true,
                     [this](const HttpRequest& request) { return HttpReply(abort_requests(request)); }});
+  routes.push_back({"POST", "/update_weights_from_disk", true,
+                    [this](const HttpRequest& request) { return update_weights_from_disk(request); }});
 }
 
 const Server::Impl::Route* Server::Impl::route(const HttpRequest& request) const {
@@ -450,6 +513,57 @@ HttpResponse Server::Impl::resume(const HttpRequest&) {
   return json_response(200, {{"paused", false}});
 }
 
+std::string Server::Impl::current_weight_version() const {
+  std::lock_guard lock(weight_version_mutex);
+  return weight_version;
+}
+
+void Server::Impl::set_weight_version(std::string version) {
+  std::lock_guard lock(weight_version_mutex);
+  weight_version = std::move(version);
+}
+
+namespace {
+
+// The folder, resolved, where it lies under one of the allowed folders (resolved likewise); else 403.
+std::filesystem::path allowed_weight_folder(const std::string& requested, const std::vector<std::string>& allowed) {
+  if (allowed.empty())
+    throw ApiError(403, "this server reads no weights from disk: start it with --allowed-weight-paths", "model_path",
+                   "permission_error");
+  const std::filesystem::path folder = std::filesystem::weakly_canonical(requested);
+  for (const std::string& root : allowed) {
+    const std::filesystem::path resolved_root = std::filesystem::weakly_canonical(root);
+    const auto [root_end, folder_end] = std::mismatch(resolved_root.begin(), resolved_root.end(), folder.begin(),
+                                                      folder.end());
+    if (root_end == resolved_root.end() || (std::next(root_end) == resolved_root.end() && root_end->empty()))
+      return folder;
+  }
+  throw ApiError(403, fmt::format("'{}' is not under a folder of --allowed-weight-paths", requested), "model_path",
+                 "permission_error");
+}
+
+}  // namespace
+
+// {"model_path": FOLDER, "weight_version": NAME}: the folder's tensors (all of the model's or some) replace the
+// model's between two steps, all or none (model/weight_update.h), and the weights are named NAME (else keep theirs).
+HttpReply Server::Impl::update_weights_from_disk(const HttpRequest& request) {
+  const json body = parse_body(request.body);
+  const auto path = body.find("model_path");
+  if (path == body.end() || !path->is_string())
+    throw ApiError(400, "model_path must be a string: the checkpoint folder to read", "model_path");
+  std::string version = current_weight_version();
+  if (const auto named = body.find("weight_version"); named != body.end()) {
+    if (!named->is_string() || named->get_ref<const std::string&>().empty())
+      throw ApiError(400, "weight_version must be a non-empty string", "weight_version");
+    version = named->get<std::string>();
+  }
+  const std::filesystem::path folder = allowed_weight_folder(path->get<std::string>(), options.allowed_weight_paths);
+  const auto started = std::chrono::steady_clock::now();
+  auto update = std::make_shared<const model::WeightUpdate>(model::read_weight_update(folder, model));
+  const double read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return std::make_shared<WeightUpdateResponse>(*this, std::move(update), std::move(version), read_seconds);
+}
+
 HttpResponse Server::Impl::is_paused(const HttpRequest&) {
   return json_response(200, {{"is_paused", loop.is_paused()}});
 }
@@ -530,9 +644,9 @@ HttpResponse Server::Impl::detokenize(const HttpRequest& http_request) {
   return json_response(200, {{"prompt", tokenizer.decode(ids)}});
 }
 
-Server::Server(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
+Server::Server(const model::Model& model, engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
                const chat_template::ChatTemplate* chat_template, int64_t max_n, const ServerOptions& options)
-    : impl_(std::make_unique<Impl>(engine, tokenizer, chat_template, max_n, options)) {}
+    : impl_(std::make_unique<Impl>(model, engine, tokenizer, chat_template, max_n, options)) {}
 
 Server::~Server() = default;
 

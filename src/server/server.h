@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace jambo::chat_template {
 class ChatTemplate;
@@ -24,7 +25,9 @@ struct ServerOptions {
   int64_t max_num_prompts = 16;    // prompts in one /v1/completions request
   int64_t max_model_len = 4096;
   HttpLimits http;                 // what one connection may send, and how long it may take
-  bool enable_control_endpoints = false;  // POST /pause, /resume, /abort_requests; GET /is_paused (else 404)
+  bool enable_control_endpoints = false;  // POST /pause, /resume, /abort_requests, /update_weights_from_disk; GET
+                                          // /is_paused (else 404)
+  std::vector<std::string> allowed_weight_paths;  // /update_weights_from_disk reads folders under these alone
   std::string api_key;  // non-empty: every route but /health and /metrics needs "Authorization: Bearer <key>" (401)
   bool log_requests = true;          // stderr: one access-log line per HTTP request, once it is answered
   double log_interval_seconds = 10;  // stderr: a throughput and occupancy line this often, when anything ran (0: never)
@@ -32,8 +35,9 @@ struct ServerOptions {
 
 class Server {
  public:
-  // chat_template may be null: /v1/chat/completions then answers 400 saying the model has none.
-  Server(engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
+  // chat_template may be null: /v1/chat/completions then answers 400 saying the model has none. `model` is the one
+  // the engine was made from: weight updates are checked against it.
+  Server(const model::Model& model, engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
          const chat_template::ChatTemplate* chat_template, int64_t max_n, const ServerOptions& options);
   ~Server();
 

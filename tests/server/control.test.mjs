@@ -1,5 +1,5 @@
-// The control endpoints (POST /pause, /resume, /abort_requests; GET /is_paused): absent without
-// --enable-control-endpoints; with --api-key every route but /health and /metrics, the OpenAI ones too, refused
+// The control endpoints (POST /pause, /resume, /abort_requests, /update_weights_from_disk; GET /is_paused): absent
+// without --enable-control-endpoints; with --api-key every route but /health and /metrics, the OpenAI ones too, refused
 // without the Bearer key; and, with it, pauses in the three modes and aborts by id over HTTP.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -36,14 +36,15 @@ async function running(count) {
 }
 
 test('without --enable-control-endpoints the endpoints do not exist', async () => {
-  for (const path of ['/pause', '/resume', '/abort_requests'])
+  for (const path of ['/pause', '/resume', '/abort_requests', '/update_weights_from_disk'])
     assert.equal((await post(path, {}, AUTH, BASE)).status, 404, path);
   assert.equal((await fetch(`${BASE}/is_paused`, { headers: AUTH })).status, 404);
 });
 
 test('without the Bearer key, or with another, every route but /health and /metrics answers 401', async () => {
   for (const headers of [{}, { Authorization: 'Bearer wrong' }, { Authorization: KEY }]) {
-    for (const path of ['/pause', '/resume', '/abort_requests', '/v1/completions', '/tokenize']) {
+    for (const path of ['/pause', '/resume', '/abort_requests', '/update_weights_from_disk', '/v1/completions',
+                        '/tokenize']) {
       const response = await control('POST', path, path === '/v1/completions' ? SHORT : {}, headers);
       assert.equal(response.status, 401, `${path} ${JSON.stringify(headers)}`);
       assert.equal(response.json.error.type, 'authentication_error');

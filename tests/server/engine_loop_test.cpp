@@ -1,6 +1,7 @@
 // The server's engine loop: requests from many threads at once come out as if run alone (law 5),
 // aborts free slots and blocks at once, a full loop refuses, a request whose logits are not finite fails alone
-// (500), a dying loop fails every stream loudly, and pauses in their three modes hold new requests until resumed.
+// (500), a dying loop fails every stream loudly, pauses in their three modes hold new requests until resumed, and
+// changes of the engine (a weight update) run between steps.
 #include "support/engine_test_util.h"
 #include "support/overflowing_model.h"
 #include "server/engine_loop.h"
@@ -368,6 +369,45 @@ TEST(EngineLoop, APauseIsToldWhenTheLoopStops) {
   PauseSignal after;
   p.loop.pause(EngineLoop::PauseMode::Keep, after.callback());
   EXPECT_TRUE(after.holds_within(std::chrono::milliseconds(0)));
+}
+
+// The outcome of a change of the engine, as change_engine's caller waits for it.
+std::future<std::exception_ptr> change(EngineLoop& loop, EngineLoop::EngineChange what) {
+  auto done = std::make_shared<std::promise<std::exception_ptr>>();
+  std::future<std::exception_ptr> future = done->get_future();
+  loop.change_engine(std::move(what), [done](std::exception_ptr thrown) { done->set_value(thrown); });
+  return future;
+}
+
+// A change of the engine runs on the loop's thread between steps, while requests run and while paused, and says what
+// it threw; a loop that stopped refuses one at once.
+TEST(EngineLoop, AChangeOfTheEngineRunsBetweenStepsAndSaysWhatItThrew) {
+  PausableLoop p;
+  const std::shared_ptr<RequestStream> running = p.start(long_request("long"));
+  wait_until([&] { return p.loop.counters().decode_tokens > 0; }, "the request generates");
+  std::thread::id ran_on;
+  auto renamed = change(p.loop, [&](engine::Engine& engine) {
+    ran_on = std::this_thread::get_id();
+    engine.set_weight_version("renamed");
+  });
+  ASSERT_EQ(renamed.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(renamed.get(), nullptr);
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+
+  ASSERT_TRUE(p.pause(EngineLoop::PauseMode::Keep));
+  auto thrown = change(p.loop, [](engine::Engine&) { throw Error("no such update"); });
+  ASSERT_EQ(thrown.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  const std::exception_ptr error = thrown.get();
+  ASSERT_NE(error, nullptr);
+  EXPECT_THROW(std::rethrow_exception(error), Error);
+  p.loop.resume();
+  const engine::SampleOutput finished = drain(*running, {long_request("long")}).at({"long", 0});
+  EXPECT_EQ(finished.finish_reason, "length");
+
+  p.loop.stop();
+  auto refused = change(p.loop, [](engine::Engine&) { ADD_FAILURE() << "a stopped loop ran a change"; });
+  ASSERT_EQ(refused.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
+  EXPECT_NE(refused.get(), nullptr);
 }
 
 }  // namespace

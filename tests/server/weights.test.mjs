@@ -1,0 +1,108 @@
+// POST /update_weights_from_disk and GET /weight_version on a running server: a folder of one tensor changes what
+// the engine computes and names the weights in every output; a bad folder answers 400 naming the tensor and the old
+// weights serve on bit for bit; folders outside --allowed-weight-paths are refused (403); the demo checkpoint put
+// back gives back the first logprobs exactly. Absent without --enable-control-endpoints.
+import assert from 'node:assert/strict';
+import { mkdirSync, openSync, readSync, closeSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { after, before, test } from 'node:test';
+import { BASE, MODEL, MODEL_DIR, WORK, post, startServer } from './lib.mjs';
+
+const ROOT = join(WORK, 'weights');  // the one folder the server may read weights from
+const NORM = 'model.final_layernorm.weight';
+let server;
+
+// The demo checkpoint's safetensors header: {name: {dtype, shape, data_offsets}}.
+function demoHeader() {
+  const fd = openSync(join(MODEL_DIR, 'model.safetensors'), 'r');
+  const length = Buffer.alloc(8);
+  readSync(fd, length, 0, 8, 0);
+  const header = Buffer.alloc(Number(length.readBigUInt64LE()));
+  readSync(fd, header, 0, header.length, 8);
+  closeSync(fd);
+  return JSON.parse(header.toString('utf8'));
+}
+
+// folder/model.safetensors holding one tensor, every value `value` (F32 or BF16).
+function writeOneTensor(folder, name, dtype, shape, value) {
+  const count = shape.reduce((a, b) => a * b, 1);
+  const data = Buffer.alloc(count * (dtype === 'F32' ? 4 : 2));
+  const word = Buffer.alloc(4);
+  word.writeFloatLE(value);
+  for (let i = 0; i < count; ++i)
+    if (dtype === 'F32') word.copy(data, 4 * i);
+    else word.copy(data, 2 * i, 2, 4);  // bf16: the high half of the float
+  const header = Buffer.from(JSON.stringify({ [name]: { dtype, shape, data_offsets: [0, data.length] } }));
+  const length = Buffer.alloc(8);
+  length.writeBigUInt64LE(BigInt(header.length));
+  mkdirSync(folder, { recursive: true });
+  writeFileSync(join(folder, 'model.safetensors'), Buffer.concat([length, header, data]));
+}
+
+before(async () => {
+  const norm = demoHeader()[NORM];
+  writeOneTensor(join(ROOT, 'norm-2'), NORM, norm.dtype, norm.shape, 2.0);
+  writeOneTensor(join(ROOT, 'misshapen'), NORM, norm.dtype, [norm.shape[0] + 1], 1.0);
+  mkdirSync(join(ROOT, 'demo'), { recursive: true });
+  symlinkSync(resolve(MODEL_DIR, 'model.safetensors'), join(ROOT, 'demo', 'model.safetensors'));
+  server = await startServer('weights', ['--enable-control-endpoints', '--allowed-weight-paths', ROOT]);
+});
+after(async () => {
+  assert.equal(await server.stop(), 0, 'the server did not stop cleanly on SIGTERM');
+});
+
+const update = (body) => post('/update_weights_from_disk', body, {}, server.url);
+const version = async () => (await (await fetch(`${server.url}/weight_version`)).json()).weight_version;
+const GREEDY = { model: MODEL, prompt: 'The meaning of life is', max_tokens: 8, temperature: 0, logprobs: 1, ignore_eos: true };
+async function complete() {
+  const response = await post('/v1/completions', GREEDY, {}, server.url);
+  assert.equal(response.status, 200, response.text);
+  const [choice] = response.json.choices;
+  return { text: choice.text, logprobs: choice.logprobs.token_logprobs, versions: choice.weight_versions };
+}
+
+test('without --enable-control-endpoints there is no /update_weights_from_disk', async () => {
+  assert.equal((await post('/update_weights_from_disk', { model_path: ROOT }, {}, BASE)).status, 404);
+});
+
+test('an update changes the weights, a bad one changes nothing, and the old checkpoint gives the old logprobs back', async () => {
+  const first = await complete();
+  assert.deepEqual(first.versions, [{ version: 'default', start: 0, end: 8 }]);
+
+  const misshapen = await update({ model_path: join(ROOT, 'misshapen'), weight_version: 'never' });
+  assert.equal(misshapen.status, 400, misshapen.text);
+  assert.match(misshapen.json.error.message, new RegExp(`tensor '${NORM}' has shape`));
+  assert.equal(await version(), 'default');
+  assert.deepEqual(await complete(), first, 'a refused update changed what the server computes');
+
+  const norm = await update({ model_path: join(ROOT, 'norm-2'), weight_version: 'norm-2' });
+  assert.equal(norm.status, 200, norm.text);
+  assert.equal(norm.json.success, true);
+  assert.equal(norm.json.num_weights, 1);
+  assert.equal(norm.json.weight_version, 'norm-2');
+  assert.equal(await version(), 'norm-2');
+  const changed = await complete();
+  assert.deepEqual(changed.versions, [{ version: 'norm-2', start: 0, end: 8 }]);
+  assert.notDeepEqual(changed.logprobs, first.logprobs, 'the new final norm did not change the logprobs');
+
+  const restored = await update({ model_path: join(ROOT, 'demo'), weight_version: 'restored' });
+  assert.equal(restored.status, 200, restored.text);
+  const again = await complete();
+  assert.deepEqual(again.versions, [{ version: 'restored', start: 0, end: 8 }]);
+  assert.deepEqual([again.text, again.logprobs], [first.text, first.logprobs]);
+});
+
+test('folders outside --allowed-weight-paths are refused with 403, malformed bodies with 400', async () => {
+  for (const path of [MODEL_DIR, join(ROOT, '..'), join(ROOT, 'demo', '..', '..')]) {
+    const response = await update({ model_path: path });
+    assert.equal(response.status, 403, `${path}: ${response.text}`);
+    assert.equal(response.json.error.type, 'permission_error');
+  }
+  for (const body of [{}, { model_path: 3 }, { model_path: join(ROOT, 'demo'), weight_version: '' }]) {
+    const response = await update(body);
+    assert.equal(response.status, 400, `${JSON.stringify(body)}: ${response.text}`);
+  }
+  const missing = await update({ model_path: join(ROOT, 'missing') });
+  assert.equal(missing.status, 400, missing.text);
+  assert.match(missing.json.error.message, /missing/);
+});
