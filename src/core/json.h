@@ -62,7 +62,7 @@ inline std::optional<int64_t> json_int64(const nlohmann::json& value) {
   return value.get<int64_t>();
 }
 
-// The value itself when it is flat and short (strings cut at 60 characters, arrays of up to 16
+// The value itself when it is flat and short (strings cut at 60 bytes where a character starts, arrays of up to 16
 // scalars), else "an array of N elements" or "an object".
 inline std::string describe_json(const nlohmann::json& value) {
   if (value.is_array()) {
@@ -72,8 +72,13 @@ inline std::string describe_json(const nlohmann::json& value) {
     return flat ? value.dump() : fmt::format("an array of {} elements", value.size());
   }
   if (value.is_object()) return "an object";
-  if (value.is_string() && value.get_ref<const std::string&>().size() > 60)
-    return nlohmann::json(value.get_ref<const std::string&>().substr(0, 60)).dump() + "...";
+  if (value.is_string() && value.get_ref<const std::string&>().size() > 60) {
+    // Cut where a character starts: half a UTF-8 sequence is no string the JSON writer takes.
+    const std::string& text = value.get_ref<const std::string&>();
+    size_t cut = 60;
+    while (cut > 0 && (uint8_t(text[cut]) & 0xC0) == 0x80) --cut;
+    return nlohmann::json(text.substr(0, cut)).dump() + "...";
+  }
   return value.dump();
 }
 

@@ -93,6 +93,17 @@ std::string read_error(const std::filesystem::path& path) {
   return "(no error)";
 }
 
+// A long string is cut where a character starts: cut inside a UTF-8 sequence, the JSON writer threw a type_error
+// instead of the message (found by fuzz_detokenize_request; tests/fuzz/findings/detokenize_request).
+TEST(DescribeJson, CutsALongStringWhereACharacterStarts) {
+  const std::string face = "\xF0\x9F\x98\x80";  // 4 bytes
+  EXPECT_EQ(describe_json(json(std::string(59, 'x') + face + "tail")), "\"" + std::string(59, 'x') + "\"...");
+  std::string faces;
+  for (int i = 0; i < 20; ++i) faces += face;
+  EXPECT_EQ(describe_json(json(faces)), json(faces.substr(0, 60)).dump() + "...");
+  EXPECT_EQ(describe_json(json::array({faces})), "an array of 1 elements");
+}
+
 TEST(ReadJsonFile, NamesTheFileAndWhatIsWrong) {
   TempFolder folder;
   const std::filesystem::path file = folder.path() / "config.json";
