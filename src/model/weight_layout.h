@@ -32,6 +32,11 @@ struct FusedExpertSource {
   int64_t expert = 0;
   int64_t first_row = 0;         // 0 for gate (and down), I for up
   int64_t num_rows = 0;
+
+  // This expert matrix's rows of the stacked tensor (of `shape`).
+  TensorView rows_of(const TensorView& stacked) const {
+    return stacked.row_slice(expert * shape[1] + first_row, num_rows);
+  }
 };
 
 struct WeightSlot {

@@ -47,17 +47,21 @@ void require_same_architecture(const fs::path& config_path, const JambaConfig& m
   differs("mamba_proj_bias", model.mamba_proj_bias, folder.mamba_proj_bias);
 }
 
-// The slot's new values from the folder: its per-expert tensor, or its rows of the fused expert tensor; none when
-// the folder holds neither. A folder holding both for one weight is refused: which one it meant is unknowable.
-std::optional<TensorView> source_of(const Checkpoint& checkpoint, const WeightSlot& slot) {
+// The slot's new values from the folder and the tensor they come from: its per-expert tensor, or its rows of the
+// fused expert tensor; none when the folder holds neither. A folder holding both for one weight is refused: which one
+// it meant is unknowable.
+struct Source {
+  std::string tensor;
+  TensorView values;
+};
+std::optional<Source> source_of(const Checkpoint& checkpoint, const WeightSlot& slot) {
   const bool per_expert = checkpoint.find(slot.name) != nullptr;
   const bool fused = slot.fused && checkpoint.find(slot.fused->name) != nullptr;
   JAMBO_REQUIRE(!(per_expert && fused), "{}: holds both '{}' and '{}', which give the same weight",
                 checkpoint.source(), slot.name, slot.fused->name);
-  if (per_expert) return checkpoint.get(slot.name, slot.shape);
+  if (per_expert) return Source{slot.name, checkpoint.get(slot.name, slot.shape)};
   if (!fused) return std::nullopt;
-  const TensorView stacked = checkpoint.get(slot.fused->name, slot.fused->shape);
-  return stacked.row_slice(slot.fused->expert * slot.fused->shape[1] + slot.fused->first_row, slot.fused->num_rows);
+  return Source{slot.fused->name, slot.fused->rows_of(checkpoint.get(slot.fused->name, slot.fused->shape))};
 }
 
 }  // namespace
@@ -83,14 +87,14 @@ WeightUpdate read_weight_update(const fs::path& folder, const Model& model) {
                       ? ""
                       : " (its embeddings are tied: update model.embed_tokens.weight)");
   for (const WeightSlot& slot : slots) {
-    const std::optional<TensorView> source = source_of(checkpoint, slot);
+    const std::optional<Source> source = source_of(checkpoint, slot);
     if (!source) continue;
+    const TensorView& values = source->values;
     const TensorView& target = *slot.target;
-    JAMBO_REQUIRE(source->dtype == target.dtype, "{}: tensor '{}' is {}, the serving model's is {}",
-                  checkpoint.source(), slot.fused && checkpoint.find(slot.name) == nullptr ? slot.fused->name : slot.name,
-                  dtype_name(source->dtype), dtype_name(target.dtype));
-    update.pieces.push_back({slot.name, *source, target});
-    update.num_bytes += source->numel() * dtype_size(source->dtype);
+    JAMBO_REQUIRE(values.dtype == target.dtype, "{}: tensor '{}' is {}, the serving model's is {}",
+                  checkpoint.source(), source->tensor, dtype_name(values.dtype), dtype_name(target.dtype));
+    update.pieces.push_back({slot.name, values, target});
+    update.num_bytes += values.numel() * dtype_size(values.dtype);
   }
   checkpoint.require_finite(update.tensors);
   update.storage = checkpoint.storage();

@@ -41,9 +41,7 @@ TensorView resolve(const Checkpoint& checkpoint, const WeightSlot& slot, UsedTen
   }
   const FusedExpertSource& fused = *slot.fused;
   used.add(fused.name);
-  const TensorView stacked = checkpoint.get(fused.name, fused.shape);
-  const int64_t rows_per_expert = fused.shape[1];
-  return stacked.row_slice(fused.expert * rows_per_expert + fused.first_row, fused.num_rows);
+  return fused.rows_of(checkpoint.get(fused.name, fused.shape));
 }
 
 void warn_about_unused(const Checkpoint& checkpoint, const UsedTensors& used) {

@@ -1,11 +1,9 @@
 // Engine::update_weights on the CPU backend: after an update the engine serves the new weights bit for bit as an
 // engine loaded from them does, whole or in part, and the update copies them: the folder may change after.
-#include "model/safetensors_writer.h"
+#include "model/checkpoint_builder.h"
 #include "model/weight_layout.h"
 #include "model/weight_update.h"
 #include "support/engine_test_util.h"
-
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -17,21 +15,6 @@ namespace jambo::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A folder under the system temp directory, removed at scope exit.
-class Folder {
- public:
-  explicit Folder(const std::string& name)
-      : path_(fs::temp_directory_path() / fmt::format("jambo-{}-weight-update-{}", ::getpid(), name)) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~Folder() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // Writes the model's weights (each weight under its per-expert name) to folder/model.safetensors, those named in
 // `only` alone where it is not empty.
@@ -70,7 +53,7 @@ class WeightUpdateTest : public ::testing::Test {
 };
 
 TEST_F(WeightUpdateTest, AFullUpdateServesTheNewWeightsBitForBit) {
-  Folder folder("full");
+  const model_test::TempFolder folder;
   write_weights(other_, folder.path());
   fs::copy_file(fixture_folder() / "config.json", folder.path() / "config.json");
   const model::Model loaded = model::load_model(folder.path());
@@ -105,7 +88,7 @@ TEST_F(WeightUpdateTest, AFullUpdateServesTheNewWeightsBitForBit) {
 // checkpoint with those two replaced.
 TEST_F(WeightUpdateTest, APartialUpdateReplacesItsWeightsAlone) {
   const std::set<std::string> names = {"model.final_layernorm.weight", "model.layers.0.mamba.in_proj.weight"};
-  Folder update_folder("partial");
+  const model_test::TempFolder update_folder;
   write_weights(other_, update_folder.path(), names);
   // The serving checkpoint with those two weights taken from `other_`.
   model::Model mixed = serving_;

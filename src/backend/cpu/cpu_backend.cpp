@@ -78,17 +78,13 @@ void CpuBackend::update_weights(const model::WeightUpdate& update) {
   int64_t offset = 0;
   for (const model::WeightUpdate::Piece& piece : update.pieces) {
     const int64_t num_bytes = piece.source.numel() * dtype_size(piece.source.dtype);
-    std::memcpy(copy->data() + offset, piece.source.data, size_t(num_bytes));
-    offset += num_bytes;
-  }
-  JAMBO_ASSERT(offset == update.num_bytes);
-  offset = 0;
-  for (const model::WeightUpdate::Piece& piece : update.pieces) {
     const auto found = weights_by_name_.find(piece.name);
-    JAMBO_ASSERT(found != weights_by_name_.end());  // read_weight_update names the model's weights only
+    // read_weight_update names the model's weights only, and counts their bytes.
+    JAMBO_ASSERT(found != weights_by_name_.end() && offset + num_bytes <= update.num_bytes);
+    std::memcpy(copy->data() + offset, piece.source.data, size_t(num_bytes));
     found->second->data = copy->data() + offset;
     updated_weights_[piece.name] = copy;
-    offset += piece.source.numel() * dtype_size(piece.source.dtype);
+    offset += num_bytes;
   }
   if (model_.config.tie_word_embeddings) model_.weights.lm_head = model_.weights.embed_tokens;
 }

@@ -988,8 +988,9 @@ GemmLaunch choose_fp32(const Operands& p) {
   return sized(p, GemmTile::Fma128x128, GemmTile::Fma64x64);
 }
 
-// From kMinWgmmaRows rows, where the TMA unit can read the operands, a wgmma tile walking all of K: 128 x 128 or 128 x 64, the one whose launch takes least time, reckoned as its waves of
-// blocks (one an SM) times the time a block of it takes (kWgmmaTileTimes, relative; bench/HISTORY.md). Not where it
+// From kMinWgmmaRows rows, where the TMA unit can read the operands, a wgmma tile walking all of K: 128 x 128 or
+// 128 x 64, the one whose launch takes least time, reckoned as its waves of blocks (one an SM) times the time a
+// block of it takes (kWgmmaTileTimes, relative; bench/HISTORY.md). Not where it
 // leaves few tiles (kMinWgmmaTiles, or kMinWgmmaTilesLongK for a K of more than kLongKSteps k-steps: k_proj and
 // x_proj below 512 rows, out_proj and down_proj below 128), where one block's walk over K is the launch's time and
 // a block per slice on mma.sync beats it. Else the mma.sync tiles, chosen by rows of x from a sweep of tile shapes
