@@ -4,8 +4,8 @@
 // TFLOP/s. Each figure is the mean of 16 launches in a CUDA graph, replayed 10 times, cycling through 4 copies of
 // the weight so that L2 holds none of it. With `launches`, every launch that can run each GEMM instead (tensor_gemm.h:
 // gemm_launches), the one tensor_gemm chooses marked, each checked bit for bit against it. Prints figures; never
-// fails on time.
-//   build-gpu/jambo_gemm_bench [rows,...] [bf16|f32] [launches]   (default 1,8,32,64,256,2048 bf16)
+// fails on time. `only=NAME,...` keeps those GEMMs alone (for a profiler: `ncu -k regex:gemm -c 1`).
+//   build-gpu/jambo_gemm_bench [rows,...] [bf16|f32] [launches] [only=NAME,...]   (default 1,8,32,64,256,2048 bf16)
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/tensor_gemm.h"
@@ -13,6 +13,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -96,6 +97,27 @@ std::vector<int64_t> parse_rows(int argc, char** argv) {
   return rows;
 }
 
+// The GEMMs named by an `only=` argument, or all of them.
+std::vector<Shape> parse_shapes(int argc, char** argv) {
+  std::vector<Shape> shapes;
+  for (int i = 3; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("only=", 0) != 0) continue;
+    std::stringstream list(arg.substr(5));
+    for (std::string name; std::getline(list, name, ',');) {
+      const Shape* found = std::find_if(std::begin(kShapes), std::end(kShapes),
+                                        [&](const Shape& s) { return name == s.name; });
+      if (found == std::end(kShapes)) {
+        std::fprintf(stderr, "jambo_gemm_bench: no GEMM named '%s' (q_proj ... lm_head)\n", name.c_str());
+        std::exit(2);
+      }
+      shapes.push_back(*found);
+    }
+  }
+  if (shapes.empty()) shapes.assign(std::begin(kShapes), std::end(kShapes));
+  return shapes;
+}
+
 // y's values on the host.
 std::vector<float> download(const DeviceBuffer<float>& y) {
   std::vector<float> host(size_t(y.size()));
@@ -129,6 +151,7 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> row_counts = parse_rows(argc, argv);
   const DType dtype = parse_dtype(argc, argv);
   const bool every_launch = argc > 3 && std::string(argv[3]) == "launches";
+  const std::vector<Shape> shapes = parse_shapes(argc, argv);
   std::printf("%s weights\n", std::string(dtype_name(dtype)).c_str());
   cudaStream_t stream;
   JAMBO_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -145,7 +168,7 @@ int main(int argc, char** argv) {
   double total_ours = 0.0, total_cublas = 0.0;
   for (const int64_t rows : row_counts) {
     double step_ours = 0.0, step_cublas = 0.0;
-    for (const Shape& shape : kShapes) {
+    for (const Shape& shape : shapes) {
       std::vector<DeviceBuffer<std::byte>> weights;
       for (int c = 0; c < kCopies; ++c) weights.push_back(random_values(shape.n * shape.k, dtype, 100 + c));
       const DeviceBuffer<std::byte> x = random_values(rows * shape.k, dtype, 7);
