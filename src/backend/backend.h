@@ -67,6 +67,7 @@ struct BatchRow {
   int64_t num_top_logprobs = 0;          // K most likely tokens of each vector with a target
   std::span<const TokenChoice> choices;  // tokens chosen from the last vector (n samples forking share one)
   LogitsCopy copy_logits = LogitsCopy::None;
+  bool routed_experts = false;           // return the experts each MoE layer routed each token to
 };
 
 // The one way every driver (the engine's model runner, the scoring references, the benchmark) describes a row: tokens
@@ -98,6 +99,8 @@ struct RowOutput {
   std::vector<std::vector<TokenLogprob>> target_top_logprobs;  // [targets][num_top_logprobs]
   std::vector<ChosenToken> chosen;                             // [choices]
   bool finite = true;  // every logits vector the row computed was finite (a poisoned state shows here)
+  // Where the row asked: the top-k experts of each token in each MoE layer, in increasing expert order.
+  std::vector<int32_t> routed_experts;  // [num_tokens, num_moe_layers, k]
 };
 
 // What one step returns: an output per row, and the logits vectors the rows asked to copy.
@@ -145,6 +148,14 @@ struct FaultInjection {
   int64_t state_offset_modulus = 0;
 };
 
+// How deep a backend sleeps: level 1 keeps the weights (in host memory), level 2 drops them.
+enum class SleepLevel { KeepWeights = 1, DropWeights = 2 };
+// What a wake_up takes back (vLLM's tags "weights" and "kv_cache").
+struct WakeTags {
+  bool weights = false;
+  bool caches = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -163,8 +174,17 @@ class Backend {
   virtual void inject_faults(const FaultInjection& faults) = 0;
   // Replaces the weights named in `update` (model/weight_update.h: read and checked against the model this backend
   // was made from) with its values, copied into memory of the backend's own, so that the folder may change after.
-  // Between steps only. Throws jambo::Error where the backend takes no updates.
+  // Between steps only, the weights awake. Throws jambo::Error, nothing changed, where the backend cannot hold a
+  // value (the CUDA backend's f16 mode).
   virtual void update_weights(const model::WeightUpdate& update) = 0;
+
+  // Sleep (vLLM's /sleep), between steps, with no request holding a slot or a KV block: lets go of the memory of
+  // the caches (the recurrent-state pool, the KV cache, the workspaces; their contents are lost) and, at
+  // SleepLevel::DropWeights, of the weights, whose wake reads the checkpoint the backend was made from again (an
+  // update's values are gone). At KeepWeights the weights wait in host memory, as they are. wake_up takes back the
+  // weights, the caches (zeroed), or both; nothing runs until both are back.
+  virtual void sleep(SleepLevel level) = 0;
+  virtual void wake_up(const WakeTags& tags) = 0;
 };
 
 }  // namespace jambo::backend

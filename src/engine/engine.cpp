@@ -73,6 +73,7 @@ struct Engine::Impl {
   // After a row ran: its prompt logprobs, and a new token once all its tokens are in its state.
   void advance(const ScheduledRow& row, size_t row_index, const backend::RowOutput& output);
   void record_prompt_logprobs(const ScheduledRow& row, const backend::RowOutput& output);
+  void record_routing(const ScheduledRow& row, const backend::RowOutput& output);
   void fork(Sequence& leader);
   void take_token(Sequence& sequence, backend::ChosenToken chosen);
   void finish(Sequence& sequence, const std::string& reason);
@@ -93,6 +94,9 @@ struct Engine::Impl {
   int64_t num_sequences = 0;
   EngineCounters counters;
   ProgressListener listener;
+  Engine::Sleep asleep;
+  bool weights_dropped = false;                  // by a sleep at level 2: the wake reads the checkpoint again
+  const std::string checkpoint_weight_version;  // options.weight_version as the engine was made
 };
 
 Engine::Impl::Impl(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options)
@@ -105,7 +109,8 @@ Engine::Impl::Impl(const model::Model& model, const tokenizer::Tokenizer* tokeni
       kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
       runner(*backend, slots, options.kv_block_size, options.checked),
       scheduler(options.max_num_batched_tokens, slots, kv_blocks, [this](int64_t slot) { runner.on_slot_freed(slot); }),
-      trace(options.trace_path) {
+      trace(options.trace_path),
+      checkpoint_weight_version(options.weight_version) {
   inject_faults(options.faults);
 }
 
@@ -149,6 +154,7 @@ void Engine::Impl::add_request(const RequestSpec& spec) {
     request->prompt_logprobs.assign(spec.prompt_ids.size(), std::nullopt);
     request->prompt_top_logprobs.resize(spec.prompt_ids.size());
   }
+  if (spec.return_routed_experts) request->prompt_routed_experts.resize(spec.prompt_ids.size());
   for (int64_t s = 0; s < spec.n; ++s)
     request->samples.push_back(std::make_unique<Sequence>(
         *request, num_sequences++, s, SequenceSampler(request->spec, request->seed, s, backend->config(), tokenizer)));
@@ -198,6 +204,9 @@ std::vector<std::string> Engine::Impl::fail_nonfinite_rows(const std::vector<Sch
 }
 
 std::vector<SampleOutput> Engine::Impl::step() {
+  JAMBO_REQUIRE(requests.empty() || !(asleep.weights || asleep.caches),
+                "the engine sleeps ({} asleep) with {} requests to run: wake it first", asleep.weights ? "weights" : "caches",
+                requests.size());
   const StepPlan plan = scheduler.schedule();
   for (Sequence* sequence : plan.preempted)
     trace.event(counters.steps, *sequence, "preempted", {{"num_generated", sequence->num_generated()}});
@@ -234,6 +243,7 @@ void Engine::Impl::advance(const ScheduledRow& row, size_t row_index, const back
   Sequence& sequence = *row.sequence;
   (sequence.state() == SequenceState::Decoding ? counters.decode_tokens : counters.prefill_tokens) += row.num_tokens;
   record_prompt_logprobs(row, output);
+  record_routing(row, output);
   sequence.computed(row.num_tokens);
   if (sequence.num_uncomputed() > 0) return;  // more prefill chunks to come
 
@@ -257,6 +267,33 @@ void Engine::Impl::record_prompt_logprobs(const ScheduledRow& row, const backend
   }
 }
 
+// The routing of the row's tokens: a prompt token's into the request (the samples share it), a generated one's into
+// the sample's output. A token run again after a preemption gets the same routing again (invariance).
+void Engine::Impl::record_routing(const ScheduledRow& row, const backend::RowOutput& output) {
+  Sequence& sequence = *row.sequence;
+  Request& request = sequence.request;
+  if (!request.spec.return_routed_experts) return;
+  const model::JambaConfig& config = backend->config();
+  const int64_t num_layers = config.num_moe_layers(), k = config.num_experts_per_tok;
+  JAMBO_ASSERT(int64_t(output.routed_experts.size()) == row.num_tokens * num_layers * k);
+  auto next = output.routed_experts.begin();
+  for (int64_t position = sequence.num_computed(); position < sequence.num_computed() + row.num_tokens; ++position) {
+    TokenRouting routing(static_cast<size_t>(num_layers));
+    for (std::vector<int32_t>& experts : routing) {
+      experts.assign(next, next + k);
+      next += k;
+    }
+    const int64_t generated = position - request.num_prompt_tokens();
+    if (generated < 0) {
+      request.prompt_routed_experts[position] = std::move(routing);
+    } else {
+      std::vector<TokenRouting>& routed = sequence.output.routed_experts;
+      if (int64_t(routed.size()) <= generated) routed.resize(size_t(generated) + 1);
+      routed[generated] = std::move(routing);
+    }
+  }
+}
+
 // The other samples got a slot and the prompt's KV blocks (its full blocks shared, a partial last one their own)
 // when the last prompt chunk was scheduled; now that it ran, they get its state and the partial block's keys.
 void Engine::Impl::fork(Sequence& leader) {
@@ -275,6 +312,7 @@ void Engine::Impl::take_token(Sequence& sequence, backend::ChosenToken chosen) {
   if (sequence.num_generated() == 0) {  // the prompt has run: its logprobs are complete
     sequence.output.prompt_logprobs = sequence.request.prompt_logprobs;
     sequence.output.prompt_top_logprobs = sequence.request.prompt_top_logprobs;
+    sequence.output.prompt_routed_experts = sequence.request.prompt_routed_experts;
   }
   if (sequence.request.spec.stop.max_tokens == 0) return finish(sequence, "length");
   const int32_t token = chosen.token;
@@ -338,9 +376,31 @@ const std::string& Engine::weight_version() const { return impl_->options.weight
 void Engine::set_weight_version(std::string version) { impl_->options.weight_version = std::move(version); }
 
 void Engine::update_weights(const model::WeightUpdate& update, std::string version) {
+  JAMBO_REQUIRE(!impl_->asleep.weights, "the weights sleep: wake them (wake_up with the weights) before an update");
   impl_->backend->update_weights(update);
   set_weight_version(std::move(version));
 }
+
+void Engine::sleep(backend::SleepLevel level) {
+  JAMBO_REQUIRE(impl_->requests.empty(),
+                "cannot sleep with {} requests unfinished (their state would be lost): pause in abort or wait mode "
+                "first",
+                impl_->requests.size());
+  impl_->backend->sleep(level);
+  impl_->asleep = {.weights = true, .caches = true};
+  impl_->weights_dropped = impl_->weights_dropped || level == backend::SleepLevel::DropWeights;
+}
+
+void Engine::wake_up(const backend::WakeTags& tags) {
+  impl_->backend->wake_up(tags);
+  if (tags.weights && impl_->asleep.weights) {
+    impl_->asleep.weights = false;
+    if (std::exchange(impl_->weights_dropped, false)) set_weight_version(impl_->checkpoint_weight_version);
+  }
+  if (tags.caches) impl_->asleep.caches = false;
+}
+
+Engine::Sleep Engine::sleeping() const { return impl_->asleep; }
 
 void Engine::corrupt_lease_for_testing(const std::string& id) {
   Request* request = impl_->find(id);

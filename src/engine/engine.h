@@ -53,6 +53,9 @@ struct WeightVersionSpan {
   bool operator==(const WeightVersionSpan&) const = default;
 };
 
+// The top-k experts each MoE layer routed one token to, in increasing order.
+using TokenRouting = std::vector<std::vector<int32_t>>;  // [num_moe_layers][k]
+
 // One finished sample.
 struct SampleOutput {
   std::string id;
@@ -67,6 +70,10 @@ struct SampleOutput {
   std::string finish_reason;  // "stop" or "length" (or "abort", or "error")
   std::string error;          // why the sample failed (finish_reason "error"): its logits were not finite
   std::vector<WeightVersionSpan> weight_versions;  // which weights sampled which of ids, in order, covering them
+  // Where return_routed_experts was asked: the routing of every token the model read, so that a trainer can replay
+  // it: the prompt's, and each generated token's but the last one's (never read). No layers without MoE.
+  std::vector<TokenRouting> prompt_routed_experts;  // [prompt]
+  std::vector<TokenRouting> routed_experts;         // [ids - 1]
 };
 
 // One sample's progress, reported to a listener (the server's streams) after every new token and once
@@ -128,6 +135,17 @@ class Engine {
   // and they are named `version`. Samples under way go on with the new weights; their weight_versions say which
   // tokens came from which. Throws jambo::Error, the weights unchanged, where the backend takes no updates.
   void update_weights(const model::WeightUpdate& update, std::string version);
+
+  // Sleep and wake (vLLM's names; backend.h says what each level lets go of), between steps, with no request
+  // unfinished: a caller pauses first. Throws jambo::Error, nothing changed, where a request is unfinished, or an
+  // update comes while the weights sleep. While anything sleeps, requests are taken but no step runs (step()
+  // throws where there is work): the weights and the caches must both be woken.
+  void sleep(backend::SleepLevel level);
+  void wake_up(const backend::WakeTags& tags);
+  struct Sleep {
+    bool weights = false, caches = false;  // asleep
+  };
+  Sleep sleeping() const;
   // The context of one sequence: options.max_model_len, or its default for this model.
   int64_t max_model_len() const;
 

@@ -51,6 +51,7 @@ backend::BatchRow ModelRunner::make_row(const ScheduledRow& scheduled, size_t ro
   row.targets = targets_[row_index];
   row.num_top_logprobs = sequence.request.spec.num_prompt_logprobs.value_or(0);
   row.choices = choices_[row_index];
+  row.routed_experts = sequence.request.spec.return_routed_experts;
   return row;
 }
 

@@ -76,6 +76,7 @@ struct Request {
   std::vector<std::unique_ptr<Sequence>> samples;      // [n]
   std::vector<std::optional<double>> prompt_logprobs;  // [prompt] when asked
   std::vector<std::vector<backend::TokenLogprob>> prompt_top_logprobs;  // [prompt] when asked
+  std::vector<TokenRouting> prompt_routed_experts;                      // [prompt] when asked
 
   int64_t num_prompt_tokens() const { return int64_t(spec.prompt_ids.size()); }
   bool wants_prompt_logprobs() const { return spec.num_prompt_logprobs.has_value(); }

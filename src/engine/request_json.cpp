@@ -13,7 +13,8 @@ using nlohmann::json;
 const std::set<std::string>& known_fields() {
   static const std::set<std::string> fields = {"id",   "prompt", "prompt_ids", "n",        "max_tokens",
                                                "temperature", "top_p",  "top_k",      "min_p",    "seed",
-                                               "logprobs",    "prompt_logprobs",      "stop",     "stop_token_ids"};
+                                               "logprobs",    "prompt_logprobs",      "stop",     "stop_token_ids",
+                                               "return_routed_experts"};
   return fields;
 }
 
@@ -29,6 +30,12 @@ int64_t integer_field(const json& line, const char* name) {
 uint64_t seed_field(const json& line) {
   const json& value = line.at("seed");
   return value.is_number_unsigned() ? value.get<uint64_t>() : uint64_t(integer_field(line, "seed"));
+}
+
+bool boolean_field(const json& line, const char* name) {
+  const json& value = line.at(name);
+  JAMBO_REQUIRE(value.is_boolean(), "field '{}' must be true or false, got {}", name, describe_json(value));
+  return value.get<bool>();
 }
 
 double number_field(const json& line, const char* name) {
@@ -94,6 +101,8 @@ RequestSpec request_from_json(const json& line, const RequestSpec& defaults, con
   if (line.contains("prompt_logprobs")) spec.num_prompt_logprobs = integer_field(line, "prompt_logprobs");
   if (line.contains("stop")) spec.stop.strings = stop_strings_field(line);
   if (line.contains("stop_token_ids")) spec.stop.token_ids = token_ids_field(line, "stop_token_ids");
+  if (line.contains("return_routed_experts"))
+    spec.return_routed_experts = boolean_field(line, "return_routed_experts");
   return spec;
 }
 
@@ -125,6 +134,10 @@ json sample_to_json(const SampleOutput& sample, std::string_view backend) {
     }
     out["prompt_logprobs"] = prompt;
     out["prompt_top_logprobs"] = prompt_top;
+  }
+  if (!sample.prompt_routed_experts.empty()) {  // [tokens][MoE layers][k]
+    out["prompt_routed_experts"] = sample.prompt_routed_experts;
+    out["routed_experts"] = sample.routed_experts;
   }
   return out;
 }

@@ -37,6 +37,7 @@ struct RequestSpec {
   StopRules stop;
   int64_t num_top_logprobs = 0;                // K most likely tokens reported per generated position
   std::optional<int64_t> num_prompt_logprobs;  // none, or K: the logprob of each prompt token plus its top-K
+  bool return_routed_experts = false;          // the experts each MoE layer routed each token to (SampleOutput)
 };
 
 // What the engine, or the server in front of it, can take.

@@ -207,6 +207,8 @@ int64_t JambaConfig::num_attention_layers() const {
   return std::count(mixer_kinds.begin(), mixer_kinds.end(), MixerKind::Attention);
 }
 
+int64_t JambaConfig::num_moe_layers() const { return std::count(ffn_kinds.begin(), ffn_kinds.end(), FfnKind::Moe); }
+
 bool JambaConfig::is_eos(int64_t token) const {
   return std::find(eos_token_ids.begin(), eos_token_ids.end(), token) != eos_token_ids.end();
 }

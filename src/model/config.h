@@ -52,6 +52,7 @@ struct JambaConfig {
 
   int64_t num_mamba_layers() const;
   int64_t num_attention_layers() const;
+  int64_t num_moe_layers() const;
   bool is_eos(int64_t token) const;
 
   friend bool operator==(const JambaConfig&, const JambaConfig&) = default;

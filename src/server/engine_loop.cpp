@@ -140,7 +140,8 @@ void EngineLoop::run() {
     control_changed_ = false;
     take_inbox(lock);
     if (paused_) settle_pause(lock);
-    const bool frozen = paused_ && pause_mode_ != PauseMode::Wait;
+    const engine::Engine::Sleep asleep = engine_.sleeping();  // its requests wait for the wake
+    const bool frozen = (paused_ && pause_mode_ != PauseMode::Wait) || asleep.weights || asleep.caches;
     if (!engine_.has_unfinished() || frozen) {
       inbox_changed_.wait(lock, [this] {
         return stopping_ || control_changed_ || (!paused_ && !submissions_.empty()) || !aborts_.empty() ||

@@ -106,7 +106,8 @@ const std::set<std::string> kSharedFields = {"model",
                                              "frequency_penalty",
                                              "logit_bias",
                                              "ignore_eos",
-                                             "return_token_ids"};
+                                             "return_token_ids",
+                                             "return_routed_experts"};
 
 std::set<std::string> with_shared(std::set<std::string> fields) {
   fields.insert(kSharedFields.begin(), kSharedFields.end());
@@ -178,6 +179,7 @@ engine::RequestSpec shared_options(const Fields& fields, const ServerLimits& lim
     spec.stop.token_ids = token_ids(*ids, "stop_token_ids");
   }
   spec.stop.ignore_eos = fields.boolean("ignore_eos", false);
+  spec.return_routed_experts = fields.boolean("return_routed_experts", false);
   return spec;
 }
 

@@ -203,7 +203,12 @@ json ResponseBuilder::add(const StreamEvent& event) {
   if (event.prompt && request_.return_token_ids) choice.prompt_ids = event.prompt->prompt_ids;
   choice.ids.insert(choice.ids.end(), event.ids.begin(), event.ids.end());
   choice.finish_reason = event.finish_reason;
-  if (!event.finish_reason.empty()) choice.weight_versions = event.weight_versions;
+  if (!event.finish_reason.empty()) {
+    choice.weight_versions = event.weight_versions;
+    if (request_.options.return_routed_experts)
+      choice.routed_experts = {{"prompt_routed_experts", event.prompt_routed_experts},
+                               {"routed_experts", event.routed_experts}};
+  }
 
   const json finish = event.finish_reason.empty() ? json() : json(event.finish_reason);
   const json chunk_logprobs = request_.num_logprobs >= 0 ? logprobs : json();
@@ -218,6 +223,7 @@ json ResponseBuilder::add(const StreamEvent& event) {
     if (event.prompt && !choice.prompt_logprobs.is_null()) chunk_choice["prompt_logprobs"] = choice.prompt_logprobs;
   }
   if (!event.finish_reason.empty()) chunk_choice["weight_versions"] = engine::weight_versions_to_json(event.weight_versions);
+  if (choice.routed_experts.is_object()) chunk_choice.update(choice.routed_experts);
   // Token ids as vLLM returns them: the choice's new ids in each chunk, the prompt's with the choice's first chunk
   // (a chat's one prompt at the chunk's top level, a completion's in the choice).
   if (request_.return_token_ids) {
@@ -249,6 +255,7 @@ json ResponseBuilder::response() const {
     }
     if (request_.return_token_ids) entry["token_ids"] = choice.ids;
     entry["weight_versions"] = engine::weight_versions_to_json(choice.weight_versions);
+    if (choice.routed_experts.is_object()) entry.update(choice.routed_experts);
     choices.push_back(std::move(entry));
   }
   json body = envelope(std::move(choices));

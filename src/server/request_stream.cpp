@@ -63,6 +63,8 @@ void RequestStream::on_progress(int64_t choice_index, const engine::SampleProgre
   if (progress.finished) {
     event.finish_reason = output.finish_reason;
     event.weight_versions = output.weight_versions;
+    event.prompt_routed_experts = output.prompt_routed_experts;
+    event.routed_experts = output.routed_experts;
     choice.finished = true;
     if (++num_finished_ == int64_t(choices_.size()) && latency_) latency_->end_to_end(seconds_between(arrival_, now));
   }

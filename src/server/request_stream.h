@@ -24,8 +24,10 @@ struct StreamEvent {
   std::string finish_reason;                            // "" until the choice ends
   // Set on a choice's first event only: the prompt (its logprobs when they were asked for).
   std::optional<engine::SampleOutput> prompt;
-  // Set on a choice's last event only: which weights sampled which of its tokens.
+  // Set on a choice's last event only: which weights sampled which of its tokens, and where asked, the experts its
+  // tokens were routed to (engine::SampleOutput).
   std::vector<engine::WeightVersionSpan> weight_versions;
+  std::vector<engine::TokenRouting> prompt_routed_experts, routed_experts;
 };
 
 // Why a request gets no answer, with the HTTP status that says so.

@@ -94,6 +94,22 @@ std::optional<std::string> query_value(const std::string& target, std::string_vi
   return std::nullopt;
 }
 
+// A query value's comma-separated items ("weights,kv_cache"; the comma also as %2C).
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> items(1);
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ',') {
+      items.emplace_back();
+    } else if (text.substr(i, 3) == "%2C" || text.substr(i, 3) == "%2c") {
+      items.emplace_back();
+      i += 2;
+    } else {
+      items.back() += text[i];
+    }
+  }
+  return items;
+}
+
 EngineLoop::PauseMode parse_pause_mode(const std::optional<std::string>& text) {
   if (!text || *text == "abort") return EngineLoop::PauseMode::Abort;
   if (*text == "wait") return EngineLoop::PauseMode::Wait;
@@ -150,6 +166,9 @@ struct Server::Impl final : HttpHandler {
   HttpResponse is_paused(const HttpRequest& request);
   HttpResponse abort_requests(const HttpRequest& request);
   HttpReply update_weights_from_disk(const HttpRequest& request);
+  HttpReply sleep(const HttpRequest& request);
+  HttpReply wake_up(const HttpRequest& request);
+  HttpResponse is_sleeping(const HttpRequest& request);
   std::string current_weight_version() const;
   void set_weight_version(std::string version);
   void track(const void* key, const Exchange& exchange);
@@ -165,6 +184,7 @@ struct Server::Impl final : HttpHandler {
   // that changes the engine's.
   mutable std::mutex weight_version_mutex;
   std::string weight_version;
+  std::atomic<bool> asleep{false};  // the engine's weights or caches, as the last sleep or wake left them
   ServerMetrics metrics;
   EngineLoop loop;
   std::vector<Route> routes;
@@ -335,55 +355,55 @@ class PauseResponse final : public LateResponse, public std::enable_shared_from_
   std::atomic<bool> told_{false};
 };
 
-// POST /update_weights_from_disk: answered once the loop has put the new weights in, between its steps
-// (EngineLoop::change_engine). The folder was read and checked before, on a transport worker, while the engine went
-// on serving.
-class WeightUpdateResponse final : public LateResponse, public std::enable_shared_from_this<WeightUpdateResponse> {
+// A control request answered once the loop has run an engine change between its steps (EngineLoop::change_engine):
+// with the answer made once it is in (on the loop's thread), or the error it threw. A change that needs the engine
+// idle (a sleep) first pauses the loop in wait mode, where it is not paused already, and lifts that pause after.
+class ChangeResponse final : public LateResponse, public std::enable_shared_from_this<ChangeResponse> {
  public:
-  WeightUpdateResponse(Server::Impl& server, std::shared_ptr<const model::WeightUpdate> update, std::string version,
-                       double read_seconds)
-      : LateResponse(""), server_(server), update_(std::move(update)), version_(std::move(version)),
-        read_seconds_(read_seconds) {}
+  using Answer = std::function<json(double change_seconds)>;
+  ChangeResponse(EngineLoop& loop, bool needs_idle, EngineLoop::EngineChange change, Answer answer)
+      : LateResponse(""), loop_(loop), needs_idle_(needs_idle), change_(std::move(change)), answer_(std::move(answer)) {}
 
   void start(std::function<void()> wake) override {
-    const auto started = std::chrono::steady_clock::now();
-    server_.loop.change_engine(
-        [update = update_, version = version_](engine::Engine& engine) { engine.update_weights(*update, version); },
-        [self = shared_from_this(), started, wake = std::move(wake)](std::exception_ptr thrown) {
-          if (!thrown) self->server_.set_weight_version(self->version_);
-          self->thrown_ = thrown;
-          self->update_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-          self->told_ = true;
-          wake();
-        });
+    if (!needs_idle_ || loop_.is_paused()) return run_change(std::move(wake), false);
+    loop_.pause(EngineLoop::PauseMode::Wait,
+                [self = shared_from_this(), wake = std::move(wake)] { self->run_change(wake, true); });
   }
 
   LateProgress poll() override {
     if (!told_) return {};
     if (thrown_) return {error_response(api_error_for(thrown_)), "", true};
-    return {json_response(200, {{"success", true},
-                                {"message", fmt::format("{} weights from {} tensors ({} bytes) are in, as '{}'",
-                                                        update_->pieces.size(), update_->tensors.size(),
-                                                        update_->num_bytes, version_)},
-                                {"weight_version", version_},
-                                {"num_tensors", update_->tensors.size()},
-                                {"num_weights", update_->pieces.size()},
-                                {"num_bytes", update_->num_bytes},
-                                {"read_seconds", read_seconds_},
-                                {"update_seconds", update_seconds_}}),
-            "", true};
+    return {json_response(200, body_), "", true};
   }
 
-  void abandon() override {}  // the update goes in all the same
+  void abandon() override {}  // the change goes in all the same
 
  private:
-  Server::Impl& server_;
-  const std::shared_ptr<const model::WeightUpdate> update_;
-  const std::string version_;
-  const double read_seconds_;
-  double update_seconds_ = 0.0;
+  void run_change(std::function<void()> wake, bool resume_after) {
+    const auto started = std::chrono::steady_clock::now();
+    loop_.change_engine(change_, [self = shared_from_this(), started, resume_after,
+                                  wake = std::move(wake)](std::exception_ptr thrown) {
+      if (resume_after) self->loop_.resume();
+      if (!thrown) {
+        try {
+          self->body_ = self->answer_(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        } catch (...) {
+          thrown = std::current_exception();
+        }
+      }
+      self->thrown_ = thrown;
+      self->told_ = true;
+      wake();
+    });
+  }
+
+  EngineLoop& loop_;
+  const bool needs_idle_;
+  const EngineLoop::EngineChange change_;
+  const Answer answer_;
+  json body_;
   std::exception_ptr thrown_;
-  std::atomic<bool> told_{false};  // after thrown_ and update_seconds_
+  std::atomic<bool> told_{false};  // after body_ and thrown_
 };
 
 Server::Impl::Impl(const model::Model& model, engine::Engine& engine, const tokenizer::Tokenizer& tokenizer,
@@ -423,6 +443,10 @@ Server::Impl::Impl(const model::Model& model, engine::Engine& engine, const toke
                     [this](const HttpRequest& request) { return HttpReply(abort_requests(request)); }});
   routes.push_back({"POST", "/update_weights_from_disk", true,
                     [this](const HttpRequest& request) { return update_weights_from_disk(request); }});
+  routes.push_back({"POST", "/sleep", false, [this](const HttpRequest& request) { return sleep(request); }});
+  routes.push_back({"POST", "/wake_up", false, [this](const HttpRequest& request) { return wake_up(request); }});
+  routes.push_back(
+      {"GET", "/is_sleeping", false, [this](const HttpRequest& request) { return HttpReply(is_sleeping(request)); }});
 }
 
 const Server::Impl::Route* Server::Impl::route(const HttpRequest& request) const {
@@ -561,8 +585,76 @@ HttpReply Server::Impl::update_weights_from_disk(const HttpRequest& request) {
   const auto started = std::chrono::steady_clock::now();
   auto update = std::make_shared<const model::WeightUpdate>(model::read_weight_update(folder, model));
   const double read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  return std::make_shared<WeightUpdateResponse>(*this, std::move(update), std::move(version), read_seconds);
+  return std::make_shared<ChangeResponse>(
+      loop, /*needs_idle=*/false,
+      [update, version](engine::Engine& engine) { engine.update_weights(*update, version); },
+      [this, update, version, read_seconds](double update_seconds) {
+        set_weight_version(version);
+        return json{{"success", true},
+                    {"message", fmt::format("{} weights from {} tensors ({} bytes) are in, as '{}'",
+                                            update->pieces.size(), update->tensors.size(), update->num_bytes, version)},
+                    {"weight_version", version},
+                    {"num_tensors", update->tensors.size()},
+                    {"num_weights", update->pieces.size()},
+                    {"num_bytes", update->num_bytes},
+                    {"read_seconds", read_seconds},
+                    {"update_seconds", update_seconds}};
+      });
 }
+
+// ?level=1 (the default) or 2: once the running requests have finished (a pause in wait mode, unless paused
+// already), the engine lets go of its caches and its weights (backend.h). Requests that come meanwhile wait.
+HttpReply Server::Impl::sleep(const HttpRequest& request) {
+  const std::optional<std::string> level = query_value(request.target, "level");
+  if (level && *level != "1" && *level != "2")
+    throw ApiError(400, fmt::format("level must be 1 or 2, got '{}'", *level), "level");
+  const backend::SleepLevel parsed = level == "2" ? backend::SleepLevel::DropWeights : backend::SleepLevel::KeepWeights;
+  return std::make_shared<ChangeResponse>(
+      loop, /*needs_idle=*/true, [parsed](engine::Engine& engine) { engine.sleep(parsed); },
+      [this, parsed](double seconds) {
+        asleep = true;
+        return json{{"sleeping", true}, {"level", int(parsed)}, {"sleep_seconds", seconds}};
+      });
+}
+
+// ?tags=weights,kv_cache (both, the default, or either): the engine takes back what it let go of; it runs again once
+// both are back.
+HttpReply Server::Impl::wake_up(const HttpRequest& request) {
+  backend::WakeTags tags{.weights = true, .caches = true};
+  if (const std::optional<std::string> named = query_value(request.target, "tags")) {
+    tags = {};
+    for (const std::string& tag : split_list(*named)) {
+      if (tag == "weights")
+        tags.weights = true;
+      else if (tag == "kv_cache")
+        tags.caches = true;
+      else
+        throw ApiError(400, fmt::format("unknown tag '{}' (tags are weights and kv_cache)", tag), "tags");
+    }
+  }
+  struct Woken {
+    engine::Engine::Sleep still_asleep;
+    std::string weight_version;  // the checkpoint's again after a level 2 sleep
+  };
+  auto woken = std::make_shared<Woken>();
+  return std::make_shared<ChangeResponse>(
+      loop, /*needs_idle=*/false,
+      [tags, woken](engine::Engine& engine) {
+        engine.wake_up(tags);
+        *woken = {engine.sleeping(), engine.weight_version()};
+      },
+      [this, woken](double seconds) {
+        asleep = woken->still_asleep.weights || woken->still_asleep.caches;
+        set_weight_version(woken->weight_version);
+        return json{{"sleeping", bool(asleep)},
+                    {"weights_asleep", woken->still_asleep.weights},
+                    {"kv_cache_asleep", woken->still_asleep.caches},
+                    {"weight_version", woken->weight_version},
+                    {"wake_seconds", seconds}};
+      });
+}
+
+HttpResponse Server::Impl::is_sleeping(const HttpRequest&) { return json_response(200, {{"is_sleeping", bool(asleep)}}); }
 
 HttpResponse Server::Impl::is_paused(const HttpRequest&) {
   return json_response(200, {{"is_paused", loop.is_paused()}});

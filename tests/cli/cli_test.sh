@@ -329,6 +329,19 @@ jq -e -s 'all(.backend == "cpu (f32 state)")' "$work/batch-out.jsonl" >/dev/null
 jq -e -s 'all(.weight_versions == [{"version": "default", "start": 0, "end": (.ids | length)}])' \
   "$work/batch-out.jsonl" >/dev/null && pass "batch lines name their weights" ||
   fail "batch weight_versions: $(jq -c .weight_versions "$work/batch-out.jsonl")"
+# return_routed_experts in a batch line: every token read, the demo's 4 MoE layers of 2 experts each; a value not true
+# or false is refused naming the field
+printf '{"id": "routed", "prompt_ids": [1, 5, 9], "max_tokens": 4, "return_routed_experts": true}\n' >"$work/routed.jsonl"
+expect_exit 0 "batch return_routed_experts" "$jambo" batch --model "$demo" --input "$work/routed.jsonl" \
+  --output "$work/routed-out.jsonl"
+jq -e '(.prompt_routed_experts | length) == 3 and (.routed_experts | length) == (.ids | length) - 1 and
+       ([.prompt_routed_experts[], .routed_experts[]] | all(length == 4 and all(length == 2)))' \
+  "$work/routed-out.jsonl" >/dev/null && pass "batch routed experts shaped per token, layer and k" ||
+  fail "batch routed experts: $(jq -c '{prompt_routed_experts, routed_experts}' "$work/routed-out.jsonl")"
+printf '{"id": "routed", "prompt_ids": [1], "return_routed_experts": 1}\n' >"$work/routed-bad.jsonl"
+expect_exit 4 "batch return_routed_experts not a boolean" "$jambo" batch --model "$demo" --input "$work/routed-bad.jsonl" \
+  --output "$work/routed-bad-out.jsonl"
+expect_stderr_line "return_routed_experts named" "field 'return_routed_experts' must be true or false, got 1"
 expect_exit 0 "compare clean" "$jambo" compare --model "$demo" --input "$work/batch-out.jsonl" --report "$work/report.html"
 grep -q "<svg" "$work/report.html" && pass "compare writes an HTML report" || fail "compare report lacks a plot"
 # its one-line verdict: numbers never run into the next clause; no sample named when every |Δ| is 0

@@ -5,31 +5,16 @@
 #include "model/weight_update.h"
 #include "support/engine_test_util.h"
 
-#include <cstring>
 #include <filesystem>
-#include <memory>
 #include <set>
-#include <utility>
 
 namespace jambo::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Writes the model's weights (each weight under its per-expert name) to folder/model.safetensors, those named in
-// `only` alone where it is not empty.
 void write_weights(const model::Model& model, const fs::path& folder, const std::set<std::string>& only = {}) {
-  model::ModelWeights weights = model.weights;
-  std::vector<model_test::TestTensor> tensors;
-  for (const model::WeightSlot& slot : model::list_weight_slots(model.config, weights)) {
-    if (!only.empty() && !only.contains(slot.name)) continue;
-    const TensorView& view = *slot.target;
-    model_test::TestTensor tensor{slot.name, std::string(dtype_name(view.dtype)), view.shape, {}};
-    tensor.bytes.resize(size_t(view.numel() * dtype_size(view.dtype)));
-    std::memcpy(tensor.bytes.data(), view.data, tensor.bytes.size());
-    tensors.push_back(std::move(tensor));
-  }
-  model_test::write_safetensors(folder / "model.safetensors", tensors);
+  model_test::write_safetensors(folder / "model.safetensors", model_test::weight_tensors(model, only));
 }
 
 engine::EngineOptions options_for(const model::Model& model) {
@@ -90,17 +75,7 @@ TEST_F(WeightUpdateTest, APartialUpdateReplacesItsWeightsAlone) {
   const std::set<std::string> names = {"model.final_layernorm.weight", "model.layers.0.mamba.in_proj.weight"};
   const model_test::TempFolder update_folder;
   write_weights(other_, update_folder.path(), names);
-  // The serving checkpoint with those two weights taken from `other_`.
-  model::Model mixed = serving_;
-  model::ModelWeights other_weights = other_.weights;
-  const std::vector<model::WeightSlot> other_slots = model::list_weight_slots(other_.config, other_weights);
-  for (const model::WeightSlot& slot : model::list_weight_slots(mixed.config, mixed.weights))
-    if (names.contains(slot.name))
-      for (const model::WeightSlot& other_slot : other_slots)
-        if (other_slot.name == slot.name) *slot.target = *other_slot.target;
-  if (mixed.config.tie_word_embeddings) mixed.weights.lm_head = mixed.weights.embed_tokens;
-  mixed.storage = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(serving_.storage,
-                                                                                             other_.storage);
+  const model::Model mixed = model_test::with_weights_from(serving_, other_, names);
 
   engine::Engine engine(serving_, nullptr, options_for(serving_));
   const model::WeightUpdate update = model::read_weight_update(update_folder.path(), serving_);

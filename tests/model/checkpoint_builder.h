@@ -2,6 +2,7 @@
 // here independently of the loader), temporary folders, and a walk over all tensors of a model.
 #pragma once
 
+#include "model/weight_layout.h"
 #include "model/weights.h"
 #include "safetensors_writer.h"
 
@@ -10,8 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
+#include <utility>
 
 namespace jambo::model_test {
 
@@ -194,6 +199,39 @@ inline std::vector<float> values_of(const TensorView& view) {
   std::vector<float> out(view.numel());
   for (int64_t i = 0; i < view.numel(); ++i) out[i] = view.at(i);
   return out;
+}
+
+// A model's weights as checkpoint tensors under their per-expert names, those named in `only` alone where it is
+// not empty: a weight update's folder (write_safetensors(folder / "model.safetensors", ...)).
+inline std::vector<TestTensor> weight_tensors(const model::Model& model, const std::set<std::string>& only = {}) {
+  model::ModelWeights weights = model.weights;
+  std::vector<TestTensor> tensors;
+  for (const model::WeightSlot& slot : model::list_weight_slots(model.config, weights)) {
+    if (!only.empty() && !only.contains(slot.name)) continue;
+    const TensorView& view = *slot.target;
+    TestTensor tensor{slot.name, std::string(dtype_name(view.dtype)), view.shape, {}};
+    tensor.bytes.resize(size_t(view.numel() * dtype_size(view.dtype)));
+    std::memcpy(tensor.bytes.data(), view.data, tensor.bytes.size());
+    tensors.push_back(std::move(tensor));
+  }
+  return tensors;
+}
+
+// `base` with the weights named in `names` taken from `donor` (the same architecture): what a partial update of
+// those weights should serve.
+inline model::Model with_weights_from(const model::Model& base, const model::Model& donor,
+                                      const std::set<std::string>& names) {
+  model::Model mixed = base;
+  model::ModelWeights donor_weights = donor.weights;
+  const std::vector<model::WeightSlot> donor_slots = model::list_weight_slots(donor.config, donor_weights);
+  for (const model::WeightSlot& slot : model::list_weight_slots(mixed.config, mixed.weights))
+    if (names.contains(slot.name))
+      for (const model::WeightSlot& donor_slot : donor_slots)
+        if (donor_slot.name == slot.name) *slot.target = *donor_slot.target;
+  if (mixed.config.tie_word_embeddings) mixed.weights.lm_head = mixed.weights.embed_tokens;
+  mixed.storage =
+      std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(base.storage, donor.storage);
+  return mixed;
 }
 
 }  // namespace jambo::model_test

@@ -213,6 +213,30 @@ test('return_token_ids (vLLM form): each choice has its prompt ids and generated
   }
 });
 
+test('return_routed_experts: every token read, each of the 4 MoE layers its 2 experts, as a replay routes them', async () => {
+  const body = { model: MODEL, prompt: PROMPT, max_tokens: 6, ignore_eos: true, n: 2, temperature: 0.9, seed: 3,
+    return_token_ids: true, return_routed_experts: true };
+  const { json: completion } = await post('/v1/completions', body);
+  const shaped = (routing) => routing.every((layers) => layers.length === 4 &&
+    layers.every((experts) => experts.length === 2 && experts[0] < experts[1] && experts[0] >= 0 && experts[1] < 4));
+  for (const choice of completion.choices) {
+    assert.equal(choice.prompt_routed_experts.length, choice.prompt_token_ids.length);
+    assert.equal(choice.routed_experts.length, choice.token_ids.length - 1);
+    assert.ok(shaped(choice.prompt_routed_experts) && shaped(choice.routed_experts));
+    // A trainer's forward pass over the rollout: the whole sequence as a prompt routes each token alike.
+    const replay = await post('/v1/completions', { model: MODEL, prompt: [...choice.prompt_token_ids,
+      ...choice.token_ids.slice(0, -1)], max_tokens: 1, return_routed_experts: true });
+    assert.deepEqual(replay.json.choices[0].prompt_routed_experts,
+      [...choice.prompt_routed_experts, ...choice.routed_experts]);
+  }
+  const { events } = await rawStream('/v1/completions', body);
+  const last = events.slice(0, -1).map((event) => JSON.parse(event).choices[0]).filter((c) => c.finish_reason);
+  for (const choice of last)
+    assert.deepEqual(choice.routed_experts, completion.choices[choice.index].routed_experts);
+  const plain = await post('/v1/completions', { ...body, return_routed_experts: false });
+  assert.equal(plain.json.choices[0].routed_experts, undefined);
+});
+
 test('weight versions: GET /weight_version names the weights, and each choice says which sampled its tokens', async () => {
   assert.deepEqual(await (await fetch(`${BASE}/weight_version`)).json(), { weight_version: 'default' });
   const body = { model: MODEL, prompt: PROMPT, max_tokens: 5, ignore_eos: true, n: 2, seed: 1 };

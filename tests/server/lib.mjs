@@ -1,7 +1,7 @@
-// Shared helpers of the end-to-end server tests: the openai client, extra servers, metrics, SSE.
+// Shared helpers of the end-to-end server tests: the openai client, extra servers, metrics, SSE, weight folders.
 // tests/server/server_test.sh sets JAMBO_URL (the shared server), JAMBO_BIN, JAMBO_MODEL and JAMBO_WORK.
 import { spawn } from 'node:child_process';
-import { createWriteStream, readFileSync } from 'node:fs';
+import { closeSync, createWriteStream, mkdirSync, openSync, readFileSync, readSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -212,4 +212,31 @@ export function prompts(count) {
     const words = Array.from({ length }, (_, w) => WORDS[(i * 7 + w * (i % 5 + 1)) % WORDS.length]);
     return `${i}: ${words.join(' ')}`;
   });
+}
+
+// The demo checkpoint's safetensors header: {name: {dtype, shape, data_offsets}}.
+export function demoHeader() {
+  const fd = openSync(join(MODEL_DIR, 'model.safetensors'), 'r');
+  const length = Buffer.alloc(8);
+  readSync(fd, length, 0, 8, 0);
+  const header = Buffer.alloc(Number(length.readBigUInt64LE()));
+  readSync(fd, header, 0, header.length, 8);
+  closeSync(fd);
+  return JSON.parse(header.toString('utf8'));
+}
+
+// folder/model.safetensors holding one tensor, every value `value` (F32 or BF16).
+export function writeOneTensor(folder, name, dtype, shape, value) {
+  const count = shape.reduce((a, b) => a * b, 1);
+  const data = Buffer.alloc(count * (dtype === 'F32' ? 4 : 2));
+  const word = Buffer.alloc(4);
+  word.writeFloatLE(value);
+  for (let i = 0; i < count; ++i)
+    if (dtype === 'F32') word.copy(data, 4 * i);
+    else word.copy(data, 2 * i, 2, 4);  // bf16: the high half of the float
+  const header = Buffer.from(JSON.stringify({ [name]: { dtype, shape, data_offsets: [0, data.length] } }));
+  const length = Buffer.alloc(8);
+  length.writeBigUInt64LE(BigInt(header.length));
+  mkdirSync(folder, { recursive: true });
+  writeFileSync(join(folder, 'model.safetensors'), Buffer.concat([length, header, data]));
 }

@@ -3,41 +3,14 @@
 // weights serve on bit for bit; folders outside --allowed-weight-paths are refused (403); the demo checkpoint put
 // back gives back the first logprobs exactly. Absent without --enable-control-endpoints.
 import assert from 'node:assert/strict';
-import { mkdirSync, openSync, readSync, closeSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, symlinkSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
-import { BASE, MODEL, MODEL_DIR, WORK, post, startServer } from './lib.mjs';
+import { BASE, MODEL, MODEL_DIR, WORK, demoHeader, post, startServer, writeOneTensor } from './lib.mjs';
 
 const ROOT = join(WORK, 'weights');  // the one folder the server may read weights from
 const NORM = 'model.final_layernorm.weight';
 let server;
-
-// The demo checkpoint's safetensors header: {name: {dtype, shape, data_offsets}}.
-function demoHeader() {
-  const fd = openSync(join(MODEL_DIR, 'model.safetensors'), 'r');
-  const length = Buffer.alloc(8);
-  readSync(fd, length, 0, 8, 0);
-  const header = Buffer.alloc(Number(length.readBigUInt64LE()));
-  readSync(fd, header, 0, header.length, 8);
-  closeSync(fd);
-  return JSON.parse(header.toString('utf8'));
-}
-
-// folder/model.safetensors holding one tensor, every value `value` (F32 or BF16).
-function writeOneTensor(folder, name, dtype, shape, value) {
-  const count = shape.reduce((a, b) => a * b, 1);
-  const data = Buffer.alloc(count * (dtype === 'F32' ? 4 : 2));
-  const word = Buffer.alloc(4);
-  word.writeFloatLE(value);
-  for (let i = 0; i < count; ++i)
-    if (dtype === 'F32') word.copy(data, 4 * i);
-    else word.copy(data, 2 * i, 2, 4);  // bf16: the high half of the float
-  const header = Buffer.from(JSON.stringify({ [name]: { dtype, shape, data_offsets: [0, data.length] } }));
-  const length = Buffer.alloc(8);
-  length.writeBigUInt64LE(BigInt(header.length));
-  mkdirSync(folder, { recursive: true });
-  writeFileSync(join(folder, 'model.safetensors'), Buffer.concat([length, header, data]));
-}
 
 before(async () => {
   const norm = demoHeader()[NORM];

@@ -118,6 +118,25 @@ inline std::vector<nlohmann::json> read_trace(const std::string& path, const std
 // Runs the engine until every request is done; outputs keyed by (id, sample).
 using Outputs = std::map<std::pair<std::string, int64_t>, engine::SampleOutput>;
 
+// A trainer's forward pass over a rollout sample, as a request: its prompt and every generated token but the last
+// as one prompt, routed experts asked. Its prompt_routed_experts must equal routing_read(sample).
+inline engine::RequestSpec replay_of(const engine::SampleOutput& sample, std::string id) {
+  engine::RequestSpec replay;
+  replay.id = std::move(id);
+  replay.prompt_ids = sample.prompt_ids;
+  replay.prompt_ids.insert(replay.prompt_ids.end(), sample.ids.begin(), sample.ids.end() - 1);
+  replay.stop.max_tokens = 1;
+  replay.return_routed_experts = true;
+  return replay;
+}
+
+// The routing of every token a sample's model read: the prompt's, then the generated tokens'.
+inline std::vector<engine::TokenRouting> routing_read(const engine::SampleOutput& sample) {
+  std::vector<engine::TokenRouting> routing = sample.prompt_routed_experts;
+  routing.insert(routing.end(), sample.routed_experts.begin(), sample.routed_experts.end());
+  return routing;
+}
+
 inline Outputs run_to_end(engine::Engine& engine, const std::vector<engine::RequestSpec>& specs) {
   for (const engine::RequestSpec& spec : specs) engine.add_request(spec);
   Outputs outputs;

@@ -7,6 +7,7 @@
 #include "backend/cpu/state_memory.h"
 #include "backend/cpu/vector_ops.h"
 #include "backend/logits_ops.h"
+#include "backend/routed_experts.h"
 #include "backend/row_validation.h"
 #include "backend/state_layout.h"
 #include "core/error.h"
@@ -37,8 +38,13 @@ class CpuBackend final : public Backend {
     states_.wrap_offsets_at(faults.state_offset_modulus);
   }
   void update_weights(const model::WeightUpdate& update) override;
+  // The caches' pages go back to the system; DropWeights also forgets every update (the checkpoint's pages are the
+  // file's, which the system may drop and read again).
+  void sleep(backend::SleepLevel level) override;
+  void wake_up(const backend::WakeTags&) override {}  // the caches come back zeroed as they are touched
 
  private:
+  void index_weights();  // weights_by_name_ from model_'s weights
   void validate(std::span<const BatchRow> rows) const;
   void embed(std::span<const BatchRow> rows);
   void run_layer(int64_t layer, std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens);
@@ -48,11 +54,14 @@ class CpuBackend final : public Backend {
                        StepOutput& output);
 
   model::Model model_;
+  const model::ModelWeights checkpoint_weights_;        // model_'s weights before any update
   std::map<std::string, TensorView*> weights_by_name_;  // model_'s weights by per-expert checkpoint name
   // The memory of each weight an update replaced: a weight's values live in its latest update's copy, and a copy
   // goes once no weight's values are in it.
   std::map<std::string, std::shared_ptr<const std::vector<std::byte>>> updated_weights_;
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
+  std::vector<int64_t> moe_index_;      // [L] index of each layer among the MoE layers (-1: dense)
+  std::vector<int32_t> routed_;         // [num_moe_layers, num_tokens, k] the step's routing, where a row asks
   cpu::StatePool states_;
   cpu::KvCache kv_cache_;
   FaultInjection faults_;  // test-only; none by default
@@ -66,9 +75,16 @@ class CpuBackend final : public Backend {
 
 CpuBackend::CpuBackend(const model::Model& model, const CacheConfig& cache)
     : model_(model),
+      checkpoint_weights_(model.weights),
       index_in_kind_(indices_within_kind(model.config)),
+      moe_index_(moe_layer_indices(model.config)),
       states_(model.config, cache.num_state_slots, cache.state_dtype),
       kv_cache_(model.config, cache) {
+  index_weights();
+}
+
+void CpuBackend::index_weights() {
+  weights_by_name_.clear();
   for (const model::WeightSlot& slot : model::list_weight_slots(model_.config, model_.weights))
     weights_by_name_[slot.name] = slot.target;
 }
@@ -87,6 +103,16 @@ void CpuBackend::update_weights(const model::WeightUpdate& update) {
     offset += num_bytes;
   }
   if (model_.config.tie_word_embeddings) model_.weights.lm_head = model_.weights.embed_tokens;
+}
+
+void CpuBackend::sleep(backend::SleepLevel level) {
+  states_.discard();
+  kv_cache_.discard();
+  if (level == backend::SleepLevel::DropWeights) {
+    model_.weights = checkpoint_weights_;
+    index_weights();
+    updated_weights_.clear();
+  }
 }
 
 void CpuBackend::validate(std::span<const BatchRow> rows) const {
@@ -147,9 +173,11 @@ void CpuBackend::run_layer(int64_t layer, std::span<const BatchRow> rows, const 
   cpu::add_in_place(hidden_, update_);
 
   cpu::rms_norm_rows(hidden_, weights.pre_ff_norm, eps, normed_);
-  if (model_.config.ffn_kinds[layer] == model::FfnKind::Moe)
-    cpu::sparse_moe(weights.moe, model_.config.num_experts_per_tok, normed_, update_);
-  else
+  if (model_.config.ffn_kinds[layer] == model::FfnKind::Moe) {
+    const int64_t k = model_.config.num_experts_per_tok;
+    int32_t* routed = routed_.empty() ? nullptr : routed_.data() + moe_index_[layer] * normed_.num_rows() * k;
+    cpu::sparse_moe(weights.moe, k, normed_, update_, routed);
+  } else
     cpu::dense_mlp(weights.mlp, normed_, update_);
   cpu::add_in_place(hidden_, update_);
 }
@@ -185,8 +213,13 @@ void CpuBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
     num_tokens += int64_t(row.tokens.size());
   }
   embed(rows);
-  for (int64_t layer = 0; layer < model_.config.num_hidden_layers; ++layer) run_layer(layer, rows, first_tokens);
+  const model::JambaConfig& config = model_.config;
+  const bool wants_routing = any_row_wants_routing(rows);
+  const int64_t num_moe_layers = config.num_moe_layers(), k = config.num_experts_per_tok;
+  routed_.assign(wants_routing ? size_t(num_moe_layers * num_tokens * k) : 0, -1);
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) run_layer(layer, rows, first_tokens);
   compute_outputs(rows, first_tokens, output);
+  if (wants_routing) add_routed_experts(rows, first_tokens, {routed_, num_moe_layers, num_tokens, k}, output);
 }
 
 }  // namespace

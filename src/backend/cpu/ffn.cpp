@@ -66,7 +66,8 @@ void dense_mlp(const model::MlpWeights& weights, const Matrix& x, Matrix& out) {
   matmul(gate, weights.down_proj, out);
 }
 
-void sparse_moe(const model::MoeWeights& weights, int64_t num_experts_per_tok, const Matrix& x, Matrix& out) {
+void sparse_moe(const model::MoeWeights& weights, int64_t num_experts_per_tok, const Matrix& x, Matrix& out,
+                int32_t* experts) {
   // Kept from call to call (per thread) to reuse their storage; used through references, as in dense_mlp.
   thread_local Matrix router_logits;  // [num_tokens, E]
   thread_local Matrix kept_input, kept_output;
@@ -74,6 +75,12 @@ void sparse_moe(const model::MoeWeights& weights, int64_t num_experts_per_tok, c
   Matrix& expert_output = kept_output;  // [num_routed, H]
   matmul(x, weights.router, router_logits);
   const std::vector<std::vector<Route>> routes = route_tokens(router_logits, num_experts_per_tok);
+  if (experts != nullptr) {  // expert after expert, so each token's come in increasing order
+    std::vector<int64_t> num_filled(size_t(x.num_rows()), 0);
+    for (size_t expert = 0; expert < routes.size(); ++expert)
+      for (const Route& route : routes[expert])
+        experts[route.token * num_experts_per_tok + num_filled[route.token]++] = int32_t(expert);
+  }
 
   out.resize(x.num_rows(), x.num_cols());  // the experts' shares are added into zeros
   std::fill_n(out.data(), x.num_rows() * x.num_cols(), 0.0f);

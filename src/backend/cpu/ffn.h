@@ -12,9 +12,11 @@ void dense_mlp(const model::MlpWeights& weights,
                Matrix& out);     // [num_tokens, H]
 
 // out[t] = sum over the top-k experts e of softmax(router(x[t]))[e] * expert_e(x[t]), without
-// renormalizing the k weights, added in increasing expert index. Ties pick the lowest index.
+// renormalizing the k weights, added in increasing expert index. Ties pick the lowest index. The chosen experts go
+// to `experts` where given.
 void sparse_moe(const model::MoeWeights& weights, int64_t num_experts_per_tok,
-                const Matrix& x,  // [num_tokens, H]
-                Matrix& out);     // [num_tokens, H]
+                const Matrix& x,                    // [num_tokens, H]
+                Matrix& out,                        // [num_tokens, H]
+                int32_t* experts = nullptr);        // [num_tokens, k] each token's, in increasing order
 
 }  // namespace jambo::backend::cpu

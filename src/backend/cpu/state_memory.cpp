@@ -24,6 +24,12 @@ MappedMemory::~MappedMemory() {
   if (data_ != nullptr) munmap(data_, size_t(num_bytes_));
 }
 
+void MappedMemory::discard() {
+  if (data_ != nullptr)
+    JAMBO_REQUIRE(madvise(data_, size_t(num_bytes_), MADV_DONTNEED) == 0, "cannot give back {} bytes: {}", num_bytes_,
+                  std::strerror(errno));
+}
+
 StatePool::StatePool(const model::JambaConfig& config, int64_t num_slots, DType state_dtype)
     : num_slots_(num_slots),
       layout_(config),

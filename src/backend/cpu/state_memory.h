@@ -22,6 +22,8 @@ class MappedMemory {
   MappedMemory& operator=(const MappedMemory&) = delete;
 
   void* data() const { return data_; }
+  // Gives the pages back to the system (a sleeping backend's caches); the next touch of one finds it zeroed.
+  void discard();
 
  private:
   void* data_ = nullptr;
@@ -41,6 +43,7 @@ class StatePool {
   int64_t elements_per_slot() const { return layout_.slot_stride; }
   // Test-only (FaultInjection): slot offsets wrap at this many elements; 0 turns wrapping off.
   void wrap_offsets_at(int64_t modulus);
+  void discard() { memory_.discard(); }  // every slot's memory back to the system, zeroed when next used
 
  private:
   StateValues slot_begin(int64_t slot);
@@ -62,6 +65,7 @@ class KvCache {
   int64_t block_size() const { return block_size_; }
   float* key(int64_t block, int64_t attention_layer, int64_t position_in_block);    // [nkv, hd]
   float* value(int64_t block, int64_t attention_layer, int64_t position_in_block);  // [nkv, hd]
+  void discard() { memory_.discard(); }  // every block's memory back to the system, zeroed when next used
 
  private:
   float* entry(int64_t block, int64_t attention_layer, int64_t key_or_value, int64_t position_in_block);

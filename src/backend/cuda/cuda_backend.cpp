@@ -7,6 +7,7 @@
 #include "backend/cuda/mixers.h"
 #include "backend/cuda/step_graphs.h"
 #include "backend/cuda/step_rows.h"
+#include "backend/routed_experts.h"
 #include "backend/row_validation.h"
 #include "backend/state_layout.h"
 
@@ -29,6 +30,7 @@ struct Activations {
   // The norms' outputs rounded for the 16-bit GEMMs they feed (16-bit modes).
   DeviceBuffer<uint16_t> normed16;        // [T, H]
   DeviceBuffer<uint16_t> final_normed16;  // [num_vectors, H]
+  DeviceBuffer<int32_t> routed_experts;   // [num_moe_layers, T, k] each MoE layer's choices (return_routed_experts)
 };
 
 class CudaBackend final : public Backend {
@@ -49,9 +51,10 @@ class CudaBackend final : public Backend {
     require_state_offset_modulus(faults.state_offset_modulus, slot_layout_.slot_stride, cache_.num_state_slots);
     faults_ = faults;
   }
-  void update_weights(const model::WeightUpdate&) override {
-    fail("the CUDA backend does not take weight updates yet (the CPU backend does)");
-  }
+  // On the backend's stream, after the steps before it: in place, so the captured decode graphs replay the new weights.
+  void update_weights(const model::WeightUpdate& update) override { weights_->update(update); }
+  void sleep(SleepLevel level) override;
+  void wake_up(const WakeTags& tags) override;
 
  private:
   int64_t slot_offset(int64_t slot) const;  // element offset of a slot, through the test-only wrap
@@ -61,6 +64,8 @@ class CudaBackend final : public Backend {
   void reserve_activations(int64_t num_tokens, int64_t num_vectors);
   bool runs_as_graph(const DeviceRows& rows) const;
   void enqueue_layers(const DeviceRows& rows);  // embedding to logits: launches only, no host synchronization
+  // The step's routing into the outputs of the rows that ask (after the step).
+  void add_routing(std::span<const BatchRow> rows, int64_t num_tokens, StepOutput& output) const;
   Narrow16 narrow_copy(DeviceBuffer<uint16_t>& buffer) const;  // absent in the f32 mode
   // The fp32 normed buffer where the layer's mixer or FFN reads it, else null: the norm writes only the rounded copy.
   float* normed_for_mixer(int64_t layer);
@@ -69,13 +74,19 @@ class CudaBackend final : public Backend {
   void run_mamba(int64_t layer, const DeviceRows& rows);
   void run_attention(int64_t layer, const DeviceRows& rows);
   KvLayout kv_layout(int64_t attention_layer) const;
+  void allocate_caches();  // the state pool and KV cache, zeroed; the GEMMs' handles and the graph recorder
 
+  model::Model model_;  // the checkpoint that a wake from level 2 reads again
   model::JambaConfig config_;
   CacheConfig cache_;
+  WeightMode mode_;
+  bool decode_graphs_, invariant_gemm_;
+  HostWeights sleeping_weights_;  // the weights while asleep at level 1
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<DeviceWeights> weights_;
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
+  std::vector<int64_t> moe_index_;      // [L] index of each layer among the MoE layers (-1: dense)
   StateSlotLayout slot_layout_;
   DeviceBuffer<std::byte> states_;  // [num_slots, num_mamba_layers, Di * (K-1 + N)] of cache_.state_dtype
   int64_t kv_block_stride_ = 0;     // num_attention_layers * 2 * kv_block_size * nkv * hd
@@ -95,9 +106,14 @@ class CudaBackend final : public Backend {
 
 CudaBackend::CudaBackend(const model::Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs,
                          bool invariant_gemm)
-    : config_(model.config),
+    : model_(model),
+      config_(model.config),
       cache_(cache),
+      mode_(mode),
+      decode_graphs_(decode_graphs),
+      invariant_gemm_(invariant_gemm),
       index_in_kind_(indices_within_kind(model.config)),
+      moe_index_(moe_layer_indices(model.config)),
       slot_layout_(model.config) {
   JAMBO_REQUIRE(cache.num_state_slots > 0, "the recurrent-state pool needs at least one slot, got {}",
                 cache.num_state_slots);
@@ -107,7 +123,6 @@ CudaBackend::CudaBackend(const model::Model& model, const CacheConfig& cache, We
                 "the CUDA backend needs a GPU, and none is visible (check nvidia-smi and "
                 "CUDA_VISIBLE_DEVICES)");
   JAMBO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  gemm_ = std::make_unique<Gemm>(stream_, /*pedantic=*/mode == WeightMode::F32, invariant_gemm);
   weights_ = std::make_unique<DeviceWeights>(model, mode, stream_);
   // Norms round their outputs to this type for the GEMMs they feed; linear() uses such a copy only for a weight
   // of the same type (a checkpoint stores its matrices in one type). Layer 0 has a mixer.
@@ -116,18 +131,50 @@ CudaBackend::CudaBackend(const model::Model& model, const CacheConfig& cache, We
                                                                              : first.mamba.in_proj.dtype;
 
   require_state_dtype(cache.state_dtype);
-  const int64_t state_bytes = slot_layout_.pool_bytes(cache.num_state_slots, cache.state_dtype);
-  states_ = DeviceBuffer<std::byte>(state_bytes);
-  JAMBO_CUDA_CHECK(cudaMemsetAsync(states_.data(), 0, size_t(state_bytes), stream_));
   kv_block_stride_ =
       config_.num_attention_layers() * 2 * cache.kv_block_size * config_.num_key_value_heads * config_.head_dim;
-  const int64_t kv_elements = element_offset(cache.num_kv_blocks, kv_block_stride_);
+  allocate_caches();
+  JAMBO_CUDA_CHECK(cudaEventCreate(&layers_start_));
+  JAMBO_CUDA_CHECK(cudaEventCreate(&layers_end_));
+}
+
+void CudaBackend::allocate_caches() {
+  const int64_t state_bytes = slot_layout_.pool_bytes(cache_.num_state_slots, cache_.state_dtype);
+  states_ = DeviceBuffer<std::byte>(state_bytes);
+  JAMBO_CUDA_CHECK(cudaMemsetAsync(states_.data(), 0, size_t(state_bytes), stream_));
+  const int64_t kv_elements = element_offset(cache_.num_kv_blocks, kv_block_stride_);
   kv_cache_ = DeviceBuffer<float>(kv_elements);
   JAMBO_CUDA_CHECK(cudaMemsetAsync(kv_cache_.data(), 0, size_t(element_offset(kv_elements, 4)), stream_));
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (decode_graphs) graphs_ = std::make_unique<StepGraphs>(stream_);
-  JAMBO_CUDA_CHECK(cudaEventCreate(&layers_start_));
-  JAMBO_CUDA_CHECK(cudaEventCreate(&layers_end_));
+  gemm_ = std::make_unique<Gemm>(stream_, /*pedantic=*/mode_ == WeightMode::F32, invariant_gemm_);
+  if (decode_graphs_) graphs_ = std::make_unique<StepGraphs>(stream_);
+}
+
+// The recorded graphs go first: they hold the addresses of the buffers freed after them. The few buffers of a step's
+// rows and results (uploader_, logits_outputs_) stay.
+void CudaBackend::sleep(SleepLevel level) {
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  graphs_.reset();
+  gemm_.reset();
+  states_ = {};
+  kv_cache_ = {};
+  activations_ = {};
+  mamba_scratch_ = {};
+  attention_scratch_ = {};
+  ffn_workspace_ = {};
+  if (level == SleepLevel::DropWeights) sleeping_weights_ = {};
+  if (weights_ != nullptr && level == SleepLevel::KeepWeights) sleeping_weights_ = weights_->save();
+  weights_.reset();
+}
+
+void CudaBackend::wake_up(const WakeTags& tags) {
+  if (tags.weights && weights_ == nullptr) {
+    weights_ = sleeping_weights_.bytes != nullptr
+                   ? std::make_unique<DeviceWeights>(model_, mode_, stream_, sleeping_weights_)
+                   : std::make_unique<DeviceWeights>(model_, mode_, stream_);
+    sleeping_weights_ = {};
+  }
+  if (tags.caches && gemm_ == nullptr) allocate_caches();
 }
 
 CudaBackend::~CudaBackend() {
@@ -185,6 +232,7 @@ void CudaBackend::reserve_activations(int64_t num_tokens, int64_t num_vectors) {
   activations_.update.reserve(element_offset(num_tokens, hidden));
   activations_.final_normed.reserve(element_offset(num_vectors, hidden));
   activations_.logits.reserve(element_offset(num_vectors, config_.vocab_size));
+  activations_.routed_experts.reserve(config_.num_moe_layers() * num_tokens * config_.num_experts_per_tok);
   if (narrow_dtype_ == DType::F32) return;
   activations_.normed16.reserve(element_offset(num_tokens, hidden));
   activations_.final_normed16.reserve(element_offset(num_vectors, hidden));
@@ -248,9 +296,24 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
     enqueue_layers(device_rows);
   JAMBO_CUDA_CHECK(cudaEventRecord(layers_end_, stream_));
   logits_outputs_.compute(rows, activations_.logits.data(), config_.vocab_size, stream_, output);  // synchronizes
+  if (any_row_wants_routing(rows)) add_routing(rows, device_rows.num_tokens, output);
   float layers_ms = 0.0f;
   JAMBO_CUDA_CHECK(cudaEventElapsedTime(&layers_ms, layers_start_, layers_end_));
   layers_gpu_seconds_ += double(layers_ms) * 1e-3;
+}
+
+void CudaBackend::add_routing(std::span<const BatchRow> rows, int64_t num_tokens, StepOutput& output) const {
+  const int64_t num_moe_layers = config_.num_moe_layers(), k = config_.num_experts_per_tok;
+  std::vector<int32_t> routed(size_t(num_moe_layers * num_tokens * k));
+  JAMBO_CUDA_CHECK(cudaMemcpy(routed.data(), activations_.routed_experts.data(), routed.size() * sizeof(int32_t),
+                              cudaMemcpyDeviceToHost));
+  std::vector<int64_t> first_tokens;
+  int64_t first = 0;
+  for (const BatchRow& row : rows) {
+    first_tokens.push_back(first);
+    first += int64_t(row.tokens.size());
+  }
+  add_routed_experts(rows, first_tokens, {routed, num_moe_layers, num_tokens, k}, output);
 }
 
 // Decode steps (every row one token): for a given number of rows they launch the same kernels on the same
@@ -281,10 +344,15 @@ void CudaBackend::enqueue_layers(const DeviceRows& device_rows) {
       run_mamba(layer, device_rows);
     add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden, w.pre_ff_norm, eps, normed_for_ffn(layer),
                  stream_, normed16);
-    if (config_.ffn_kinds[layer] == model::FfnKind::Moe)
-      sparse_moe(*gemm_, w.moe, config_.num_experts_per_tok, a.normed.data(), num_tokens, a.update.data(),
-                 ffn_workspace_, stream_, normed16, expert_gemms_of(*gemm_));
-    else
+    if (config_.ffn_kinds[layer] == model::FfnKind::Moe) {
+      const int64_t k = config_.num_experts_per_tok;
+      sparse_moe(*gemm_, w.moe, k, a.normed.data(), num_tokens, a.update.data(), ffn_workspace_, stream_, normed16,
+                 expert_gemms_of(*gemm_));
+      // Every step, graphs and all, for the rows that ask (a few bytes a token).
+      JAMBO_CUDA_CHECK(cudaMemcpyAsync(a.routed_experts.data() + element_offset(moe_index_[layer], num_tokens * k),
+                                       ffn_workspace_.expert_of.data(), size_t(element_offset(num_tokens * k, 4)),
+                                       cudaMemcpyDeviceToDevice, stream_));
+    } else
       dense_mlp(*gemm_, w.mlp, a.normed.data(), num_tokens, a.update.data(), ffn_workspace_, stream_, normed16);
     const bool last = layer + 1 == config_.num_hidden_layers;
     add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden,

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/random_weights.h"
 
+#include <memory>
 #include <vector>
 
 namespace jambo::backend::cuda {
@@ -17,15 +18,51 @@ WeightMode parse_weight_mode(const std::string& name) {
 }
 
 DeviceWeights::DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream)
-    : DeviceWeights(model, mode, stream, /*count_only=*/false) {}
+    : DeviceWeights(model, mode, stream, Fill::Values) {}
 
-DeviceWeights::DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream, bool count_only)
-    : mode_(mode), stream_(stream), random_recipe_(model.random_recipe.get()), count_only_(count_only) {
+DeviceWeights::DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream, Fill fill)
+    : mode_(mode),
+      stream_(stream),
+      random_recipe_(model.random_recipe.get()),
+      count_only_(fill == Fill::CountOnly),
+      fill_values_(fill == Fill::Values) {
   load(model);
 }
 
+DeviceWeights::DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream, const HostWeights& saved)
+    : DeviceWeights(model, mode, stream, Fill::Nothing) {
+  const std::vector<Allocation> targets = allocations();
+  JAMBO_ASSERT(targets.size() == saved.num_bytes.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    JAMBO_ASSERT(targets[i].num_bytes == saved.num_bytes[i]);
+    JAMBO_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(targets[i].data), saved.bytes.get() + offset,
+                                     size_t(targets[i].num_bytes), cudaMemcpyHostToDevice, stream_));
+    offset += targets[i].num_bytes;
+  }
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+HostWeights DeviceWeights::save() const {
+  HostWeights saved;
+  int64_t total = 0;
+  for (const Allocation& allocation : allocations()) {
+    saved.num_bytes.push_back(allocation.num_bytes);
+    total += allocation.num_bytes;
+  }
+  saved.bytes = std::make_unique_for_overwrite<std::byte[]>(size_t(total));
+  int64_t offset = 0;
+  for (const Allocation& allocation : allocations()) {
+    JAMBO_CUDA_CHECK(cudaMemcpyAsync(saved.bytes.get() + offset, allocation.data, size_t(allocation.num_bytes),
+                                     cudaMemcpyDeviceToHost, stream_));
+    offset += allocation.num_bytes;
+  }
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return saved;
+}
+
 int64_t DeviceWeights::bytes_needed(const model::Model& model, WeightMode mode) {
-  return DeviceWeights(model, mode, nullptr, /*count_only=*/true).bytes_on_device;
+  return DeviceWeights(model, mode, nullptr, Fill::CountOnly).bytes_on_device;
 }
 
 void DeviceWeights::load(const model::Model& model) {
@@ -76,6 +113,41 @@ void DeviceWeights::load(const model::Model& model) {
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
   staging_ = DeviceBuffer<uint16_t>();  // only needed while loading
   staging_f32_ = DeviceBuffer<float>();
+  random_recipe_ = nullptr;  // an update's values come from the host
+  fill_values_ = true;
+}
+
+void DeviceWeights::update(const model::WeightUpdate& update) {
+  std::vector<std::pair<const TensorView*, Placement>> writes;
+  for (const model::WeightUpdate::Piece& piece : update.pieces) {
+    const auto [first, last] = placements_.equal_range(std::pair(piece.target.data, piece.target.numel()));
+    JAMBO_ASSERT(first != last);  // every weight the model reads was uploaded
+    for (auto it = first; it != last; ++it) writes.emplace_back(&piece.source, it->second);
+  }
+  if (mode_ == WeightMode::F16)
+    for (const auto& [values, placement] : writes)
+      if (placement.conversion == Conversion::Sixteen && values->dtype != DType::F16) widen_within_f16(*values);
+  for (const auto& [values, placement] : writes) put(*values, placement);
+  JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  staging_ = DeviceBuffer<uint16_t>();
+  staging_f32_ = DeviceBuffer<float>();
+}
+
+void DeviceWeights::place(const TensorView& view, Conversion conversion, void* out) {
+  if (!count_only_) placements_.emplace(std::pair(view.data, view.numel()), Placement{conversion, out});
+}
+
+void DeviceWeights::put(const TensorView& values, const Placement& placement) {
+  switch (placement.conversion) {
+    case Conversion::F32:
+      return put_as_f32(values, static_cast<float*>(placement.out));
+    case Conversion::Sixteen:
+      return put_as_16(values, static_cast<uint16_t*>(placement.out));
+    case Conversion::NegativeExp:
+      put_as_f32(values, static_cast<float*>(placement.out));
+      return negative_exp_f32(static_cast<float*>(placement.out), values.numel(), static_cast<float*>(placement.out),
+                              stream_);
+  }
 }
 
 const float* DeviceWeights::upload_as_f32(const TensorView& view) {
@@ -87,10 +159,12 @@ const float* DeviceWeights::upload_as_f32(const TensorView& view) {
   DeviceBuffer<float>& buffer = owned_.emplace_back(count);
   put_as_f32(view, buffer.data());
   uploaded_.emplace(key, buffer.data());
+  place(view, Conversion::F32, buffer.data());
   return buffer.data();
 }
 
 void DeviceWeights::put_as_f32(const TensorView& view, float* out) {
+  if (!fill_values_) return;
   if (view.dtype == DType::F32) {
     put_stored(view, out);
     return;
@@ -103,9 +177,14 @@ void DeviceWeights::put_as_f32(const TensorView& view, float* out) {
   widen_to_f32(staging_.data(), view.dtype == DType::BF16, count, out, stream_);
 }
 
-// The f16 mode's matrices that are not stored as f16: widened to fp32 on the GPU, then rounded to IEEE half. A
-// value beyond half's range would become infinite: refused, naming the tensor.
+// The f16 mode's matrices that are not stored as f16: widened to fp32 on the GPU, then rounded to IEEE half.
 void DeviceWeights::put_as_f16(const TensorView& view, uint16_t* out) {
+  const int64_t count = view.numel();
+  narrow_to_16(widen_within_f16(view), count, 1, count, /*to_bf16=*/false, out, stream_);
+}
+
+// A value beyond half's range would become infinite: refused, naming the tensor.
+float* DeviceWeights::widen_within_f16(const TensorView& view) {
   const int64_t count = view.numel();
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the fp32 staging buffer is reused tensor after tensor
   float* wide = staging_f32_.reserve(count);
@@ -115,7 +194,7 @@ void DeviceWeights::put_as_f16(const TensorView& view, uint16_t* out) {
                 "{}: {} of its values lie beyond IEEE half's range (65504); the f16 weight mode cannot hold this "
                 "checkpoint (use --cuda-weights bf16)",
                 view.name, overflowing);
-  narrow_to_16(wide, count, 1, count, /*to_bf16=*/false, out, stream_);
+  return wide;
 }
 
 const float* DeviceWeights::upload_vector(const TensorView& view) {
@@ -149,11 +228,15 @@ DeviceMatrix DeviceWeights::upload_stacked(const TensorView& top, const TensorVi
     float* data = owned_.emplace_back(count).data();
     put_as_f32(top, data);
     put_as_f32(bottom, data + top.numel());
+    place(top, Conversion::F32, data);
+    place(bottom, Conversion::F32, data + top.numel());
     stacked.data = data;
   } else {
     uint16_t* data = owned_16_.emplace_back(count).data();
     put_as_16(top, data);
     put_as_16(bottom, data + top.numel());
+    place(top, Conversion::Sixteen, data);
+    place(bottom, Conversion::Sixteen, data + top.numel());
     stacked.data = data;
   }
   return stacked;
@@ -194,10 +277,12 @@ const void* DeviceWeights::upload_as_16(const TensorView& view) {
   DeviceBuffer<uint16_t>& buffer = owned_16_.emplace_back(count);
   put_as_16(view, buffer.data());
   uploaded_16_.emplace(key, buffer.data());
+  place(view, Conversion::Sixteen, buffer.data());
   return buffer.data();
 }
 
 void DeviceWeights::put_as_16(const TensorView& view, uint16_t* out) {
+  if (!fill_values_) return;
   if (mode_ == WeightMode::F16 && view.dtype != DType::F16)
     put_as_f16(view, out);
   else
@@ -208,8 +293,13 @@ void DeviceWeights::put_as_16(const TensorView& view, uint16_t* out) {
 // checkpoint holds exactly the checkpoint's bytes.
 const float* DeviceWeights::negative_exp(const TensorView& a_log) {
   const float* values = upload_as_f32(a_log);
-  uploaded_.erase(std::pair(a_log.data, a_log.numel()));
-  if (!count_only_) negative_exp_f32(values, a_log.numel(), const_cast<float*>(values), stream_);
+  const auto key = std::pair(a_log.data, a_log.numel());
+  uploaded_.erase(key);
+  if (count_only_) return values;
+  if (fill_values_) negative_exp_f32(values, a_log.numel(), const_cast<float*>(values), stream_);
+  const auto placed = placements_.find(key);
+  JAMBO_ASSERT(placed != placements_.end() && placed->second.out == values);
+  placed->second.conversion = Conversion::NegativeExp;
   return values;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backend/cuda/device_memory.h"
+#include "model/weight_update.h"
 #include "model/weights.h"
 
 #include <map>
@@ -79,9 +80,19 @@ struct DeviceLayer {
   DeviceMoe moe;
 };
 
+// The bytes of every allocation of a DeviceWeights in host memory, in allocations() order: the weights of a backend
+// asleep at level 1.
+struct HostWeights {
+  std::unique_ptr<std::byte[]> bytes;
+  std::vector<int64_t> num_bytes;  // [allocations]
+};
+
 class DeviceWeights {
  public:
   DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream);
+  // The weights saved by save(), from a DeviceWeights of the same model and mode, put back (the checkpoint unread).
+  DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream, const HostWeights& saved);
+  HostWeights save() const;
 
   // The bytes DeviceWeights(model, mode, ...) takes on the GPU, counted without a GPU (for memory plans).
   static int64_t bytes_needed(const model::Model& model, WeightMode mode);
@@ -101,8 +112,26 @@ class DeviceWeights {
   // list the same tensors in the same order (for tests that compare them byte for byte).
   std::vector<Allocation> allocations() const;
 
+  // Writes an update's new values over the weights they replace, converted as at load (A_log to -exp(A_log),
+  // gate_proj and up_proj into their stacked matrix, a tied embedding into lm_head too), in place: the pointers above,
+  // and the CUDA graphs that hold them, stay valid. Every value is checked first (the f16 mode refuses one beyond
+  // half's range, naming the tensor), so an update that throws has written nothing.
+  void update(const model::WeightUpdate& update);
+
  private:
-  DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream, bool count_only);
+  // A copy of a host tensor on the GPU, and how its values were converted: an update of the tensor goes the same way.
+  enum class Conversion : uint8_t { F32, Sixteen, NegativeExp };
+  struct Placement {
+    Conversion conversion;
+    void* out;  // [numel] of the tensor: fp32 (F32, NegativeExp) or the mode's 16-bit type (Sixteen)
+  };
+  void place(const TensorView& view, Conversion conversion, void* out);  // records a placement (not when counting)
+  void put(const TensorView& values, const Placement& placement);        // values the way the placement was
+  float* widen_within_f16(const TensorView& view);  // view as fp32 in staging_f32_, refused beyond half's range
+
+  // What a construction does: upload the model's values, only allocate (values put back after), or only count.
+  enum class Fill : uint8_t { Values, Nothing, CountOnly };
+  DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream, Fill fill);
   void load(const model::Model& model);
   const float* upload_vector(const TensorView& view);  // fp32 copy; null for an empty view
   DType matrix_dtype(DType stored) const;              // a GEMM matrix's type on the GPU in this mode
@@ -121,7 +150,8 @@ class DeviceWeights {
   WeightMode mode_;
   cudaStream_t stream_;
   const model::RandomWeights* random_recipe_ = nullptr;  // set when the views hold no host data
-  bool count_only_ = false;  // bytes_on_device only: nothing allocated or copied, pointers stay null
+  bool count_only_ = false;   // bytes_on_device only: nothing allocated or copied, pointers stay null
+  bool fill_values_ = true;   // false: allocated, the values left to the caller
   std::vector<DeviceBuffer<float>> owned_;
   std::vector<DeviceBuffer<uint16_t>> owned_16_;                        // 16-bit matrices of the 16-bit modes
   std::vector<DeviceBuffer<const void*>> expert_tables_;                // DeviceMoe::expert_matrices
@@ -129,6 +159,7 @@ class DeviceWeights {
   DeviceBuffer<float> staging_f32_;                                     // a tensor on its way to f16
   std::map<std::pair<const void*, int64_t>, const float*> uploaded_;    // (host data, numel) -> fp32 copy
   std::map<std::pair<const void*, int64_t>, const void*> uploaded_16_;  // (host data, numel) -> 16-bit copy
+  std::multimap<std::pair<const void*, int64_t>, Placement> placements_;  // (host data, numel) -> every copy
 };
 
 }  // namespace jambo::backend::cuda
