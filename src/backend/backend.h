@@ -8,8 +8,11 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace jambo::backend {
@@ -148,6 +151,16 @@ struct FaultInjection {
   int64_t state_offset_modulus = 0;
 };
 
+// A tensor in another process's GPU memory, shared by CUDA IPC (POST /update_weights_from_ipc): what PyTorch's
+// storage._share_cuda_() gives, as tools/jambo_ipc.py sends it.
+struct IpcTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::array<std::byte, 64> handle{};  // the cudaIpcMemHandle_t of the allocation holding it
+  int64_t offset = 0;                  // bytes from the allocation's start to the tensor's first element
+};
+
 // How deep a backend sleeps: level 1 keeps the weights (in host memory), level 2 drops them.
 enum class SleepLevel { KeepWeights = 1, DropWeights = 2 };
 // What a wake_up takes back (vLLM's tags "weights" and "kv_cache").
@@ -177,6 +190,9 @@ class Backend {
   // Between steps only, the weights awake. Throws jambo::Error, nothing changed, where the backend cannot hold a
   // value (the CUDA backend's f16 mode).
   virtual void update_weights(const model::WeightUpdate& update) = 0;
+  // The tensors' memory opened in this process (the CUDA backend; the CPU backend throws jambo::Error), as a
+  // checkpoint whose storage closes it again: each allocation once, each tensor inside its allocation.
+  virtual model::Checkpoint open_ipc_tensors(std::span<const IpcTensor> tensors) = 0;
 
   // Sleep (vLLM's /sleep), between steps, with no request holding a slot or a KV block: lets go of the memory of
   // the caches (the recurrent-state pool, the KV cache, the workspaces; their contents are lost) and, at

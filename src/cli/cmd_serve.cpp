@@ -65,7 +65,7 @@ void run_serve(const ServeOptions& options) {
   std::fflush(stdout);
   if (server_options.enable_control_endpoints && server_options.api_key.empty())
     fmt::print(stderr, "jambo: warning: the control endpoints (/pause, /resume, /abort_requests, "
-                       "/update_weights_from_disk, /sleep, /wake_up) are served without --api-key: anyone who reaches "
+                       "/update_weights_from_disk, /update_weights_from_ipc, /sleep, /wake_up) are served without --api-key: anyone who reaches "
                        "{}:{} can pause, abort or put to sleep the server, or change its weights\n",
                server_options.host, port);
 
@@ -104,9 +104,9 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command->add_flag("--enable-control-endpoints", server.enable_control_endpoints,
-                    "serve POST /pause, /resume, /abort_requests, /update_weights_from_disk, /sleep, /wake_up and GET "
-                    "/is_paused, /is_sleeping, which a trainer drives (give --api-key too: without one, anyone who reaches the port can pause the "
-                    "server or change its weights)");
+                    "serve POST /pause, /resume, /abort_requests, /update_weights_from_disk, /update_weights_from_ipc, "
+                    "/sleep, /wake_up and GET /is_paused, /is_sleeping, which a trainer drives (give --api-key too: "
+                    "without one, anyone who reaches the port can pause the server or change its weights)");
   command
       ->add_option("--allowed-weight-paths", server.allowed_weight_paths,
                    "folders whose checkpoints POST /update_weights_from_disk may read (none: it reads none)")

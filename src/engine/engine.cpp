@@ -97,6 +97,7 @@ struct Engine::Impl {
   Engine::Sleep asleep;
   bool weights_dropped = false;                  // by a sleep at level 2: the wake reads the checkpoint again
   const std::string checkpoint_weight_version;  // options.weight_version as the engine was made
+  const model::Model model;                     // the weights' names and shapes, for updates
 };
 
 Engine::Impl::Impl(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options)
@@ -110,7 +111,8 @@ Engine::Impl::Impl(const model::Model& model, const tokenizer::Tokenizer* tokeni
       runner(*backend, slots, options.kv_block_size, options.checked),
       scheduler(options.max_num_batched_tokens, slots, kv_blocks, [this](int64_t slot) { runner.on_slot_freed(slot); }),
       trace(options.trace_path),
-      checkpoint_weight_version(options.weight_version) {
+      checkpoint_weight_version(options.weight_version),
+      model(model) {
   inject_faults(options.faults);
 }
 
@@ -379,6 +381,12 @@ void Engine::update_weights(const model::WeightUpdate& update, std::string versi
   JAMBO_REQUIRE(!impl_->asleep.weights, "the weights sleep: wake them (wake_up with the weights) before an update");
   impl_->backend->update_weights(update);
   set_weight_version(std::move(version));
+}
+
+void Engine::update_weights_from_ipc(std::span<const backend::IpcTensor> tensors, std::string version) {
+  JAMBO_REQUIRE(!impl_->asleep.weights, "the weights sleep: wake them (wake_up with the weights) before an update");
+  const model::Checkpoint shared = impl_->backend->open_ipc_tensors(tensors);
+  update_weights(model::match_weight_update(shared, impl_->model), std::move(version));
 }
 
 void Engine::sleep(backend::SleepLevel level) {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,9 @@ class Engine {
   // and they are named `version`. Samples under way go on with the new weights; their weight_versions say which
   // tokens came from which. Throws jambo::Error, the weights unchanged, where the backend takes no updates.
   void update_weights(const model::WeightUpdate& update, std::string version);
+  // The same from tensors in another process's GPU memory (backend.h: IpcTensor), read device to device: their
+  // names, shapes and dtypes checked against the model, their values on the GPU, before anything is written.
+  void update_weights_from_ipc(std::span<const backend::IpcTensor> tensors, std::string version);
 
   // Sleep and wake (vLLM's names; backend.h says what each level lets go of), between steps, with no request
   // unfinished: a caller pauses first. Throws jambo::Error, nothing changed, where a request is unfinished, or an

@@ -288,6 +288,19 @@ Checkpoint Checkpoint::open(const fs::path& folder) {
   return checkpoint;
 }
 
+Checkpoint Checkpoint::on_device(std::vector<TensorView> views, std::string source, std::shared_ptr<void> storage) {
+  Checkpoint checkpoint;
+  checkpoint.source_ = std::move(source);
+  checkpoint.files_ = std::move(storage);
+  checkpoint.on_device_ = true;
+  for (TensorView& view : views) {
+    const std::string name = view.name;
+    JAMBO_REQUIRE(checkpoint.tensors_.emplace(name, Entry{std::move(view), checkpoint.source_}).second,
+                  "{}: tensor '{}' is given twice", checkpoint.source_, name);
+  }
+  return checkpoint;
+}
+
 const TensorView* Checkpoint::find(const std::string& name) const {
   const auto found = tensors_.find(name);
   return found == tensors_.end() ? nullptr : &found->second.view;
@@ -303,6 +316,7 @@ TensorView Checkpoint::get(const std::string& name, const std::vector<int64_t>& 
 }
 
 void Checkpoint::require_finite(std::span<const std::string> names) const {
+  JAMBO_ASSERT(!on_device_);
   std::vector<TensorView> views;
   for (const std::string& name : names) views.push_back(tensors_.at(name).view);
   const std::optional<NonFiniteValue> found = find_nonfinite(views);

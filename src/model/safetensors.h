@@ -23,6 +23,10 @@ class Checkpoint {
  public:
   // Opens folder/model.safetensors.index.json (sharded) or else folder/model.safetensors.
   static Checkpoint open(const std::filesystem::path& folder);
+  // Tensors of another process's GPU memory (shared by CUDA IPC), named `source` in messages: their bytes are not
+  // readable on the host, so require_finite is the caller's to do on the GPU. `storage` keeps them mapped.
+  static Checkpoint on_device(std::vector<TensorView> views, std::string source, std::shared_ptr<void> storage);
+  bool on_device() const { return on_device_; }
 
   // The tensor, or nullptr when the checkpoint has no tensor of that name.
   const TensorView* find(const std::string& name) const;
@@ -48,6 +52,7 @@ class Checkpoint {
   std::map<std::string, Entry> tensors_;
   std::string source_;
   std::shared_ptr<void> files_;
+  bool on_device_ = false;
 };
 
 }  // namespace jambo::model

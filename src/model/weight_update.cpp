@@ -69,8 +69,10 @@ std::optional<Source> source_of(const Checkpoint& checkpoint, const WeightSlot& 
 WeightUpdate read_weight_update(const fs::path& folder, const Model& model) {
   require_model_folder(folder);
   if (fs::exists(folder / "config.json")) require_same_architecture(folder / "config.json", model.config);
-  const Checkpoint checkpoint = Checkpoint::open(folder);
+  return match_weight_update(Checkpoint::open(folder), model);
+}
 
+WeightUpdate match_weight_update(const Checkpoint& checkpoint, const Model& model) {
   ModelWeights weights = model.weights;  // the slots' targets, the model's own views
   const std::vector<WeightSlot> slots = list_weight_slots(model.config, weights);
   std::set<std::string> known;
@@ -96,7 +98,8 @@ WeightUpdate read_weight_update(const fs::path& folder, const Model& model) {
     update.pieces.push_back({slot.name, values, target});
     update.num_bytes += values.numel() * dtype_size(values.dtype);
   }
-  checkpoint.require_finite(update.tensors);
+  update.on_device = checkpoint.on_device();
+  if (!update.on_device) checkpoint.require_finite(update.tensors);
   update.storage = checkpoint.storage();
   return update;
 }

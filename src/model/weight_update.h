@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "model/safetensors.h"
 #include "model/weights.h"
 
 #include <filesystem>
@@ -26,11 +27,16 @@ struct WeightUpdate {
   std::vector<Piece> pieces;          // in the model's order of weights
   std::vector<std::string> tensors;   // the folder's tensors, sorted
   int64_t num_bytes = 0;              // of the pieces' sources
-  std::shared_ptr<void> storage;      // keeps the folder's memory maps alive
+  std::shared_ptr<void> storage;      // keeps the folder's memory maps (or the shared GPU memory) alive
+  bool on_device = false;             // the sources lie in GPU memory: the backend checks them finite
 };
 
 // Reads and checks the update in `folder` against `model` (loaded with load_model or made with make_random_model).
 // Throws jambo::Error, naming the folder and the tensor, when anything is wrong; the model is never touched.
 WeightUpdate read_weight_update(const std::filesystem::path& folder, const Model& model);
+
+// The same for tensors given otherwise (Checkpoint::on_device: POST /update_weights_from_ipc): names, shapes and
+// dtypes checked against the model, and the values too where they are readable on the host.
+WeightUpdate match_weight_update(const Checkpoint& tensors, const Model& model);
 
 }  // namespace jambo::model

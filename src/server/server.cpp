@@ -110,6 +110,75 @@ std::vector<std::string> split_list(std::string_view text) {
   return items;
 }
 
+// Standard base64 (RFC 4648, padded), or nothing where `text` is not.
+std::optional<std::vector<std::byte>> decode_base64(std::string_view text) {
+  static constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::vector<std::byte> out;
+  for (size_t i = 0; i < text.size(); i += 4) {
+    uint32_t group = 0;
+    int num_padding = 0;
+    for (size_t j = 0; j < 4; ++j) {
+      const char c = text[i + j];
+      const size_t value = kAlphabet.find(c);
+      if (c == '=' && i + 4 == text.size() && j >= 2) {
+        ++num_padding;
+      } else if (value == std::string_view::npos || num_padding > 0) {
+        return std::nullopt;
+      }
+      group = group << 6 | uint32_t(value == std::string_view::npos ? 0 : value);
+    }
+    for (int b = 0; b < 3 - num_padding; ++b) out.push_back(std::byte(group >> (16 - 8 * b)));
+  }
+  return out;
+}
+
+// One entry of /update_weights_from_ipc's "tensors": {"name", "dtype", "shape", "ipc_handle", "offset"}.
+constexpr uint64_t kMaxIpcElements = uint64_t(1) << 40;
+backend::IpcTensor parse_ipc_tensor(const json& entry, size_t index) {
+  const std::string field = fmt::format("tensors[{}]", index);
+  if (!entry.is_object()) throw ApiError(400, "must be an object {name, dtype, shape, ipc_handle, offset}", field);
+  const auto string_of = [&](const char* key) {
+    const auto found = entry.find(key);
+    if (found == entry.end() || !found->is_string())
+      throw ApiError(400, fmt::format("{} must be a string", key), fmt::format("{}.{}", field, key));
+    return found->get<std::string>();
+  };
+  backend::IpcTensor tensor;
+  tensor.name = string_of("name");
+  const std::string dtype = string_of("dtype");
+  if (dtype == "BF16" || dtype == "bfloat16")
+    tensor.dtype = DType::BF16;
+  else if (dtype == "F16" || dtype == "float16")
+    tensor.dtype = DType::F16;
+  else if (dtype == "F32" || dtype == "float32")
+    tensor.dtype = DType::F32;
+  else
+    throw ApiError(400, fmt::format("dtype '{}' is none of BF16, F16 and F32", dtype), field + ".dtype");
+  const auto shape = entry.find("shape");
+  if (shape == entry.end() || !shape->is_array() ||
+      !std::all_of(shape->begin(), shape->end(), [](const json& n) { return n.is_number_unsigned(); }))
+    throw ApiError(400, "shape must be an array of non-negative integers", field + ".shape");
+  uint64_t numel = 1;  // bounded, so that no count of elements or bytes overflows
+  for (const json& n : *shape) {
+    tensor.shape.push_back(int64_t(std::min<uint64_t>(n.get<uint64_t>(), kMaxIpcElements)));
+    const uint64_t dim = uint64_t(tensor.shape.back());
+    numel = dim == 0 ? 0 : numel > kMaxIpcElements / dim ? kMaxIpcElements + 1 : numel * dim;
+  }
+  if (numel > kMaxIpcElements || tensor.shape.size() > 8)
+    throw ApiError(400, fmt::format("shape holds more than {} elements or 8 dimensions", kMaxIpcElements),
+                   field + ".shape");
+  const std::optional<std::vector<std::byte>> handle = decode_base64(string_of("ipc_handle"));
+  if (!handle || handle->size() != tensor.handle.size())
+    throw ApiError(400, "ipc_handle must be the base64 of a 64-byte cudaIpcMemHandle_t", field + ".ipc_handle");
+  std::copy(handle->begin(), handle->end(), tensor.handle.begin());
+  const auto offset = entry.find("offset");
+  if (offset != entry.end() && !offset->is_number_unsigned())
+    throw ApiError(400, "offset must be a non-negative integer (bytes)", field + ".offset");
+  tensor.offset = offset == entry.end() ? 0 : int64_t(std::min<uint64_t>(offset->get<uint64_t>(), INT64_MAX / 2));
+  return tensor;
+}
+
 EngineLoop::PauseMode parse_pause_mode(const std::optional<std::string>& text) {
   if (!text || *text == "abort") return EngineLoop::PauseMode::Abort;
   if (*text == "wait") return EngineLoop::PauseMode::Wait;
@@ -166,6 +235,8 @@ struct Server::Impl final : HttpHandler {
   HttpResponse is_paused(const HttpRequest& request);
   HttpResponse abort_requests(const HttpRequest& request);
   HttpReply update_weights_from_disk(const HttpRequest& request);
+  HttpReply update_weights_from_ipc(const HttpRequest& request);
+  std::string requested_weight_version(const json& body) const;
   HttpReply sleep(const HttpRequest& request);
   HttpReply wake_up(const HttpRequest& request);
   HttpResponse is_sleeping(const HttpRequest& request);
@@ -443,6 +514,8 @@ Server::Impl::Impl(const model::Model& model, engine::Engine& engine, const toke
                     [this](const HttpRequest& request) { return HttpReply(abort_requests(request)); }});
   routes.push_back({"POST", "/update_weights_from_disk", true,
                     [this](const HttpRequest& request) { return update_weights_from_disk(request); }});
+  routes.push_back({"POST", "/update_weights_from_ipc", true,
+                    [this](const HttpRequest& request) { return update_weights_from_ipc(request); }});
   routes.push_back({"POST", "/sleep", false, [this](const HttpRequest& request) { return sleep(request); }});
   routes.push_back({"POST", "/wake_up", false, [this](const HttpRequest& request) { return wake_up(request); }});
   routes.push_back(
@@ -568,6 +641,15 @@ std::filesystem::path allowed_weight_folder(const std::string& requested, const 
 
 }  // namespace
 
+// An update's "weight_version": the new weights' name, else the current one.
+std::string Server::Impl::requested_weight_version(const json& body) const {
+  const auto named = body.find("weight_version");
+  if (named == body.end()) return current_weight_version();
+  if (!named->is_string() || named->get_ref<const std::string&>().empty())
+    throw ApiError(400, "weight_version must be a non-empty string", "weight_version");
+  return named->get<std::string>();
+}
+
 // {"model_path": FOLDER, "weight_version": NAME}: the folder's tensors (all of the model's or some) replace the
 // model's between two steps, all or none (model/weight_update.h), and the weights are named NAME (else keep theirs).
 HttpReply Server::Impl::update_weights_from_disk(const HttpRequest& request) {
@@ -575,12 +657,7 @@ HttpReply Server::Impl::update_weights_from_disk(const HttpRequest& request) {
   const auto path = body.find("model_path");
   if (path == body.end() || !path->is_string())
     throw ApiError(400, "model_path must be a string: the checkpoint folder to read", "model_path");
-  std::string version = current_weight_version();
-  if (const auto named = body.find("weight_version"); named != body.end()) {
-    if (!named->is_string() || named->get_ref<const std::string&>().empty())
-      throw ApiError(400, "weight_version must be a non-empty string", "weight_version");
-    version = named->get<std::string>();
-  }
+  const std::string version = requested_weight_version(body);
   const std::filesystem::path folder = allowed_weight_folder(path->get<std::string>(), options.allowed_weight_paths);
   const auto started = std::chrono::steady_clock::now();
   auto update = std::make_shared<const model::WeightUpdate>(model::read_weight_update(folder, model));
@@ -598,6 +675,30 @@ HttpReply Server::Impl::update_weights_from_disk(const HttpRequest& request) {
                     {"num_weights", update->pieces.size()},
                     {"num_bytes", update->num_bytes},
                     {"read_seconds", read_seconds},
+                    {"update_seconds", update_seconds}};
+      });
+}
+
+// {"tensors": [{"name", "dtype", "shape", "ipc_handle", "offset"}], "weight_version": NAME}: tensors in a trainer's
+// GPU memory (tools/jambo_ipc.py sends a state_dict so) replace the model's between two steps, device to device, all
+// or none, as /update_weights_from_disk's do.
+HttpReply Server::Impl::update_weights_from_ipc(const HttpRequest& request) {
+  const json body = parse_body(request.body);
+  const auto listed = body.find("tensors");
+  if (listed == body.end() || !listed->is_array() || listed->empty())
+    throw ApiError(400, "tensors must be a non-empty array of {name, dtype, shape, ipc_handle, offset}", "tensors");
+  auto tensors = std::make_shared<std::vector<backend::IpcTensor>>();
+  for (size_t i = 0; i < listed->size(); ++i) tensors->push_back(parse_ipc_tensor((*listed)[i], i));
+  const std::string version = requested_weight_version(body);
+  return std::make_shared<ChangeResponse>(
+      loop, /*needs_idle=*/false,
+      [tensors, version](engine::Engine& engine) { engine.update_weights_from_ipc(*tensors, version); },
+      [this, tensors, version](double update_seconds) {
+        set_weight_version(version);
+        return json{{"success", true},
+                    {"message", fmt::format("{} tensors are in, as '{}'", tensors->size(), version)},
+                    {"weight_version", version},
+                    {"num_tensors", tensors->size()},
                     {"update_seconds", update_seconds}};
       });
 }

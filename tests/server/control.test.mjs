@@ -1,6 +1,7 @@
-// The control endpoints (POST /pause, /resume, /abort_requests, /update_weights_from_disk; GET /is_paused): absent
-// without --enable-control-endpoints; with --api-key every route but /health and /metrics, the OpenAI ones too, refused
-// without the Bearer key; and, with it, pauses in the three modes and aborts by id over HTTP.
+// The control endpoints (POST /pause, /resume, /abort_requests, /update_weights_from_disk, /update_weights_from_ipc,
+// /sleep, /wake_up; GET /is_paused, /is_sleeping): absent without --enable-control-endpoints; with --api-key every
+// route but /health and /metrics, the OpenAI ones too, refused without the Bearer key; and, with it, pauses in the
+// three modes and aborts by id over HTTP.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { BASE, MODEL, post, sleep, startServer, waitIdle, withTimeout } from './lib.mjs';
@@ -36,20 +37,22 @@ async function running(count) {
 }
 
 test('without --enable-control-endpoints the endpoints do not exist', async () => {
-  for (const path of ['/pause', '/resume', '/abort_requests', '/update_weights_from_disk'])
+  for (const path of ['/pause', '/resume', '/abort_requests', '/update_weights_from_disk', '/update_weights_from_ipc',
+                      '/sleep', '/wake_up'])
     assert.equal((await post(path, {}, AUTH, BASE)).status, 404, path);
-  assert.equal((await fetch(`${BASE}/is_paused`, { headers: AUTH })).status, 404);
+  for (const path of ['/is_paused', '/is_sleeping'])
+    assert.equal((await fetch(`${BASE}${path}`, { headers: AUTH })).status, 404, path);
 });
 
 test('without the Bearer key, or with another, every route but /health and /metrics answers 401', async () => {
   for (const headers of [{}, { Authorization: 'Bearer wrong' }, { Authorization: KEY }]) {
-    for (const path of ['/pause', '/resume', '/abort_requests', '/update_weights_from_disk', '/v1/completions',
-                        '/tokenize']) {
+    for (const path of ['/pause', '/resume', '/abort_requests', '/update_weights_from_disk', '/update_weights_from_ipc',
+                        '/sleep', '/wake_up', '/v1/completions', '/tokenize']) {
       const response = await control('POST', path, path === '/v1/completions' ? SHORT : {}, headers);
       assert.equal(response.status, 401, `${path} ${JSON.stringify(headers)}`);
       assert.equal(response.json.error.type, 'authentication_error');
     }
-    for (const path of ['/is_paused', '/v1/models'])
+    for (const path of ['/is_paused', '/is_sleeping', '/v1/models'])
       assert.equal((await control('GET', path, undefined, headers)).status, 401, path);
     assert.equal((await fetch(`${server.url}/health`, { headers })).status, 200);
     assert.equal((await fetch(`${server.url}/metrics`, { headers })).status, 200);

@@ -79,3 +79,35 @@ test('folders outside --allowed-weight-paths are refused with 403, malformed bod
   assert.equal(missing.status, 400, missing.text);
   assert.match(missing.json.error.message, /missing/);
 });
+
+// /update_weights_from_ipc is read here and checked field by field; the CPU backend then refuses tensors in GPU
+// memory (tools/ipc_update_check.py runs the CUDA backend's on the GPU machine).
+test('update_weights_from_ipc: malformed entries answer 400 naming the field; the CPU backend refuses GPU memory', async () => {
+  assert.equal((await post('/update_weights_from_ipc', { tensors: [] }, {}, BASE)).status, 404);
+  const handle = Buffer.alloc(64, 7).toString('base64');
+  const entry = { name: NORM, dtype: 'F32', shape: [64], ipc_handle: handle, offset: 0 };
+  const cases = [
+    [{}, 'tensors'],
+    [{ tensors: [] }, 'tensors'],
+    [{ tensors: [3] }, 'tensors[0]'],
+    [{ tensors: [{ ...entry, name: 5 }] }, 'tensors[0].name'],
+    [{ tensors: [{ ...entry, dtype: 'F8' }] }, 'tensors[0].dtype'],
+    [{ tensors: [{ ...entry, shape: [-1] }] }, 'tensors[0].shape'],
+    [{ tensors: [{ ...entry, shape: [1 << 30, 1 << 30, 1 << 30] }] }, 'tensors[0].shape'],
+    [{ tensors: [{ ...entry, ipc_handle: 'not base64!' }] }, 'tensors[0].ipc_handle'],
+    [{ tensors: [{ ...entry, ipc_handle: Buffer.alloc(63).toString('base64') }] }, 'tensors[0].ipc_handle'],
+    [{ tensors: [entry, { ...entry, offset: -8 }] }, 'tensors[1].offset'],
+    [{ tensors: [entry], weight_version: '' }, 'weight_version'],
+  ];
+  for (const [body, field] of cases) {
+    const response = await post('/update_weights_from_ipc', body, {}, server.url);
+    assert.equal(response.status, 400, `${JSON.stringify(body)}: ${response.text}`);
+    assert.equal(response.json.error.param, field, response.text);
+  }
+  const before = await complete();
+  const cpu = await post('/update_weights_from_ipc', { tensors: [entry], weight_version: 'ipc' }, {}, server.url);
+  assert.equal(cpu.status, 400, cpu.text);
+  assert.match(cpu.json.error.message, /CPU backend cannot read tensors in GPU memory/);
+  assert.notEqual(await version(), 'ipc');
+  assert.deepEqual(await complete(), before);
+});

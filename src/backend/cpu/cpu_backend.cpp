@@ -42,6 +42,10 @@ class CpuBackend final : public Backend {
   // file's, which the system may drop and read again).
   void sleep(backend::SleepLevel level) override;
   void wake_up(const backend::WakeTags&) override {}  // the caches come back zeroed as they are touched
+  model::Checkpoint open_ipc_tensors(std::span<const backend::IpcTensor>) override {
+    fail("the CPU backend cannot read tensors in GPU memory (CUDA IPC): serve with --backend cuda, or send the "
+         "weights as a checkpoint folder (/update_weights_from_disk)");
+  }
 
  private:
   void index_weights();  // weights_by_name_ from model_'s weights

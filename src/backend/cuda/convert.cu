@@ -4,6 +4,8 @@
 #include "backend/cuda/device_memory.h"
 
 #include <cuda_bf16.h>
+
+#include <cmath>
 #include <cuda_fp16.h>
 
 namespace jambo::backend::cuda {
@@ -41,27 +43,36 @@ __global__ void negative_exp_kernel(const float* in,  // [count]
   if (i < count) out[i] = -expf(in[i]);
 }
 
+// Counts the values with |x| >= limit, and with count_nan the NaNs too.
 __global__ void count_beyond_kernel(const float* x,  // [count]
-                                    int64_t count, float limit,
+                                    int64_t count, float limit, bool count_nan,
                                     unsigned long long* counter) {  // [1]
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count && fabsf(x[i]) >= limit) atomicAdd(counter, 1ull);
+  if (i < count && (fabsf(x[i]) >= limit || (count_nan && isnan(x[i])))) atomicAdd(counter, 1ull);
 }
 
-}  // namespace
-
-int64_t count_beyond_f16(const float* x, int64_t count, cudaStream_t stream) {
+int64_t count_beyond(const float* x, int64_t count, float limit, bool count_nan, cudaStream_t stream) {
   if (count == 0) return 0;
   DeviceBuffer<unsigned long long> counter(1);
   JAMBO_CUDA_CHECK(cudaMemsetAsync(counter.data(), 0, sizeof(unsigned long long), stream));
-  constexpr float kRoundsToInfinity = 65520.0f;  // half's largest finite value 65504 plus half its last step
-  count_beyond_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(x, count, kRoundsToInfinity,
+  count_beyond_kernel<<<num_blocks_for(count, kThreads), kThreads, 0, stream>>>(x, count, limit, count_nan,
                                                                                 counter.data());
   JAMBO_CUDA_CHECK_LAUNCH(count_beyond_kernel);
   unsigned long long host = 0;
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(&host, counter.data(), sizeof(host), cudaMemcpyDeviceToHost, stream));
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream));
   return int64_t(host);
+}
+
+}  // namespace
+
+int64_t count_beyond_f16(const float* x, int64_t count, cudaStream_t stream) {
+  constexpr float kRoundsToInfinity = 65520.0f;  // half's largest finite value 65504 plus half its last step
+  return count_beyond(x, count, kRoundsToInfinity, /*count_nan=*/false, stream);
+}
+
+int64_t count_nonfinite(const float* x, int64_t count, cudaStream_t stream) {
+  return count_beyond(x, count, INFINITY, /*count_nan=*/true, stream);
 }
 
 void widen_to_f32(const uint16_t* in, bool is_bf16, int64_t count, float* out, cudaStream_t stream) {

@@ -23,6 +23,9 @@ void narrow_to_16(const float* x,  // [rows, x_stride], the first cols columns r
 // How many of x's values round to an infinite IEEE half (|x| >= 65520; NaN is not counted). Waits for the result.
 int64_t count_beyond_f16(const float* x,  // [count]
                          int64_t count, cudaStream_t stream);
+// How many of x's values are NaN or infinite. Waits for the result.
+int64_t count_nonfinite(const float* x,  // [count]
+                        int64_t count, cudaStream_t stream);
 
 // out[i] = -exp(in[i]); out may be in.
 void negative_exp_f32(const float* in,  // [count]

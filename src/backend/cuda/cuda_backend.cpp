@@ -3,6 +3,7 @@
 #include "backend/cuda/embedding_norm.h"
 #include "backend/cuda/ffn.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/ipc_tensors.h"
 #include "backend/cuda/logits_outputs.h"
 #include "backend/cuda/mixers.h"
 #include "backend/cuda/step_graphs.h"
@@ -53,6 +54,9 @@ class CudaBackend final : public Backend {
   }
   // On the backend's stream, after the steps before it: in place, so the captured decode graphs replay the new weights.
   void update_weights(const model::WeightUpdate& update) override { weights_->update(update); }
+  model::Checkpoint open_ipc_tensors(std::span<const IpcTensor> tensors) override {
+    return cuda::open_ipc_tensors(tensors);
+  }
   void sleep(SleepLevel level) override;
   void wake_up(const WakeTags& tags) override;
 

@@ -29,4 +29,13 @@ int current_device_attribute(cudaDeviceAttr attribute) {
   return value;
 }
 
+void* driver_function(const char* name, int version, const char* needed_for) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  JAMBO_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &function, version, cudaEnableDefault, &found));
+  require(found == cudaDriverEntryPointSuccess && function != nullptr,
+          std::string("the CUDA driver has no ") + name + " (" + needed_for + ")");
+  return function;
+}
+
 }  // namespace jambo::backend::cuda

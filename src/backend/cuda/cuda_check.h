@@ -19,6 +19,10 @@ void require(bool condition, const std::string& message);
 // An attribute of the current GPU (callers keep it in a static: asked once).
 int current_device_attribute(cudaDeviceAttr attribute);
 
+// A CUDA driver API function the runtime API lacks, by name and the CUDA version of its signature (cast it to that
+// version's PFN_ type); throws jambo::Error saying `needed_for` where the driver has none.
+void* driver_function(const char* name, int version, const char* needed_for);
+
 }  // namespace jambo::backend::cuda
 
 #define JAMBO_CUDA_CHECK(call)                                                                                     \

@@ -124,6 +124,14 @@ void DeviceWeights::update(const model::WeightUpdate& update) {
     JAMBO_ASSERT(first != last);  // every weight the model reads was uploaded
     for (auto it = first; it != last; ++it) writes.emplace_back(&piece.source, it->second);
   }
+  for (const model::WeightUpdate::Piece& piece : update.pieces) {
+    if (!update.on_device) break;  // a folder's values were checked on the host
+    JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the fp32 staging buffer is reused tensor after tensor
+    float* wide = staging_f32_.reserve(piece.source.numel());
+    put_as_f32(piece.source, wide);
+    const int64_t nonfinite = count_nonfinite(wide, piece.source.numel(), stream_);
+    JAMBO_REQUIRE(nonfinite == 0, "tensor '{}': {} of its values are NaN or infinite", piece.name, nonfinite);
+  }
   if (mode_ == WeightMode::F16)
     for (const auto& [values, placement] : writes)
       if (placement.conversion == Conversion::Sixteen && values->dtype != DType::F16) widen_within_f16(*values);
@@ -309,7 +317,8 @@ const float* DeviceWeights::negative_exp(const TensorView& a_log) {
 void DeviceWeights::put_stored(const TensorView& view, void* out) {
   const int64_t num_bytes = device_offset(view.numel(), dtype_size(view.dtype));
   if (random_recipe_ == nullptr) {
-    JAMBO_CUDA_CHECK(cudaMemcpyAsync(out, view.data, size_t(num_bytes), cudaMemcpyHostToDevice, stream_));
+    // From the host, or from the GPU (an update shared by CUDA IPC).
+    JAMBO_CUDA_CHECK(cudaMemcpyAsync(out, view.data, size_t(num_bytes), cudaMemcpyDefault, stream_));
     return;
   }
   const model::RandomTensor& tensor = random_recipe_->tensor(view);

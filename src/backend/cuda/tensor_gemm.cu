@@ -769,15 +769,8 @@ bool rows_copy_whole(const Operands& p, int64_t element_bytes) {
 // swizzle's row) by box_rows rows, zeros outside. The encoder is the driver's, reached through the runtime so that
 // nothing links libcuda.
 CUtensorMap tensor_map(const void* base, int64_t num_rows, int64_t k, int64_t stride, int box_rows) {
-  static const auto encode = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    JAMBO_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault,
-                                                      &found));
-    require(found == cudaDriverEntryPointSuccess && function != nullptr,
-            "the CUDA driver has no cuTensorMapEncodeTiled (the wgmma GEMM needs a driver for CUDA 12 or later)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
-  }();
+  static const auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(
+      driver_function("cuTensorMapEncodeTiled", 12000, "the wgmma GEMM needs a driver for CUDA 12 or later"));
   CUtensorMap map;
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(num_rows)};
   const cuuint64_t strides[1] = {cuuint64_t(stride) * sizeof(uint16_t)};
