@@ -1,9 +1,10 @@
 // POST /update_weights_from_disk and GET /weight_version on a running server: a folder of one tensor changes what
-// the engine computes and names the weights in every output; a bad folder answers 400 naming the tensor and the old
-// weights serve on bit for bit; folders outside --allowed-weight-paths are refused (403); the demo checkpoint put
-// back gives back the first logprobs exactly. Absent without --enable-control-endpoints.
+// the engine computes and names the weights in every output; a bad folder (a wrong shape, an unknown name, a wrong
+// dtype, a truncated file) answers 400 naming the tensor or the file and the old weights serve on bit for bit;
+// folders outside --allowed-weight-paths are refused (403); the demo checkpoint put back gives back the first
+// logprobs exactly. Absent without --enable-control-endpoints.
 import assert from 'node:assert/strict';
-import { mkdirSync, symlinkSync } from 'node:fs';
+import { mkdirSync, statSync, symlinkSync, truncateSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { BASE, MODEL, MODEL_DIR, WORK, demoHeader, post, startServer, writeOneTensor } from './lib.mjs';
@@ -16,6 +17,11 @@ before(async () => {
   const norm = demoHeader()[NORM];
   writeOneTensor(join(ROOT, 'norm-2'), NORM, norm.dtype, norm.shape, 2.0);
   writeOneTensor(join(ROOT, 'misshapen'), NORM, norm.dtype, [norm.shape[0] + 1], 1.0);
+  writeOneTensor(join(ROOT, 'unknown'), 'model.layers.0.no_such.weight', norm.dtype, norm.shape, 1.0);
+  writeOneTensor(join(ROOT, 'wrong-dtype'), NORM, norm.dtype === 'F32' ? 'BF16' : 'F32', norm.shape, 1.0);
+  writeOneTensor(join(ROOT, 'truncated'), NORM, norm.dtype, norm.shape, 1.0);
+  const file = join(ROOT, 'truncated', 'model.safetensors');
+  truncateSync(file, statSync(file).size - 2);
   mkdirSync(join(ROOT, 'demo'), { recursive: true });
   symlinkSync(resolve(MODEL_DIR, 'model.safetensors'), join(ROOT, 'demo', 'model.safetensors'));
   server = await startServer('weights', ['--enable-control-endpoints', '--allowed-weight-paths', ROOT]);
@@ -42,11 +48,15 @@ test('an update changes the weights, a bad one changes nothing, and the old chec
   const first = await complete();
   assert.deepEqual(first.versions, [{ version: 'default', start: 0, end: 8 }]);
 
-  const misshapen = await update({ model_path: join(ROOT, 'misshapen'), weight_version: 'never' });
-  assert.equal(misshapen.status, 400, misshapen.text);
-  assert.match(misshapen.json.error.message, new RegExp(`tensor '${NORM}' has shape`));
-  assert.equal(await version(), 'default');
-  assert.deepEqual(await complete(), first, 'a refused update changed what the server computes');
+  for (const [folder, message] of [['misshapen', `tensor '${NORM}' has shape`],
+                                   ['unknown', "tensor 'model.layers.0.no_such.weight' is not one the model reads"],
+                                   ['wrong-dtype', `tensor '${NORM}' is`], ['truncated', 'model.safetensors']]) {
+    const refused = await update({ model_path: join(ROOT, folder), weight_version: 'never' });
+    assert.equal(refused.status, 400, `${folder}: ${refused.text}`);
+    assert.match(refused.json.error.message, new RegExp(message), folder);
+    assert.equal(await version(), 'default');
+    assert.deepEqual(await complete(), first, `a refused update (${folder}) changed what the server computes`);
+  }
 
   const norm = await update({ model_path: join(ROOT, 'norm-2'), weight_version: 'norm-2' });
   assert.equal(norm.status, 200, norm.text);
