@@ -4,7 +4,7 @@
 // three modes and aborts by id over HTTP.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { BASE, MODEL, post, sleep, startServer, waitIdle, withTimeout } from './lib.mjs';
+import { BASE, MODEL, post, rawStream, sleep, startServer, waitIdle, withTimeout } from './lib.mjs';
 
 const KEY = 'control-key-for-the-tests';
 const AUTH = { Authorization: `Bearer ${KEY}` };
@@ -99,6 +99,38 @@ test('abort ends a running request with finish_reason "abort" and its text so fa
   assert.deepEqual(paused.json, { paused: true, mode: 'wait' });
   const finished = await finishing;  // answered before, or as, the pause held
   assert.equal(finished.json.choices[0].finish_reason, 'length');
+  await control('POST', '/resume');
+  await waitIdle(server.url);
+});
+
+// A stream's text, its chunks put together, and the finish reason of its last chunk.
+function streamed({ events, done }) {
+  assert.ok(done, 'the stream did not end with [DONE]');
+  const chunks = events.slice(0, -1).map((event) => JSON.parse(event).choices[0]).filter(Boolean);
+  return { text: chunks.map((c) => c.text).join(''), finish: chunks.at(-1).finish_reason };
+}
+
+test('with streams in flight: keep freezes and resumes a stream unchanged, abort ends it, wait lets it finish', async () => {
+  const reference = (await post('/v1/completions', LONG, AUTH, server.url)).json.choices[0].text;
+  const kept = rawStream('/v1/completions', LONG, server.url, AUTH);
+  await running(1);
+  assert.equal((await control('POST', '/pause?mode=keep')).status, 200);
+  await sleep(300);
+  await control('POST', '/resume');
+  assert.deepEqual(streamed(await withTimeout(kept, 60_000, 'the kept stream')), { text: reference, finish: 'length' });
+
+  const aborted = rawStream('/v1/completions', LONG, server.url, AUTH);
+  await running(1);
+  assert.equal((await control('POST', '/pause?mode=abort')).status, 200);
+  const cut = streamed(await aborted);
+  assert.equal(cut.finish, 'abort');
+  assert.ok(reference.startsWith(cut.text) && cut.text.length < reference.length, 'the aborted stream is not a prefix');
+  await control('POST', '/resume');
+
+  const finishing = rawStream('/v1/completions', SHORT, server.url, AUTH);
+  await running(1);
+  assert.equal((await control('POST', '/pause?mode=wait')).status, 200);
+  assert.equal(streamed(await finishing).finish, 'length');
   await control('POST', '/resume');
   await waitIdle(server.url);
 });

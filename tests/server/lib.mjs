@@ -156,8 +156,8 @@ export async function post(path, body, headers = {}, base = BASE) {
 }
 
 // A streaming request read as raw server-sent events: {status, events: [data strings], done}.
-export async function rawStream(path, body, base = BASE) {
-  const response = await post(path, { ...body, stream: true }, {}, base);
+export async function rawStream(path, body, base = BASE, headers = {}) {
+  const response = await post(path, { ...body, stream: true }, headers, base);
   const events = response.text
     .split('\n\n')
     .filter((block) => block.startsWith('data: '))
