@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -69,6 +70,7 @@ class Jambo:
         if not match:
             sys.exit(f"grpo_loop: jambo serve did not start: {self.process.stdout.read()}")
         self.url = match.group(0)
+        threading.Thread(target=self.process.stdout.read, daemon=True).start()  # a full pipe would block jambo
         self.name = model.rstrip("/").split("/")[-1]
 
     def call(self, path, body=None):
@@ -170,6 +172,8 @@ def write_plot(path, steps):
 
 def main():
     args = parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as fp32: the mismatch is held to 2e-3
+    torch.backends.cudnn.allow_tf32 = False
     folder = tempfile.mkdtemp(prefix="jambo-grpo-")
     os.makedirs(args.out, exist_ok=True)
     jambo = Jambo(args.jambo, args.model, folder)

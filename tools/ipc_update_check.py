@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -53,6 +54,7 @@ def main(jambo, model):
     if not match:
         sys.exit(f"ipc_update_check: jambo serve did not start: {server.stdout.read()}")
     url = match.group(0)
+    threading.Thread(target=server.stdout.read, daemon=True).start()  # drained: a full pipe would block jambo
     name = model.rstrip("/").split("/")[-1]
 
     def logprobs():

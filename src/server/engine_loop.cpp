@@ -180,6 +180,12 @@ void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
   const bool abort_all = std::exchange(abort_all_, false);
   if (submissions.empty() && aborts.empty() && leases_to_corrupt.empty() && changes.empty() && !abort_all) return;
   lock.unlock();
+  if (abort_all)
+    for (const auto& [id, route] : routes_) aborts.push_back(id);
+  for (const std::string& id : aborts)
+    if (routes_.contains(id)) engine_.abort_request(id);
+  for (const std::string& id : leases_to_corrupt) engine_.corrupt_lease_for_testing(id);
+  // After the aborts: a change that needs the engine idle (a sleep) finds the requests a pause aborted gone.
   for (const Change& change : changes) {
     std::exception_ptr thrown;
     try {
@@ -189,11 +195,6 @@ void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
     }
     change.done(thrown);
   }
-  if (abort_all)
-    for (const auto& [id, route] : routes_) aborts.push_back(id);
-  for (const std::string& id : aborts)
-    if (routes_.contains(id)) engine_.abort_request(id);
-  for (const std::string& id : leases_to_corrupt) engine_.corrupt_lease_for_testing(id);
   std::vector<int64_t> num_rejected;
   for (auto& submission : submissions) {
     Admission admission = admit(*submission);

@@ -158,6 +158,9 @@ void CudaBackend::allocate_caches() {
 // rows and results (uploader_, logits_outputs_) stay.
 void CudaBackend::sleep(SleepLevel level) {
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // The weights' copy first: if it fails (host memory), nothing has been let go of.
+  if (level == SleepLevel::DropWeights) sleeping_weights_ = {};
+  if (weights_ != nullptr && level == SleepLevel::KeepWeights) sleeping_weights_ = weights_->save();
   graphs_.reset();
   gemm_.reset();
   states_ = {};
@@ -166,8 +169,6 @@ void CudaBackend::sleep(SleepLevel level) {
   mamba_scratch_ = {};
   attention_scratch_ = {};
   ffn_workspace_ = {};
-  if (level == SleepLevel::DropWeights) sleeping_weights_ = {};
-  if (weights_ != nullptr && level == SleepLevel::KeepWeights) sleeping_weights_ = weights_->save();
   weights_.reset();
 }
 

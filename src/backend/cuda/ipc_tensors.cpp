@@ -24,7 +24,8 @@ struct OpenedAllocations {
   };
   std::map<std::array<std::byte, 64>, Allocation> by_handle;
   ~OpenedAllocations() {
-    for (const auto& [handle, allocation] : by_handle) cudaIpcCloseMemHandle(allocation.base);
+    for (const auto& [handle, allocation] : by_handle)
+      if (allocation.base != nullptr) cudaIpcCloseMemHandle(allocation.base);
   }
 };
 
@@ -53,7 +54,8 @@ OpenedAllocations::Allocation& open(OpenedAllocations& opened, const IpcTensor& 
          "memory its owner has freed",
          tensor.name, cudaGetErrorString(status));
   }
-  at->second = {static_cast<std::byte*>(base), allocation_bytes(base)};
+  at->second.base = static_cast<std::byte*>(base);  // closed with the others, whatever follows
+  at->second.num_bytes = allocation_bytes(base);
   return at->second;
 }
 
