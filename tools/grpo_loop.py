@@ -144,13 +144,14 @@ def send_weights(jambo, model, version, mode, folder):
 def write_plot(path, steps):
     """The mismatch per step, max and mean, on a log scale: the seeds' spike plot as a per-step check."""
     width, height, left, bottom = 640, 320, 60, 40
-    values = [s["mismatch_max"] for s in steps] + [s["mismatch_mean"] for s in steps]
+    values = [s["mismatch_max"] for s in steps] + [s["mismatch_mean"] for s in steps] + [TOLERANCE]
     low = math.floor(math.log10(max(min(v for v in values if v > 0), 1e-9))) if any(values) else -9
     high = max(math.ceil(math.log10(max(max(values), 1e-9))), low + 1)
     x = lambda i: left + (width - left - 20) * (i / max(1, len(steps) - 1))
     y = lambda v: height - bottom - (height - bottom - 20) * ((math.log10(max(v, 10 ** low)) - low) / (high - low))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-             f'font-size="11"><text x="{left}" y="14">|jambo logprob - trainer logprob| per GRPO step</text>']
+             f'font-size="11"><rect width="{width}" height="{height}" fill="white"/>'
+             f'<text x="{left + 120}" y="14">|jambo logprob - trainer logprob| per GRPO step</text>']
     for e in range(low, high + 1):
         parts.append(f'<line x1="{left}" x2="{width - 20}" y1="{y(10 ** e):.1f}" y2="{y(10 ** e):.1f}" '
                      f'stroke="#ddd"/><text x="4" y="{y(10 ** e) + 4:.1f}">1e{e}</text>')
@@ -161,7 +162,7 @@ def write_plot(path, steps):
     for key, color in (("mismatch_max", "#1f77b4"), ("mismatch_mean", "#2ca02c")):
         points = " ".join(f"{x(i):.1f},{y(s[key]):.1f}" for i, s in enumerate(steps))
         parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="2"/>'
-                     f'<text x="{width - 120}" y="{34 if key == "mismatch_max" else 48}" fill="{color}">'
+                     f'<text x="{left + 10}" y="{34 if key == "mismatch_max" else 48}" fill="{color}">'
                      f'{key.split("_")[1]}</text>')
     for i in range(len(steps)):
         parts.append(f'<text x="{x(i) - 3:.1f}" y="{height - 22}">{i}</text>')
