@@ -22,8 +22,7 @@ struct StepRouting {
 // Whether any row asks for its routing.
 bool any_row_wants_routing(std::span<const BatchRow> rows);
 
-// RowOutput::routed_experts [num_tokens, num_moe_layers, k] of each row that asks, its tokens first_tokens[r] on.
-void add_routed_experts(std::span<const BatchRow> rows, std::span<const int64_t> first_tokens,
-                        const StepRouting& routing, StepOutput& output);
+// RowOutput::routed_experts [num_tokens, num_moe_layers, k] of each row that asks (the step's tokens row after row).
+void add_routed_experts(std::span<const BatchRow> rows, const StepRouting& routing, StepOutput& output);
 
 }  // namespace jambo::backend

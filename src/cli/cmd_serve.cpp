@@ -65,8 +65,9 @@ void run_serve(const ServeOptions& options) {
   std::fflush(stdout);
   if (server_options.enable_control_endpoints && server_options.api_key.empty())
     fmt::print(stderr, "jambo: warning: the control endpoints (/pause, /resume, /abort_requests, "
-                       "/update_weights_from_disk, /update_weights_from_ipc, /sleep, /wake_up) are served without --api-key: anyone who reaches "
-                       "{}:{} can pause, abort or put to sleep the server, or change its weights\n",
+                       "/update_weights_from_disk, /update_weights_from_ipc, /sleep, /wake_up) are served without "
+                       "--api-key: anyone who reaches {}:{} can pause, abort or put to sleep the server, or change its "
+                       "weights\n",
                server_options.host, port);
 
   std::thread stopper([&] {

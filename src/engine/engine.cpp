@@ -207,8 +207,8 @@ std::vector<std::string> Engine::Impl::fail_nonfinite_rows(const std::vector<Sch
 
 std::vector<SampleOutput> Engine::Impl::step() {
   JAMBO_REQUIRE(requests.empty() || !(asleep.weights || asleep.caches),
-                "the engine sleeps ({} asleep) with {} requests to run: wake it first", asleep.weights ? "weights" : "caches",
-                requests.size());
+                "the engine sleeps ({} asleep) with {} requests to run: wake it first",
+                asleep.weights ? "weights" : "caches", requests.size());
   const StepPlan plan = scheduler.schedule();
   for (Sequence* sequence : plan.preempted)
     trace.event(counters.steps, *sequence, "preempted", {{"num_generated", sequence->num_generated()}});

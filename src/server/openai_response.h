@@ -48,7 +48,8 @@ class ResponseBuilder {
     std::vector<int32_t> ids;         // the generated tokens
     std::vector<int32_t> prompt_ids;  // with return_token_ids: the choice's prompt
     std::vector<engine::WeightVersionSpan> weight_versions;  // once finished
-    nlohmann::json routed_experts;  // once finished, with return_routed_experts: {prompt_routed_experts, routed_experts}
+    // Once finished, with return_routed_experts: {prompt_routed_experts, routed_experts}.
+    nlohmann::json routed_experts;
   };
 
   // A token as the logprobs show it and the text it adds to the choice's text.

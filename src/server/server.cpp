@@ -433,7 +433,11 @@ class ChangeResponse final : public LateResponse, public std::enable_shared_from
  public:
   using Answer = std::function<json(double change_seconds)>;
   ChangeResponse(EngineLoop& loop, bool needs_idle, EngineLoop::EngineChange change, Answer answer)
-      : LateResponse(""), loop_(loop), needs_idle_(needs_idle), change_(std::move(change)), answer_(std::move(answer)) {}
+      : LateResponse(""),
+        loop_(loop),
+        needs_idle_(needs_idle),
+        change_(std::move(change)),
+        answer_(std::move(answer)) {}
 
   void start(std::function<void()> wake) override {
     if (!needs_idle_ || loop_.is_paused()) return run_change(std::move(wake), false);
@@ -457,7 +461,8 @@ class ChangeResponse final : public LateResponse, public std::enable_shared_from
       if (resume_after) self->loop_.resume();
       if (!thrown) {
         try {
-          self->body_ = self->answer_(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+          self->body_ = self->answer_(seconds);
         } catch (...) {
           thrown = std::current_exception();
         }
@@ -755,7 +760,9 @@ HttpReply Server::Impl::wake_up(const HttpRequest& request) {
       });
 }
 
-HttpResponse Server::Impl::is_sleeping(const HttpRequest&) { return json_response(200, {{"is_sleeping", bool(asleep)}}); }
+HttpResponse Server::Impl::is_sleeping(const HttpRequest&) {
+  return json_response(200, {{"is_sleeping", bool(asleep)}});
+}
 
 HttpResponse Server::Impl::is_paused(const HttpRequest&) {
   return json_response(200, {{"is_paused", loop.is_paused()}});

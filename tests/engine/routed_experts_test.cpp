@@ -46,7 +46,9 @@ TEST_F(RoutedExpertsTest, EveryTokenReadHasKIncreasingExpertsPerMoeLayer) {
           for (size_t i = 0; i < experts.size(); ++i) {
             EXPECT_GE(experts[i], 0);
             EXPECT_LT(experts[i], model_.config.num_experts);
-            if (i > 0) EXPECT_LT(experts[i - 1], experts[i]);
+            if (i > 0) {
+              EXPECT_LT(experts[i - 1], experts[i]);
+            }
           }
           seen.insert(experts);
         }

@@ -93,7 +93,8 @@ test('abort ends a running request with finish_reason "abort" and its text so fa
   assert.ok(answer.json.usage.completion_tokens < 400);
   await control('POST', '/resume');
 
-  const finishing = post('/v1/completions', SHORT, AUTH, server.url);
+  // Long enough to be seen running (12 tokens of the demo can end between two polls of /metrics).
+  const finishing = post('/v1/completions', LONG, AUTH, server.url);
   await running(1);
   const paused = await control('POST', '/pause?mode=wait');
   assert.deepEqual(paused.json, { paused: true, mode: 'wait' });
@@ -127,7 +128,7 @@ test('with streams in flight: keep freezes and resumes a stream unchanged, abort
   assert.ok(reference.startsWith(cut.text) && cut.text.length < reference.length, 'the aborted stream is not a prefix');
   await control('POST', '/resume');
 
-  const finishing = rawStream('/v1/completions', SHORT, server.url, AUTH);
+  const finishing = rawStream('/v1/completions', LONG, server.url, AUTH);
   await running(1);
   assert.equal((await control('POST', '/pause?mode=wait')).status, 200);
   assert.equal(streamed(await finishing).finish, 'length');

@@ -223,7 +223,7 @@ void CpuBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
   routed_.assign(wants_routing ? size_t(num_moe_layers * num_tokens * k) : 0, -1);
   for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) run_layer(layer, rows, first_tokens);
   compute_outputs(rows, first_tokens, output);
-  if (wants_routing) add_routed_experts(rows, first_tokens, {routed_, num_moe_layers, num_tokens, k}, output);
+  if (wants_routing) add_routed_experts(rows, {routed_, num_moe_layers, num_tokens, k}, output);
 }
 
 }  // namespace

@@ -312,13 +312,7 @@ void CudaBackend::add_routing(std::span<const BatchRow> rows, int64_t num_tokens
   std::vector<int32_t> routed(size_t(num_moe_layers * num_tokens * k));
   JAMBO_CUDA_CHECK(cudaMemcpy(routed.data(), activations_.routed_experts.data(), routed.size() * sizeof(int32_t),
                               cudaMemcpyDeviceToHost));
-  std::vector<int64_t> first_tokens;
-  int64_t first = 0;
-  for (const BatchRow& row : rows) {
-    first_tokens.push_back(first);
-    first += int64_t(row.tokens.size());
-  }
-  add_routed_experts(rows, first_tokens, {routed, num_moe_layers, num_tokens, k}, output);
+  add_routed_experts(rows, {routed, num_moe_layers, num_tokens, k}, output);
 }
 
 // Decode steps (every row one token): for a given number of rows they launch the same kernels on the same
