@@ -106,15 +106,23 @@ void EngineLoop::corrupt_lease_for_testing(const std::string& id) {
 }
 
 void EngineLoop::change_engine(EngineChange change, ChangeDone done) {
+  queue_change({std::move(change), std::move(done), /*needs_idle=*/false});
+}
+
+void EngineLoop::change_engine_when_idle(EngineChange change, ChangeDone done) {
+  queue_change({std::move(change), std::move(done), /*needs_idle=*/true});
+}
+
+void EngineLoop::queue_change(Change change) {
   {
     std::unique_lock lock(mutex_);
     if (dead_ || stopping_) {
       const std::string reason = dead_ ? death_reason_ : "the server is shutting down";
       lock.unlock();
-      done(std::make_exception_ptr(Error(reason)));
+      change.done(std::make_exception_ptr(Error(reason)));
       return;
     }
-    changes_.push_back({std::move(change), std::move(done)});
+    changes_.push_back(std::move(change));
   }
   inbox_changed_.notify_all();
 }
@@ -170,31 +178,27 @@ void EngineLoop::run() {
 }
 
 // Runs with the lock held on entry and exit; the engine is touched without it.
-// While paused, submissions stay in the inbox.
+// While paused, or while a change waits for the engine to be idle, submissions stay in the inbox.
 void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
-  std::vector<std::unique_ptr<Submission>> submissions;
-  if (!paused_) submissions = std::exchange(submissions_, {});
   std::vector<std::string> aborts = std::exchange(aborts_, {});
   std::vector<std::string> leases_to_corrupt = std::exchange(leases_to_corrupt_, {});
   std::vector<Change> changes = std::exchange(changes_, {});
   const bool abort_all = std::exchange(abort_all_, false);
-  if (submissions.empty() && aborts.empty() && leases_to_corrupt.empty() && changes.empty() && !abort_all) return;
+  const bool frozen = paused_ && pause_mode_ != PauseMode::Wait;
+  if (aborts.empty() && leases_to_corrupt.empty() && changes.empty() && !abort_all &&
+      changes_waiting_for_idle_.empty() && (paused_ || submissions_.empty()))
+    return;
   lock.unlock();
   if (abort_all)
     for (const auto& [id, route] : routes_) aborts.push_back(id);
   for (const std::string& id : aborts)
     if (routes_.contains(id)) engine_.abort_request(id);
   for (const std::string& id : leases_to_corrupt) engine_.corrupt_lease_for_testing(id);
-  // After the aborts: a change that needs the engine idle (a sleep) finds the requests a pause aborted gone.
-  for (const Change& change : changes) {
-    std::exception_ptr thrown;
-    try {
-      change.change(engine_);
-    } catch (...) {
-      thrown = std::current_exception();
-    }
-    change.done(thrown);
-  }
+  run_changes(changes, frozen);  // after the aborts: a change that needs the engine idle finds those requests gone
+  lock.lock();
+  std::vector<std::unique_ptr<Submission>> submissions;
+  if (!paused_ && changes_waiting_for_idle_.empty()) submissions = std::exchange(submissions_, {});
+  lock.unlock();
   std::vector<int64_t> num_rejected;
   for (auto& submission : submissions) {
     Admission admission = admit(*submission);
@@ -208,6 +212,32 @@ void EngineLoop::take_inbox(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   notify_stepped();  // the aborted requests' streams, after the counters (as after a step)
   lock.lock();
+}
+
+// Runs the changes in the order they came; those that need the engine idle wait, in order, until no request runs
+// or the requests are frozen (they then find them, and say so if they cannot run beside them).
+void EngineLoop::run_changes(std::vector<Change>& changes, bool frozen) {
+  for (Change& change : changes) {
+    if (change.needs_idle || !changes_waiting_for_idle_.empty())
+      changes_waiting_for_idle_.push_back(std::move(change));
+    else
+      run_change(change);
+  }
+  const engine::Engine::Sleep asleep = engine_.sleeping();
+  if (changes_waiting_for_idle_.empty() ||
+      (engine_.has_unfinished() && !frozen && !asleep.weights && !asleep.caches))
+    return;
+  for (const Change& change : std::exchange(changes_waiting_for_idle_, {})) run_change(change);
+}
+
+void EngineLoop::run_change(const Change& change) {
+  std::exception_ptr thrown;
+  try {
+    change.change(engine_);
+  } catch (...) {
+    thrown = std::current_exception();
+  }
+  change.done(thrown);
 }
 
 // Runs with the lock held on entry and exit: the pauses waiting are told once theirs holds.
@@ -288,6 +318,7 @@ void EngineLoop::refuse_all(std::unique_lock<std::mutex>& lock, const std::strin
   std::vector<std::unique_ptr<Submission>> submissions = std::exchange(submissions_, {});
   std::vector<std::function<void()>> pauses = std::exchange(on_paused_, {});
   std::vector<Change> changes = std::exchange(changes_, {});
+  for (Change& change : std::exchange(changes_waiting_for_idle_, {})) changes.push_back(std::move(change));
   aborted_in_inbox_.clear();
   lock.unlock();
   for (const auto& on_paused : pauses) on_paused();

@@ -66,6 +66,11 @@ class EngineLoop {
   using EngineChange = std::function<void(engine::Engine&)>;
   using ChangeDone = std::function<void(std::exception_ptr)>;
   void change_engine(EngineChange change, ChangeDone done);
+  // The same, for a change that needs no request running (a sleep): meanwhile the running requests go on to their
+  // end and new ones wait in the inbox, as in a pause in wait mode, but no pause is set or lifted, so a client's own
+  // pause holds before and after. Where requests are frozen (a pause in abort or keep mode, or the engine asleep),
+  // the change runs at the next turn and finds them there.
+  void change_engine_when_idle(EngineChange change, ChangeDone done);
 
   bool is_alive() const;
   std::string death_reason() const;
@@ -84,6 +89,7 @@ class EngineLoop {
   struct Change {
     EngineChange change;
     ChangeDone done;
+    bool needs_idle = false;
   };
   struct Route {
     std::shared_ptr<RequestStream> stream;
@@ -93,7 +99,10 @@ class EngineLoop {
   };
 
   void run();
+  void queue_change(Change change);
   void take_inbox(std::unique_lock<std::mutex>& lock);
+  void run_changes(std::vector<Change>& changes, bool frozen);
+  void run_change(const Change& change);
   Admission admit(Submission& submission);
   void on_progress(const engine::SampleProgress& progress);
   void notify_stepped();
@@ -106,6 +115,7 @@ class EngineLoop {
   const int64_t max_num_requests_;
   std::unordered_map<std::string, Route> routes_;        // unfinished engine requests; engine thread only
   std::vector<std::shared_ptr<RequestStream>> stepped_;  // the streams the current step gave news; engine thread only
+  std::vector<Change> changes_waiting_for_idle_;         // engine thread only; new requests wait in the inbox meanwhile
 
   mutable std::mutex mutex_;  // guards everything below
   std::condition_variable inbox_changed_;

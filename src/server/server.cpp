@@ -428,7 +428,7 @@ class PauseResponse final : public LateResponse, public std::enable_shared_from_
 
 // A control request answered once the loop has run an engine change between its steps (EngineLoop::change_engine):
 // with the answer made once it is in (on the loop's thread), or the error it threw. A change that needs the engine
-// idle (a sleep) first pauses the loop in wait mode, where it is not paused already, and lifts that pause after.
+// idle (a sleep) waits for the running requests to finish, new ones held meanwhile (change_engine_when_idle).
 class ChangeResponse final : public LateResponse, public std::enable_shared_from_this<ChangeResponse> {
  public:
   using Answer = std::function<json(double change_seconds)>;
@@ -439,10 +439,29 @@ class ChangeResponse final : public LateResponse, public std::enable_shared_from
         change_(std::move(change)),
         answer_(std::move(answer)) {}
 
+  // The seconds given to the answer are the change's own, not its wait for the engine to be idle.
   void start(std::function<void()> wake) override {
-    if (!needs_idle_ || loop_.is_paused()) return run_change(std::move(wake), false);
-    loop_.pause(EngineLoop::PauseMode::Wait,
-                [self = shared_from_this(), wake = std::move(wake)] { self->run_change(wake, true); });
+    EngineLoop::EngineChange timed = [self = shared_from_this()](engine::Engine& engine) {
+      self->started_ = std::chrono::steady_clock::now();
+      self->change_(engine);
+    };
+    EngineLoop::ChangeDone done = [self = shared_from_this(), wake = std::move(wake)](std::exception_ptr thrown) {
+      if (!thrown) {
+        try {
+          const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - self->started_);
+          self->body_ = self->answer_(seconds.count());
+        } catch (...) {
+          thrown = std::current_exception();
+        }
+      }
+      self->thrown_ = thrown;
+      self->told_ = true;
+      wake();
+    };
+    if (needs_idle_)
+      loop_.change_engine_when_idle(std::move(timed), std::move(done));
+    else
+      loop_.change_engine(std::move(timed), std::move(done));
   }
 
   LateProgress poll() override {
@@ -454,29 +473,11 @@ class ChangeResponse final : public LateResponse, public std::enable_shared_from
   void abandon() override {}  // the change goes in all the same
 
  private:
-  void run_change(std::function<void()> wake, bool resume_after) {
-    const auto started = std::chrono::steady_clock::now();
-    loop_.change_engine(change_, [self = shared_from_this(), started, resume_after,
-                                  wake = std::move(wake)](std::exception_ptr thrown) {
-      if (resume_after) self->loop_.resume();
-      if (!thrown) {
-        try {
-          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-          self->body_ = self->answer_(seconds);
-        } catch (...) {
-          thrown = std::current_exception();
-        }
-      }
-      self->thrown_ = thrown;
-      self->told_ = true;
-      wake();
-    });
-  }
-
   EngineLoop& loop_;
   const bool needs_idle_;
   const EngineLoop::EngineChange change_;
   const Answer answer_;
+  std::chrono::steady_clock::time_point started_;  // on the loop's thread, as the change begins
   json body_;
   std::exception_ptr thrown_;
   std::atomic<bool> told_{false};  // after body_ and thrown_

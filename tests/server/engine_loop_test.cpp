@@ -1,7 +1,7 @@
 // The server's engine loop: requests from many threads at once come out as if run alone (law 5),
 // aborts free slots and blocks at once, a full loop refuses, a request whose logits are not finite fails alone
 // (500), a dying loop fails every stream loudly, pauses in their three modes hold new requests until resumed, and
-// changes of the engine (a weight update) run between steps.
+// changes of the engine (a weight update) run between steps, those that need it idle (a sleep) once it is.
 #include "support/engine_test_util.h"
 #include "support/overflowing_model.h"
 #include "server/engine_loop.h"
@@ -372,10 +372,16 @@ TEST(EngineLoop, APauseIsToldWhenTheLoopStops) {
 }
 
 // The outcome of a change of the engine, as change_engine's caller waits for it.
-std::future<std::exception_ptr> change(EngineLoop& loop, EngineLoop::EngineChange what) {
+enum class When { BetweenSteps, Idle };
+std::future<std::exception_ptr> change(EngineLoop& loop, EngineLoop::EngineChange what,
+                                       When when = When::BetweenSteps) {
   auto done = std::make_shared<std::promise<std::exception_ptr>>();
   std::future<std::exception_ptr> future = done->get_future();
-  loop.change_engine(std::move(what), [done](std::exception_ptr thrown) { done->set_value(thrown); });
+  EngineLoop::ChangeDone tell = [done](std::exception_ptr thrown) { done->set_value(thrown); };
+  if (when == When::Idle)
+    loop.change_engine_when_idle(std::move(what), std::move(tell));
+  else
+    loop.change_engine(std::move(what), std::move(tell));
   return future;
 }
 
@@ -408,6 +414,64 @@ TEST(EngineLoop, AChangeOfTheEngineRunsBetweenStepsAndSaysWhatItThrew) {
   auto refused = change(p.loop, [](engine::Engine&) { ADD_FAILURE() << "a stopped loop ran a change"; });
   ASSERT_EQ(refused.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
   EXPECT_NE(refused.get(), nullptr);
+}
+
+// A change that needs the engine idle (a sleep) runs once the running request has finished as it would have alone;
+// a request sent meanwhile waits in the inbox and runs after it. No pause is set or lifted: a client's own pause,
+// asked while the change waited, still holds after it.
+TEST(EngineLoop, AChangeThatNeedsTheEngineIdleWaitsForTheRunningAndHoldsTheNew) {
+  PausableLoop p;
+  const engine::RequestSpec running = short_request("running", {1, 2, 3}, 60);
+  const std::shared_ptr<RequestStream> running_stream = p.start(running);
+  wait_until([&] { return p.loop.counters().decode_tokens > 0; }, "the request generates");
+  const engine::RequestSpec later = short_request("later", {4, 5, 6}, 5);
+  auto later_stream = std::make_shared<RequestStream>(1, 0, nullptr);
+  PendingSubmission pending;
+  bool idle = false, later_admitted = true;
+  auto slept = change(
+      p.loop,
+      [&](engine::Engine& engine) {
+        idle = !engine.has_unfinished();
+        later_admitted = pending.decided_within(std::chrono::milliseconds(0));
+      },
+      When::Idle);
+  submit_later(p.loop, {later}, later_stream, pending);
+  ASSERT_EQ(slept.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(slept.get(), nullptr);
+  EXPECT_TRUE(idle);
+  EXPECT_FALSE(later_admitted);
+  EXPECT_FALSE(p.loop.is_paused());
+  testing::expect_bitwise_equal(testing::run_alone(p.model, {running}), drain(*running_stream, {running}));
+  ASSERT_TRUE(pending.decided_within(std::chrono::seconds(30)));
+  EXPECT_EQ(pending.future.get().verdict, EngineLoop::Verdict::Accepted);
+  testing::expect_bitwise_equal(testing::run_alone(p.model, {later}), drain(*later_stream, {later}));
+
+  const std::shared_ptr<RequestStream> second = p.start(short_request("second", {7, 8}, 40));
+  auto waits = change(p.loop, [](engine::Engine&) {}, When::Idle);
+  PauseSignal client_pause;
+  p.loop.pause(EngineLoop::PauseMode::Wait, client_pause.callback());
+  ASSERT_EQ(waits.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(client_pause.holds_within(std::chrono::seconds(30)));
+  EXPECT_TRUE(p.loop.is_paused());
+  p.loop.resume();
+}
+
+// Where the requests are frozen (a pause in keep mode), a change that needs the engine idle runs at once and finds
+// them: a sleep then says it cannot run beside them.
+TEST(EngineLoop, AChangeThatNeedsTheEngineIdleFindsFrozenRequests) {
+  PausableLoop p;
+  const std::shared_ptr<RequestStream> frozen = p.start(long_request("long"));
+  wait_until([&] { return p.loop.counters().decode_tokens > 0; }, "the request generates");
+  ASSERT_TRUE(p.pause(EngineLoop::PauseMode::Keep));
+  auto sleep = change(p.loop, [](engine::Engine& engine) { engine.sleep(backend::SleepLevel::KeepWeights); },
+                      When::Idle);
+  ASSERT_EQ(sleep.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  const std::exception_ptr error = sleep.get();
+  ASSERT_NE(error, nullptr);
+  EXPECT_THROW(std::rethrow_exception(error), Error);
+  EXPECT_TRUE(p.loop.is_paused());
+  p.loop.abort({"long"});
+  p.loop.resume();
 }
 
 }  // namespace
