@@ -23,6 +23,10 @@ struct CacheConfig {
   int64_t num_kv_blocks = 1;       // paged KV blocks (each holds kv_block_size tokens of every attention layer)
   int64_t kv_block_size = 16;      // tokens per KV block
   DType state_dtype = DType::F32;  // storage of the recurrent state: F32, or BF16 (half the memory; state_values.h)
+  // Recurrent-state checkpoints of cached prefixes, the same size as a slot and addressed as slots
+  // [num_state_slots, num_state_slots + num_checkpoints): a row saves into them (BatchRow::checkpoints), copy_state
+  // restores one into a sequence's slot, poison_state poisons an evicted one. No row runs in them.
+  int64_t num_checkpoints = 0;
 };
 
 // KV blocks of kv_block_size tokens that hold num_tokens tokens: the one place the paged cache rounds up.
@@ -57,6 +61,13 @@ struct ChosenToken {
 // Which logits vectors of a row are copied to the host whole (references in tests, benchmarks).
 enum class LogitsCopy { None, Last, All };
 
+// A checkpoint a row saves: its state after its first num_tokens tokens of the step, written into the checkpoint
+// slot from inside the step (the conv tails and the scan's state at that token), so that saving never splits a step.
+struct StateCheckpoint {
+  int64_t num_tokens = 0;  // 1 .. the row's tokens
+  int64_t slot = 0;        // a checkpoint slot (CacheConfig::num_checkpoints)
+};
+
 // One request's share of a forward step, and what the step returns for it.
 struct BatchRow {
   int64_t sequence_id = 0;               // the engine-wide Sequence::id: named by errors, joined to traces (law 6)
@@ -71,6 +82,7 @@ struct BatchRow {
   std::span<const TokenChoice> choices;  // tokens chosen from the last vector (n samples forking share one)
   LogitsCopy copy_logits = LogitsCopy::None;
   bool routed_experts = false;           // return the experts each MoE layer routed each token to
+  std::span<const StateCheckpoint> checkpoints;  // by increasing num_tokens
 };
 
 // The one way every driver (the engine's model runner, the scoring references, the benchmark) describes a row: tokens
@@ -176,7 +188,8 @@ class Backend {
   // Runs the model over all rows; reads and updates each row's slot and KV blocks; fills output.rows (and
   // the copied logits) for every row.
   virtual void forward(std::span<const BatchRow> rows, StepOutput& output) = 0;
-  // Copies the recurrent state of one slot into another (n samples of one prompt).
+  // Copies the recurrent state of one slot into another (n samples of one prompt; a cached prefix's checkpoint into
+  // the slot of the sequence that resumes from it).
   virtual void copy_state(int64_t from_slot, int64_t to_slot) = 0;
   // Copies one KV block (every attention layer, keys and values) into another (n samples of one prompt).
   virtual void copy_kv_block(int64_t from_block, int64_t to_block) = 0;

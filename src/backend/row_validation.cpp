@@ -47,6 +47,17 @@ void validate_row(const BatchRow& row, const model::JambaConfig& config, const C
   JAMBO_REQUIRE(row.slot >= 0 && row.slot < extent.num_state_slots,
                 "sequence {}: state slot {} is out of range [0, {})", id, row.slot, extent.num_state_slots);
   validate_outputs(row, vocab_size);
+  int64_t previous = 0;
+  for (const StateCheckpoint& checkpoint : row.checkpoints) {
+    JAMBO_REQUIRE(checkpoint.num_tokens > previous && checkpoint.num_tokens <= int64_t(row.tokens.size()),
+                  "sequence {}: a checkpoint after {} tokens of a step of {} (after {} before it)", id,
+                  checkpoint.num_tokens, row.tokens.size(), previous);
+    JAMBO_REQUIRE(checkpoint.slot >= extent.num_state_slots &&
+                      checkpoint.slot < extent.num_state_slots + extent.num_checkpoints,
+                  "sequence {}: checkpoint slot {} is out of range [{}, {})", id, checkpoint.slot,
+                  extent.num_state_slots, extent.num_state_slots + extent.num_checkpoints);
+    previous = checkpoint.num_tokens;
+  }
 }
 
 // The logical blocks [first, end) that hold the row's positions of this step, those it writes into; the row reads
@@ -99,16 +110,23 @@ void validate_kv_writes(std::span<const BatchRow> rows, const CacheExtent& exten
   }
 }
 
-// No slot in two rows: sorted, then (only to name the row) scanned in row order.
+// No slot in two rows, and no checkpoint written twice: sorted, then (only to name the row) scanned in row order.
 void validate_distinct_slots(std::span<const BatchRow> rows) {
   std::vector<int64_t> slots;
-  for (const BatchRow& row : rows) slots.push_back(row.slot);
+  for (const BatchRow& row : rows) {
+    slots.push_back(row.slot);
+    for (const StateCheckpoint& checkpoint : row.checkpoints) slots.push_back(checkpoint.slot);
+  }
   std::sort(slots.begin(), slots.end());
   if (std::adjacent_find(slots.begin(), slots.end()) == slots.end()) return;
   std::set<int64_t> seen;
-  for (const BatchRow& row : rows)
+  for (const BatchRow& row : rows) {
     JAMBO_REQUIRE(seen.insert(row.slot).second, "sequence {}: state slot {} is used by two rows of one step",
                   row.sequence_id, row.slot);
+    for (const StateCheckpoint& checkpoint : row.checkpoints)
+      JAMBO_REQUIRE(seen.insert(checkpoint.slot).second, "sequence {}: checkpoint slot {} is written twice in one step",
+                    row.sequence_id, checkpoint.slot);
+  }
 }
 
 }  // namespace

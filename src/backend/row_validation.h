@@ -14,11 +14,13 @@ struct CacheExtent {
   int64_t num_state_slots = 0;
   int64_t num_kv_blocks = 0;
   int64_t kv_block_size = 0;
+  int64_t num_checkpoints = 0;  // checkpoint slots, after the state slots
 };
 
 // Throws jambo::Error naming the request when a row is malformed: no tokens, a token outside the
 // vocabulary, has_initial_state not matching start_position > 0 (law 1), a slot out of range or used by
-// two rows, a block table too short or out of range, or a KV block written by two rows (law 2).
+// two rows, a block table too short or out of range, a KV block or a checkpoint written by two rows (law 2), or a
+// checkpoint outside the row's tokens, out of order, or not a checkpoint slot.
 void validate_rows(std::span<const BatchRow> rows, const model::JambaConfig& config, const CacheExtent& extent);
 
 // Throws jambo::Error when a KV block index is out of range (copy_kv_block).

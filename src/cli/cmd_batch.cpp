@@ -169,12 +169,13 @@ int run_batch(BatchOptions& options) {
   fmt::print(stderr,
              "batch: {} requests run, {} already done, {} skipped as malformed; {} tokens generated, {} prompt "
              "tokens computed in {:.1f} s: {:.1f} generated tok/s, {:.1f} tok/s in all; {} preemptions, {} slot "
-             "reuses, {} steps ({:.1f} s in the backend's forward calls, {:.2f} ms a step outside them)\n",
+             "reuses, {} steps ({:.1f} s in the backend's forward calls, {:.2f} ms a step outside them); {}\n",
              samples_left.size(), input.num_already_done, input.num_malformed, num_generated, counters.prefill_tokens,
              elapsed, progress.tokens_per_second(num_generated),
              progress.tokens_per_second(num_generated + counters.prefill_tokens), counters.preemptions,
              counters.slot_reuses, counters.steps, counters.forward_seconds,
-             counters.steps == 0 ? 0.0 : (elapsed - counters.forward_seconds) / double(counters.steps) * 1e3);
+             counters.steps == 0 ? 0.0 : (elapsed - counters.forward_seconds) / double(counters.steps) * 1e3,
+             describe_prefix_cache(counters, engine.prefix_caching_status()));
   return skipped_lines_exit_code("batch", input.num_malformed, options.allow_skipped);
 }
 

@@ -59,15 +59,15 @@ void run_serve(const ServeOptions& options) {
   const int64_t max_n = engine.counters().slots_total;
   server::Server server(model, engine, *tokenizer, chat_template ? &*chat_template : nullptr, max_n, server_options);
   const int port = server.bind();
-  fmt::print("jambo: serving {} on http://{}:{} ({} backend, {} state slots, {} KV blocks)\n",
+  fmt::print("jambo: serving {} on http://{}:{} ({} backend, {} state slots, {} KV blocks; prefix caching {})\n",
              server_options.model_name, server_options.host, port, name(engine_options.backend.kind), max_n,
-             engine.counters().kv_blocks_total);
+             engine.counters().kv_blocks_total, engine.prefix_caching_status());
   std::fflush(stdout);
   if (server_options.enable_control_endpoints && server_options.api_key.empty())
     fmt::print(stderr, "jambo: warning: the control endpoints (/pause, /resume, /abort_requests, "
-                       "/update_weights_from_disk, /update_weights_from_ipc, /sleep, /wake_up) are served without "
-                       "--api-key: anyone who reaches {}:{} can pause, abort or put to sleep the server, or change its "
-                       "weights\n",
+                       "/update_weights_from_disk, /update_weights_from_ipc, /sleep, /wake_up, /reset_prefix_cache) "
+                       "are served without --api-key: anyone who reaches {}:{} can pause, abort or put to sleep the "
+                       "server, or change its weights\n",
                server_options.host, port);
 
   std::thread stopper([&] {

@@ -55,8 +55,11 @@ void write_outputs(const StressOptions& options, const forensics::StressResult& 
   }
 }
 
+constexpr int64_t kTightCheckpoints = 3;
+
 // --memory-budget tight: state slots for a few sequences, so that slots are reused fast and requests
-// preempted, and KV blocks for the largest request alone, so that every request still fits.
+// preempted, and KV blocks for the largest request alone, so that every request still fits (and, with shared
+// prefixes, kTightCheckpoints prefix-cache checkpoints unless --max-num-checkpoints says otherwise).
 void apply_tight_budget(StressOptions& options, const model::Model& model) {
   engine::EngineOptions& engine = options.engine.options;
   const forensics::StressWorkload& workload = options.workload;
@@ -73,10 +76,14 @@ void apply_tight_budget(StressOptions& options, const model::Model& model) {
         fmt::format("--budget-slots {} cannot hold the {} samples of one request", num_slots, workload.max_samples));
   const int64_t num_blocks = workload.max_samples * backend::kv_blocks_for(*engine.max_model_len, engine.kv_block_size);
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
+  // A pool of a few checkpoints, so that the prefix cache evicts all the time; a checkpoint takes a slot's memory.
+  if (workload.num_shared_prefixes > 0 && !engine.max_num_checkpoints) engine.max_num_checkpoints = kTightCheckpoints;
+  const int64_t num_checkpoints =
+      engine::prefix_caching_obstacle(engine).empty() ? engine.max_num_checkpoints.value_or(0) : 0;
   const engine::BackendChoice& backend = engine.backend;
   engine.memory_budget = {.bytes = engine::exact_memory_budget(
-                              model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights), num_slots,
-                              num_blocks, engine.kv_block_size, backend.state_dtype)};
+                              model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
+                              num_slots + num_checkpoints, num_blocks, engine.kv_block_size, backend.state_dtype)};
 }
 
 std::string describe_backend(engine::BackendKind kind, engine::CudaWeights cuda_weights) {
@@ -117,9 +124,12 @@ int run_stress_command(StressOptions& options) {
       state_dtype == DType::F32 ? "" : fmt::format(", {} state", engine::state_dtype_name(state_dtype));
 
   fmt::print(stderr,
-             "stress: {} requests (prompts 1..{} tokens, n {}..{}, 1..{} new tokens), memory budget {}, "
+             "stress: {} requests (prompts 1..{} tokens{}, n {}..{}, 1..{} new tokens), memory budget {}, "
              "slot policy {}, injection {}; engine on {}, reference on {}\n",
-             workload.num_requests, workload.max_prompt_tokens, workload.min_samples, workload.max_samples,
+             workload.num_requests, workload.max_prompt_tokens,
+             workload.num_shared_prefixes > 0 ? fmt::format(" from {} shared prefixes", workload.num_shared_prefixes)
+                                              : "",
+             workload.min_samples, workload.max_samples,
              workload.max_new_tokens, to_string(engine_options.memory_budget), name(engine_options.slot_policy),
              options.inject, describe_backend(engine_backend, engine_options.backend.cuda_weights) + state_note,
              describe_backend(reference.backend, reference.cuda_weights));
@@ -136,10 +146,11 @@ int run_stress_command(StressOptions& options) {
   write_outputs(options, result, tokenizer ? &*tokenizer : nullptr);
   const engine::EngineCounters& counters = result.counters;
   fmt::print(
-      "stress: {}; {}; engine {:.1f} s, {} steps, {} preemptions, {} slot reuses, {} law violations; reference "
+      "stress: {}; {}; engine {:.1f} s, {} steps, {} preemptions, {} slot reuses, {} law violations; {}; reference "
       "{:.1f} s\n",
       describe_comparison(result.comparison), describe_state_pool(result), result.engine_seconds, counters.steps,
-      counters.preemptions, counters.slot_reuses, counters.law_violations, result.reference_seconds);
+      counters.preemptions, counters.slot_reuses, counters.law_violations,
+      describe_prefix_cache(counters, result.prefix_caching_status), result.reference_seconds);
   return compare_exit_code(result.comparison);
 }
 
@@ -171,6 +182,12 @@ void add_stress_command(CLI::App& app) {
       ->check(CLI::Range(1e-3, 1e6))
       ->capture_default_str();
   command->add_option("--seed", workload.seed, "seed of the workload")->capture_default_str();
+  command
+      ->add_option("--shared-prefixes", workload.num_shared_prefixes,
+                   "K: prompts start with one of K common prefixes of varied lengths (with --memory-budget tight, a "
+                   "pool of 3 prefix-cache checkpoints, so that the cache evicts all the time); 0: none")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20))
+      ->capture_default_str();
   command
       ->add_option("--threshold", options->threshold,
                    "flag a sample whose |dlogprob| exceeds this (default: 0 where the engine and its reference are "

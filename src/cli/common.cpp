@@ -248,13 +248,33 @@ void EngineFlags::add_to(CLI::App& command, bool allow_tight_budget) {
   add_parsed_option(command, "--slot-policy", options.slot_policy, engine::parse_slot_policy,
                     "which free state slot a request gets", engine::slot_policy_names())
       ->default_str(std::string(name(options.slot_policy)));
-  command.add_flag("--check", options.checked, "verify slot owner and generation of every row; poison freed slots");
+  command.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", options.enable_prefix_caching,
+                   "reuse the KV blocks and recurrent-state checkpoints of prompts seen before (CPU backend)")
+      ->default_str("on");
+  command
+      .add_option("--max-num-checkpoints", options.max_num_checkpoints,
+                  "recurrent-state checkpoints of cached prefixes, each the size of a state slot, taken from the "
+                  "memory budget before the KV blocks (default: up to 2 x max-num-seqs from what the KV blocks leave)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+  command.add_flag("--check", options.checked,
+                   "verify slot and checkpoint owner and generation of every row; poison freed slots and checkpoints");
   command.add_option("--trace", options.trace_path, "write a JSONL trace of every step and lifecycle event");
   command
       .add_option("--weight-version", options.weight_version,
                   "the name of the weights, in every output's weight_versions (GET /weight_version)")
       ->check([](const std::string& text) { return text.empty() ? "must not be empty" : ""; })
       ->capture_default_str();
+}
+
+std::string describe_prefix_cache(const engine::EngineCounters& counters, const std::string& status) {
+  if (!counters.prefix_caching) return "prefix caching " + status;
+  const engine::PrefixCacheCounters& cache = counters.prefix_cache;
+  std::string misses;
+  for (int reason = 0; reason < engine::kNumPrefixMisses; ++reason)
+    misses += fmt::format("{}{} {}", reason == 0 ? "" : ", ", name(engine::PrefixMiss(reason)), cache.misses[reason]);
+  return fmt::format("prefix cache: {:.1f}% of {} prompt tokens resumed (misses: {}; {} checkpoints evicted)",
+                     cache.query_tokens == 0 ? 0.0 : 100.0 * double(cache.hit_tokens) / double(cache.query_tokens),
+                     cache.query_tokens, misses, cache.checkpoint_evictions);
 }
 
 }  // namespace jambo::cli

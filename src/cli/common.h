@@ -124,4 +124,8 @@ struct EngineFlags {
   void add_to(CLI::App& command, bool allow_tight_budget = false);
 };
 
+// The prefix cache in a summary line: "prefix cache: 41.2% of 12000 prompt tokens resumed (misses: no_checkpoint 3,
+// evicted 1, below_one_block 0, weight_version 0; 5 checkpoints evicted)", or why it is off.
+std::string describe_prefix_cache(const engine::EngineCounters& counters, const std::string& status);
+
 }  // namespace jambo::cli

@@ -44,17 +44,30 @@ EngineOptions resolve_options(EngineOptions options, const model::JambaConfig& c
   JAMBO_REQUIRE(options.max_num_seqs >= 1, "max_num_seqs must be >= 1, got {}", options.max_num_seqs);
   JAMBO_REQUIRE(options.kv_block_size >= 1, "kv_block_size must be >= 1, got {}", options.kv_block_size);
   options.max_model_len = resolve_max_model_len(options.max_model_len, config);
+  JAMBO_REQUIRE(!options.max_num_checkpoints || *options.max_num_checkpoints >= 0,
+                "max_num_checkpoints must be >= 0, got {}", options.max_num_checkpoints.value_or(0));
   return options;
 }
 
 CachePlan plan_engine_cache(const model::Model& model, const EngineOptions& options) {
   const BackendChoice& backend = options.backend;
+  CheckpointWish checkpoints;
+  if (prefix_caching_obstacle(options).empty())
+    checkpoints = options.max_num_checkpoints ? CheckpointWish{*options.max_num_checkpoints, true}
+                                              : CheckpointWish{2 * options.max_num_seqs, false};
   return plan_cache(model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
                     options.memory_budget.resolve(backend.kind), options.max_num_seqs, options.kv_block_size,
-                    *options.max_model_len, backend.state_dtype);
+                    *options.max_model_len, backend.state_dtype, checkpoints);
 }
 
 }  // namespace
+
+std::string prefix_caching_obstacle(const EngineOptions& options) {
+  if (!options.enable_prefix_caching) return "off (--no-enable-prefix-caching)";
+  if (options.backend.kind != BackendKind::Cpu)
+    return "off: the CUDA backend does not save recurrent-state checkpoints yet (the CPU backend does)";
+  return "";
+}
 
 struct Engine::Impl {
   Impl(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options);
@@ -75,6 +88,12 @@ struct Engine::Impl {
   void record_prompt_logprobs(const ScheduledRow& row, const backend::RowOutput& output);
   void record_routing(const ScheduledRow& row, const backend::RowOutput& output);
   void fork(Sequence& leader);
+  // The prefix cache's part of a step: checkpoint slots for the rows that pass a boundary to save, and after the run,
+  // the prompts' full blocks and the saved checkpoints into the cache.
+  void reserve_checkpoints(std::vector<ScheduledRow>& rows);
+  void cache_prefixes(const std::vector<ScheduledRow>& rows, const backend::StepOutput& output);
+  void resume_from_prefix(Sequence& sequence, const PrefixMatch& match);
+  std::unique_ptr<PrefixCache> make_prefix_cache(const model::JambaConfig& config);
   void take_token(Sequence& sequence, backend::ChosenToken chosen);
   void finish(Sequence& sequence, const std::string& reason);
   void report(const Sequence& sequence) const;
@@ -85,6 +104,8 @@ struct Engine::Impl {
   std::unique_ptr<backend::Backend> backend;
   SlotPool slots;
   KvBlockManager kv_blocks;
+  std::string prefix_caching_status;
+  std::unique_ptr<PrefixCache> prefix_cache;  // none where prefix caching is off
   ModelRunner runner;
   Scheduler scheduler;
   Trace trace;
@@ -108,12 +129,37 @@ Engine::Impl::Impl(const model::Model& model, const tokenizer::Tokenizer* tokeni
                            options.backend.cuda_gemm)),
       slots(cache_plan.cache.num_state_slots, options.slot_policy, options.slot_seed),
       kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
+      prefix_caching_status(prefix_caching_obstacle(this->options)),
+      prefix_cache(make_prefix_cache(model.config)),
       runner(*backend, slots, options.kv_block_size, options.checked),
-      scheduler(options.max_num_batched_tokens, slots, kv_blocks, [this](int64_t slot) { runner.on_slot_freed(slot); }),
+      scheduler(
+          options.max_num_batched_tokens, slots, kv_blocks, [this](int64_t slot) { runner.on_slot_freed(slot); },
+          prefix_cache.get(), [this](Sequence& sequence, const PrefixMatch& match) { resume_from_prefix(sequence, match); }),
       trace(options.trace_path),
       checkpoint_weight_version(options.weight_version),
       model(model) {
   inject_faults(options.faults);
+}
+
+std::unique_ptr<PrefixCache> Engine::Impl::make_prefix_cache(const model::JambaConfig& config) {
+  if (!prefix_caching_status.empty()) return nullptr;
+  const int64_t num_checkpoints = cache_plan.cache.num_checkpoints;
+  const bool has_mamba = config.num_mamba_layers() > 0;
+  const std::string checkpoint_size = cache_plan.bytes_per_slot < (1 << 20)
+                                          ? fmt::format("{:.1f} KiB", cache_plan.bytes_per_slot / 1024.0)
+                                          : fmt::format("{:.1f} MiB", cache_plan.bytes_per_slot / 1048576.0);
+  if (has_mamba && num_checkpoints == 0) {
+    prefix_caching_status = fmt::format(
+        "off: no recurrent-state checkpoint ({} each) fits the memory budget beside the slots and KV blocks",
+        checkpoint_size);
+    return nullptr;
+  }
+  prefix_caching_status = fmt::format("on ({} checkpoints of {}, {}-token blocks)", num_checkpoints, checkpoint_size,
+                                      options.kv_block_size);
+  // Checkpoint c is the backend's slot num_state_slots + c (CacheConfig); an evicted one is poisoned in checked mode.
+  return std::make_unique<PrefixCache>(options.kv_block_size, config.num_attention_layers() > 0, has_mamba, kv_blocks,
+                                       num_checkpoints, cache_plan.cache.num_state_slots,
+                                       [this](int64_t slot) { runner.on_slot_freed(slot); });
 }
 
 // The backend reproduces the faults; the offset wrap aliases the upper half of the slots onto the lower.
@@ -209,16 +255,25 @@ std::vector<SampleOutput> Engine::Impl::step() {
   JAMBO_REQUIRE(requests.empty() || !(asleep.weights || asleep.caches),
                 "the engine sleeps ({} asleep) with {} requests to run: wake it first",
                 asleep.weights ? "weights" : "caches", requests.size());
-  const StepPlan plan = scheduler.schedule();
+  StepPlan plan = scheduler.schedule();
   for (Sequence* sequence : plan.preempted)
     trace.event(counters.steps, *sequence, "preempted", {{"num_generated", sequence->num_generated()}});
-  for (Sequence* sequence : plan.admitted)
-    trace.event(counters.steps, *sequence, "admitted",
-                {{"slot", sequence->lease->slot}, {"recompute", sequence->num_uncomputed()}});
+  for (Sequence* sequence : plan.admitted) {
+    nlohmann::json admitted = {{"slot", sequence->lease->slot}, {"recompute", sequence->num_uncomputed()}};
+    if (sequence->resumed_from) {
+      admitted["cached_tokens"] = sequence->num_cached_tokens;
+      admitted["checkpoint_slot"] = sequence->resumed_from->backend_slot;
+      admitted["checkpoint_owner"] = sequence->resumed_from->owner;
+      admitted["checkpoint_generation"] = sequence->resumed_from->lease.generation;
+    }
+    trace.event(counters.steps, *sequence, "admitted", std::move(admitted));
+  }
   JAMBO_ASSERT(!plan.rows.empty() || requests.empty());
   if (!plan.rows.empty()) {
+    reserve_checkpoints(plan.rows);
     trace.step(counters.steps, plan.rows);
     const backend::StepOutput& output = runner.run(plan.rows);
+    cache_prefixes(plan.rows, output);
     const std::vector<std::string> errors = fail_nonfinite_rows(plan.rows, output);
     for (size_t r = 0; r < plan.rows.size(); ++r)
       if (!plan.rows[r].sequence->is_done()) advance(plan.rows[r], r, output.rows[r]);
@@ -296,6 +351,53 @@ void Engine::Impl::record_routing(const ScheduledRow& row, const backend::RowOut
   }
 }
 
+// Law 2 for checkpoints: the checkpoint must still be the cache's, at the generation the match saw.
+void Engine::Impl::resume_from_prefix(Sequence& sequence, const PrefixMatch& match) {
+  if (!match.checkpoint) return;  // a model without Mamba layers: the KV blocks are the whole state
+  const CheckpointLease& checkpoint = *match.checkpoint;
+  if (options.checked && !prefix_cache->holds(checkpoint))
+    fail("law 2 violation: request '{}' sample {} (sequence {}): checkpoint slot {} generation {} is not held by its "
+         "cache entry",
+         sequence.request.spec.id, sequence.sample, sequence.id, checkpoint.backend_slot, checkpoint.lease.generation);
+  backend->copy_state(checkpoint.backend_slot, sequence.lease->slot);
+  sequence.resumed_from = checkpoint;
+}
+
+void Engine::Impl::reserve_checkpoints(std::vector<ScheduledRow>& rows) {
+  if (!prefix_cache) return;
+  for (ScheduledRow& row : rows) {
+    const Sequence& sequence = *row.sequence;
+    const int64_t start = sequence.num_computed();
+    for (int64_t boundary : sequence.checkpoint_boundaries) {
+      if (boundary <= start || boundary > start + row.num_tokens) continue;
+      const std::optional<CheckpointLease> checkpoint = prefix_cache->reserve_checkpoint();
+      if (!checkpoint) break;  // every checkpoint is being written this step
+      row.checkpoints.push_back({boundary - start, checkpoint->backend_slot});
+      row.checkpoint_leases.push_back(*checkpoint);
+    }
+  }
+}
+
+// A row whose logits are not finite caches nothing, and its checkpoints go back.
+void Engine::Impl::cache_prefixes(const std::vector<ScheduledRow>& rows, const backend::StepOutput& output) {
+  if (!prefix_cache) return;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const ScheduledRow& row = rows[r];
+    const Sequence& sequence = *row.sequence;
+    if (!output.rows[r].finite) {
+      for (const CheckpointLease& checkpoint : row.checkpoint_leases) prefix_cache->release_checkpoint(checkpoint);
+      continue;
+    }
+    const int64_t start = sequence.num_computed(), num_prompt_tokens = sequence.request.num_prompt_tokens();
+    if (start >= num_prompt_tokens || sequence.request.wants_prompt_logprobs()) continue;
+    for (size_t c = 0; c < row.checkpoints.size(); ++c)
+      prefix_cache->insert(sequence.tokens(), start + row.checkpoints[c].num_tokens, sequence.block_table,
+                           row.checkpoint_leases[c]);
+    const int64_t end = std::min(start + row.num_tokens, num_prompt_tokens);
+    prefix_cache->insert(sequence.tokens(), end - end % options.kv_block_size, sequence.block_table, std::nullopt);
+  }
+}
+
 // The other samples got a slot and the prompt's KV blocks (its full blocks shared, a partial last one their own)
 // when the last prompt chunk was scheduled; now that it ran, they get its state and the partial block's keys.
 void Engine::Impl::fork(Sequence& leader) {
@@ -349,6 +451,11 @@ void Engine::Impl::update_counters() {
   counters.law_violations = runner.num_law_violations();
   counters.forward_seconds = runner.forward_seconds();
   counters.nonfinite_rows = runner.num_nonfinite_rows();
+  counters.prefix_caching = prefix_cache != nullptr;
+  if (prefix_cache) {
+    counters.prefix_cache = prefix_cache->counters();
+    counters.kv_blocks_used -= counters.prefix_cache.kv_blocks_only_cached;  // free to take, as free blocks are
+  }
 }
 
 Engine::Engine(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options)
@@ -375,12 +482,24 @@ const EngineCounters& Engine::counters() const {
 
 const std::string& Engine::weight_version() const { return impl_->options.weight_version; }
 
-void Engine::set_weight_version(std::string version) { impl_->options.weight_version = std::move(version); }
+// Cached prefixes are the old weights' states: a new name empties the cache, as does any update.
+void Engine::set_weight_version(std::string version) {
+  if (impl_->prefix_cache && version != impl_->options.weight_version)
+    impl_->prefix_cache->clear(PrefixMiss::WeightVersion);
+  impl_->options.weight_version = std::move(version);
+}
 
 void Engine::update_weights(const model::WeightUpdate& update, std::string version) {
   JAMBO_REQUIRE(!impl_->asleep.weights, "the weights sleep: wake them (wake_up with the weights) before an update");
   impl_->backend->update_weights(update);
+  if (impl_->prefix_cache) impl_->prefix_cache->clear(PrefixMiss::WeightVersion);
   set_weight_version(std::move(version));
+}
+
+const std::string& Engine::prefix_caching_status() const { return impl_->prefix_caching_status; }
+
+void Engine::reset_prefix_cache() {
+  if (impl_->prefix_cache) impl_->prefix_cache->clear();
 }
 
 void Engine::update_weights_from_ipc(std::span<const backend::IpcTensor> tensors, std::string version) {
@@ -394,6 +513,7 @@ void Engine::sleep(backend::SleepLevel level) {
                 "cannot sleep with {} requests unfinished (their state would be lost): pause in abort or wait mode "
                 "first",
                 impl_->requests.size());
+  if (impl_->prefix_cache) impl_->prefix_cache->clear(PrefixMiss::Evicted);  // before the memory goes
   impl_->backend->sleep(level);
   impl_->asleep = {.weights = true, .caches = true};
   impl_->weights_dropped = impl_->weights_dropped || level == backend::SleepLevel::DropWeights;

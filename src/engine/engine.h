@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "engine/backend_factory.h"
 #include "engine/memory_budget.h"
+#include "engine/prefix_cache.h"
 #include "engine/request_spec.h"
 #include "engine/slot_pool.h"
 #include "tokenizer/tokenizer.h"
@@ -45,7 +46,15 @@ struct EngineOptions {
   std::string trace_path;  // law 6: JSONL trace of every step and lifecycle event ("" = none)
   EngineFaults faults;     // none outside fault-injection tests
   std::string weight_version = "default";  // the weights' name in outputs (SGLang's default), until set anew
+  // Automatic prefix caching (prefix_cache.h), on the CPU backend; the CUDA backend cannot save checkpoints yet.
+  bool enable_prefix_caching = true;
+  // Recurrent-state checkpoints of cached prefixes, taken from the memory budget before the KV blocks; unset: up to
+  // 2 * max_num_seqs from what the KV blocks leave over.
+  std::optional<int64_t> max_num_checkpoints;
 };
+
+// Why prefix caching cannot run with these options ("" where it can, memory permitting).
+std::string prefix_caching_obstacle(const EngineOptions& options);
 
 // Generated tokens [start, end) of a sample, all sampled from the weights named version.
 struct WeightVersionSpan {
@@ -90,7 +99,7 @@ using ProgressListener = std::function<void(const SampleProgress&)>;
 struct EngineCounters {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
-  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_used = 0;  // held by sequences (blocks only the prefix cache holds are evicted when needed)
   int64_t kv_blocks_total = 0;
   int64_t slots_used = 0;
   int64_t slots_total = 0;
@@ -105,6 +114,8 @@ struct EngineCounters {
   // Rows whose logits held NaN or infinity. Each failed its request (step()); the checked mode refuses the first as a
   // law 2 violation instead, a read of a poisoned slot.
   int64_t nonfinite_rows = 0;
+  bool prefix_caching = false;
+  PrefixCacheCounters prefix_cache;
 };
 
 class Engine {
@@ -152,6 +163,11 @@ class Engine {
   Sleep sleeping() const;
   // The context of one sequence: options.max_model_len, or its default for this model.
   int64_t max_model_len() const;
+
+  // Whether prefix caching runs, and its checkpoint pool, or why it does not: "on (64 checkpoints of 1.2 MiB)".
+  const std::string& prefix_caching_status() const;
+  // Empties the prefix cache (POST /reset_prefix_cache); sequences running keep the blocks they hold.
+  void reset_prefix_cache();
 
   // Test-only fault injection (law 2): the running request `id` keeps a stale lease of its slot (a
   // generation it does not hold), as a scheduler bug would. In checked mode the next step must fail.

@@ -58,13 +58,21 @@ void KvBlockManager::share(const std::vector<int32_t>& from, int64_t num_blocks,
 }
 
 void KvBlockManager::free(std::vector<int32_t>& table) {
-  // Pushed last block first, so the table's first block is the next one handed out again.
-  for (auto block = table.rbegin(); block != table.rend(); ++block) {
-    JAMBO_REQUIRE(*block >= 0 && *block < num_blocks_ && num_holders_[*block] > 0,
-                  "KV block {} is freed but is not in use (freed twice, or never allocated)", *block);
-    if (--num_holders_[*block] == 0) free_blocks_.push_back(*block);
-  }
+  // Released last block first, so the table's first block is the next one handed out again.
+  for (auto block = table.rbegin(); block != table.rend(); ++block) release(*block);
   table.clear();
+}
+
+void KvBlockManager::hold(int32_t block) {
+  JAMBO_REQUIRE(block >= 0 && block < num_blocks_ && num_holders_[block] > 0, "KV block {} is held but is not in use",
+                block);
+  ++num_holders_[block];
+}
+
+void KvBlockManager::release(int32_t block) {
+  JAMBO_REQUIRE(block >= 0 && block < num_blocks_ && num_holders_[block] > 0,
+                "KV block {} is freed but is not in use (freed twice, or never allocated)", block);
+  if (--num_holders_[block] == 0) free_blocks_.push_back(block);
 }
 
 }  // namespace jambo::engine

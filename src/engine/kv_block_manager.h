@@ -2,6 +2,7 @@
 // how many blocks a sequence of a given length needs. The memory itself belongs to the backend.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -31,6 +32,11 @@ class KvBlockManager {
   // Lets go of every block of the table and empties it; a block is free again once no table holds it. Throws on a
   // block that is not in use.
   void free(std::vector<int32_t>& table);
+  // One more holder of a block in use (the prefix cache), and one fewer (free again at none); throw on a block not in
+  // use.
+  void hold(int32_t block);
+  void release(int32_t block);
+  int64_t num_holders(int32_t block) const { return num_holders_.at(std::size_t(block)); }
 
  private:
   int64_t num_blocks_;

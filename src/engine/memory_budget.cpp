@@ -80,7 +80,7 @@ int64_t exact_memory_budget(const model::JambaConfig& config, int64_t weight_byt
 }
 
 CachePlan plan_cache(const model::JambaConfig& config, int64_t weight_bytes, int64_t budget_bytes, int64_t max_num_seqs,
-                     int64_t kv_block_size, int64_t max_model_len, DType state_dtype) {
+                     int64_t kv_block_size, int64_t max_model_len, DType state_dtype, CheckpointWish checkpoints) {
   JAMBO_REQUIRE(max_num_seqs > 0, "max_num_seqs must be positive, got {}", max_num_seqs);
   JAMBO_REQUIRE(kv_block_size > 0, "kv_block_size must be positive, got {}", kv_block_size);
   JAMBO_REQUIRE(max_model_len > 0, "max_model_len must be positive, got {}", max_model_len);
@@ -113,16 +113,25 @@ CachePlan plan_cache(const model::JambaConfig& config, int64_t weight_bytes, int
   const int64_t slots_that_fit =
       plan.bytes_per_slot > 0 ? (cache_bytes - kv_bytes_per_request) / plan.bytes_per_slot : max_num_seqs;
   plan.cache.num_state_slots = std::min(max_num_seqs, slots_that_fit);
+  const int64_t slot_bytes = plan.cache.num_state_slots * plan.bytes_per_slot;
+  const auto checkpoints_within = [&](int64_t bytes) {
+    return plan.bytes_per_slot > 0 ? std::clamp<int64_t>(bytes / plan.bytes_per_slot, 0, checkpoints.max_count) : 0;
+  };
+  if (checkpoints.reserved) plan.cache.num_checkpoints = checkpoints_within(cache_bytes - slot_bytes - kv_bytes_per_request);
+  const int64_t checkpoint_bytes = plan.cache.num_checkpoints * plan.bytes_per_slot;
   if (!has_attention) {
     plan.cache.num_kv_blocks = 0;
+    if (!checkpoints.reserved) plan.cache.num_checkpoints = checkpoints_within(cache_bytes - slot_bytes);
     return plan;
   }
   // The rest as KV blocks, but no more than the running sequences could fill at max_model_len.
-  const int64_t blocks_that_fit =
-      (cache_bytes - plan.cache.num_state_slots * plan.bytes_per_slot) / plan.bytes_per_kv_block;
+  const int64_t blocks_that_fit = (cache_bytes - slot_bytes - checkpoint_bytes) / plan.bytes_per_kv_block;
   const int64_t max_useful_blocks =
       std::min(kMaxKvBlocks, blocks_per_request * std::min(plan.cache.num_state_slots, kMaxKvBlocks));
   plan.cache.num_kv_blocks = std::clamp(blocks_that_fit, blocks_per_request, max_useful_blocks);
+  if (!checkpoints.reserved)
+    plan.cache.num_checkpoints =
+        checkpoints_within(cache_bytes - slot_bytes - plan.cache.num_kv_blocks * plan.bytes_per_kv_block);
   return plan;
 }
 

@@ -42,10 +42,17 @@ struct CachePlan {
 int64_t exact_memory_budget(const model::JambaConfig& config, int64_t weight_bytes, int64_t num_slots,
                             int64_t num_kv_blocks, int64_t kv_block_size, DType state_dtype);
 
+// The prefix cache's recurrent-state checkpoints (the size of a slot each): up to max_count (0: none), taken before
+// the KV blocks where reserved, else from what the KV blocks leave over.
+struct CheckpointWish {
+  int64_t max_count = 0;
+  bool reserved = false;
+};
+
 // Splits budget_bytes minus the weights between slots and KV blocks: num_state_slots =
-// min(max_num_seqs, what fits), and the rest as KV blocks. Throws jambo::Error, saying how much one
-// request of max_model_len tokens needs, when the budget cannot hold even one such request.
+// min(max_num_seqs, what fits), and the rest as KV blocks (and checkpoints, as wished). Throws jambo::Error, saying
+// how much one request of max_model_len tokens needs, when the budget cannot hold even one such request.
 CachePlan plan_cache(const model::JambaConfig& config, int64_t weight_bytes, int64_t budget_bytes, int64_t max_num_seqs,
-                     int64_t kv_block_size, int64_t max_model_len, DType state_dtype);
+                     int64_t kv_block_size, int64_t max_model_len, DType state_dtype, CheckpointWish checkpoints = {});
 
 }  // namespace jambo::engine

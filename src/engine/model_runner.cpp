@@ -52,6 +52,7 @@ backend::BatchRow ModelRunner::make_row(const ScheduledRow& scheduled, size_t ro
   row.num_top_logprobs = sequence.request.spec.num_prompt_logprobs.value_or(0);
   row.choices = choices_[row_index];
   row.routed_experts = sequence.request.spec.return_routed_experts;
+  row.checkpoints = scheduled.checkpoints;
   return row;
 }
 

@@ -35,9 +35,14 @@ void Sequence::require_state(bool allowed, const char* transition) const {
                   sample, transition, state_name(state_));
 }
 
-void Sequence::admit(SlotLease new_lease) {
-  require_state(state_ == SequenceState::Waiting, "be admitted");
+void Sequence::admit(SlotLease new_lease, int64_t num_cached, std::vector<int64_t> boundaries) {
+  require_state(state_ == SequenceState::Waiting && num_cached >= 0 && num_cached < int64_t(tokens_.size()),
+                "be admitted");
   lease = new_lease;
+  num_computed_ = num_cached;
+  num_cached_tokens = num_cached;
+  resumed_from.reset();
+  checkpoint_boundaries = std::move(boundaries);
   state_ = SequenceState::Prefilling;
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "engine/engine.h"
+#include "engine/prefix_cache.h"
 #include "engine/sequence_sampler.h"
 #include "engine/slot_pool.h"
 
@@ -46,7 +47,9 @@ class Sequence {
   int64_t num_generated() const { return int64_t(output.ids.size()); }
 
   // Transitions; each checks that it starts from a state that allows it.
-  void admit(SlotLease lease);                                       // waiting -> prefilling
+  // waiting -> prefilling, the first num_cached_tokens tokens in state and KV from a cached prefix (the slot gets
+  // the checkpoint's state before the sequence runs); the prefill saves checkpoints at checkpoint_boundaries.
+  void admit(SlotLease lease, int64_t num_cached_tokens = 0, std::vector<int64_t> checkpoint_boundaries = {});
   void computed(int64_t num_tokens);                                 // the step ran num_tokens more of this sequence
   void start_from_fork(SlotLease lease, int64_t num_prompt_tokens);  // waiting -> prefilling, prompt in state
   // -> decoding; the token counted in output.weight_versions under weight_version.
@@ -57,6 +60,9 @@ class Sequence {
 
   std::optional<SlotLease> lease;    // held while running
   std::vector<int32_t> block_table;  // [blocks] physical KV block of each logical block
+  int64_t num_cached_tokens = 0;     // resumed past from a cached prefix, at the last admission
+  std::optional<CheckpointLease> resumed_from;  // the checkpoint whose state its slot got then
+  std::vector<int64_t> checkpoint_boundaries;  // positions whose state the prefill saves for the prefix cache
   SequenceSampler sampler;
   SampleOutput output;  // ids, logprobs, text and finish reason so far
 

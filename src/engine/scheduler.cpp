@@ -7,11 +7,14 @@
 namespace jambo::engine {
 
 Scheduler::Scheduler(int64_t max_num_batched_tokens, SlotPool& slots, KvBlockManager& kv_blocks,
-                     std::function<void(int64_t slot)> on_slot_freed)
+                     std::function<void(int64_t slot)> on_slot_freed, PrefixCache* prefix_cache,
+                     PrefixHitListener on_prefix_hit)
     : max_num_batched_tokens_(max_num_batched_tokens),
       slots_(slots),
       kv_blocks_(kv_blocks),
-      on_slot_freed_(std::move(on_slot_freed)) {}
+      on_slot_freed_(std::move(on_slot_freed)),
+      prefix_cache_(prefix_cache),
+      on_prefix_hit_(std::move(on_prefix_hit)) {}
 
 namespace {
 
@@ -54,7 +57,7 @@ void Scheduler::schedule_running(SequenceState phase, int64_t& budget, StepPlan&
     }
     const int64_t num_tokens = std::min(sequence.num_uncomputed(), budget);
     bool preempted_itself = false;
-    while (kv_blocks_.num_free() < num_blocks_needed(sequence, num_tokens)) {
+    while (!make_room(num_blocks_needed(sequence, num_tokens))) {
       Sequence* victim = preemption_victim(index, plan);
       preempted_itself = victim == nullptr;
       preempt(victim ? *victim : sequence, plan);
@@ -67,15 +70,25 @@ void Scheduler::schedule_running(SequenceState phase, int64_t& budget, StepPlan&
   }
 }
 
+// A sequence resuming from a cached prefix holds its blocks before room is made for the rest, so that making room
+// cannot evict them.
 void Scheduler::admit_waiting(int64_t& budget, StepPlan& plan) {
   while (!waiting_.empty() && budget > 0) {
     Sequence& sequence = *waiting_.front();
     const int64_t num_slots = num_slots_to_admit(sequence);
     if (slots_.num_free() - num_reserved_slots_ < num_slots) break;
-    const int64_t num_tokens = std::min(sequence.num_uncomputed(), budget);
-    if (kv_blocks_.num_free() < num_blocks_needed(sequence, num_tokens)) break;
+    PrefixMatch match = match_prefix(sequence);
+    kv_blocks_.share(match.kv_blocks, int64_t(match.kv_blocks.size()), sequence.block_table);
+    const int64_t num_tokens = std::min(int64_t(sequence.tokens().size()) - match.num_tokens, budget);
+    if (!make_room(num_blocks_needed(sequence, match.num_tokens, num_tokens))) {
+      kv_blocks_.free(sequence.block_table);
+      break;
+    }
     waiting_.pop_front();
-    sequence.admit(slots_.allocate(sequence.id));
+    if (prefix_cache_ && !sequence.request.wants_prompt_logprobs())
+      prefix_cache_->count(match, sequence.request.num_prompt_tokens());
+    sequence.admit(slots_.allocate(sequence.id), match.num_tokens, match.boundaries_to_save);
+    if (match.num_tokens > 0) on_prefix_hit_(sequence, match);
     num_reserved_slots_ += num_slots - 1;
     start_running(sequence);
     plan.admitted.push_back(&sequence);
@@ -84,8 +97,23 @@ void Scheduler::admit_waiting(int64_t& budget, StepPlan& plan) {
   }
 }
 
+bool Scheduler::make_room(int64_t num_blocks) {
+  return kv_blocks_.num_free() >= num_blocks || (prefix_cache_ && prefix_cache_->make_free_blocks(num_blocks));
+}
+
+PrefixMatch Scheduler::match_prefix(const Sequence& sequence) const {
+  if (!prefix_cache_ || sequence.request.wants_prompt_logprobs()) return {};
+  // The last token runs in any case: its logits choose the next token.
+  return prefix_cache_->match(sequence.tokens(), sequence.request.num_prompt_tokens(),
+                              int64_t(sequence.tokens().size()) - 1);
+}
+
 int64_t Scheduler::num_blocks_needed(const Sequence& sequence, int64_t num_tokens) const {
-  const int64_t end = sequence.num_computed() + num_tokens;
+  return num_blocks_needed(sequence, sequence.num_computed(), num_tokens);
+}
+
+int64_t Scheduler::num_blocks_needed(const Sequence& sequence, int64_t num_computed, int64_t num_tokens) const {
+  const int64_t end = num_computed + num_tokens;
   int64_t needed = std::max<int64_t>(0, kv_blocks_.blocks_for(end) - int64_t(sequence.block_table.size()));
   if (sequence.leads_fork() && end == sequence.request.num_prompt_tokens())  // the samples' own partial blocks
     needed += (sequence.request.spec.n - 1) * (kv_blocks_.blocks_for(end) - kv_blocks_.full_blocks(end));
@@ -95,7 +123,7 @@ int64_t Scheduler::num_blocks_needed(const Sequence& sequence, int64_t num_token
 void Scheduler::schedule_row(Sequence& sequence, int64_t num_tokens, StepPlan& plan) {
   const int64_t end = sequence.num_computed() + num_tokens;
   kv_blocks_.grow(sequence.block_table, end);
-  plan.rows.push_back({&sequence, num_tokens});
+  plan.rows.push_back({&sequence, num_tokens, {}, {}});
   if (!sequence.leads_fork() || end != sequence.request.num_prompt_tokens()) return;
   // The prompt completes: the other samples take their reserved slots now, share the prompt's full KV blocks and
   // take a block of their own for its partial last one, and get its state after the step.

@@ -3,6 +3,7 @@
 #include "engine/memory_budget.h"
 #include "engine/request_json.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -20,15 +21,30 @@ std::vector<engine::RequestSpec> make_stress_requests(const StressWorkload& work
   const auto uniform_int = [&](int64_t low, int64_t high) {
     return std::uniform_int_distribution<int64_t>(low, high)(rng);
   };
+  const auto log_uniform_length = [&] {
+    return std::max<int64_t>(1, int64_t(std::exp(unit(rng) * std::log(double(workload.max_prompt_tokens)))));
+  };
+  std::vector<std::vector<int32_t>> prefixes(size_t(std::max<int64_t>(workload.num_shared_prefixes, 0)));
+  const int64_t max_prompt = workload.max_prompt_tokens;
+  for (std::vector<int32_t>& prefix : prefixes)
+    for (int64_t t = uniform_int(std::max<int64_t>(1, max_prompt / 4), std::max<int64_t>(1, 3 * max_prompt / 4)); t > 0;
+         --t)
+      prefix.push_back(int32_t(uniform_int(0, vocab_size - 1)));
   std::vector<engine::RequestSpec> requests;
   for (int64_t i = 0; i < workload.num_requests; ++i) {
     engine::RequestSpec spec;
     spec.id = "stress-" + std::to_string(i);
     const bool one_token = unit(rng) < 0.2;
-    const int64_t num_prompt =
-        one_token ? 1 : int64_t(std::exp(unit(rng) * std::log(double(workload.max_prompt_tokens))));
-    for (int64_t t = 0; t < std::max<int64_t>(num_prompt, 1); ++t)
-      spec.prompt_ids.push_back(int32_t(uniform_int(0, vocab_size - 1)));
+    const int64_t num_prompt = one_token ? 1 : log_uniform_length();
+    if (!one_token && !prefixes.empty()) {
+      const std::vector<int32_t>& prefix = prefixes[size_t(uniform_int(0, int64_t(prefixes.size()) - 1))];
+      spec.prompt_ids.assign(prefix.begin(), prefix.begin() + std::min<int64_t>(int64_t(prefix.size()),
+                                                                                workload.max_prompt_tokens - 1));
+    }
+    const int64_t num_shared = int64_t(spec.prompt_ids.size());
+    const int64_t num_own =
+        num_shared == 0 ? num_prompt : std::clamp<int64_t>(num_prompt, 1, workload.max_prompt_tokens - num_shared);
+    for (int64_t t = 0; t < num_own; ++t) spec.prompt_ids.push_back(int32_t(uniform_int(0, vocab_size - 1)));
     spec.n = uniform_int(workload.min_samples, workload.max_samples);
     spec.stop.max_tokens = uniform_int(1, workload.max_new_tokens);
     if (unit(rng) < 0.5) {
@@ -83,6 +99,7 @@ void run_engine(const model::Model& model, const tokenizer::Tokenizer* tokenizer
     if (progress.on_engine_step) progress.on_engine_step(step, num_finished);
   }
   result.counters = engine.counters();
+  result.prefix_caching_status = engine.prefix_caching_status();
 }
 
 }  // namespace

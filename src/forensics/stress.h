@@ -21,6 +21,9 @@ struct StressWorkload {
   int64_t max_samples = 4;
   double arrivals_per_step = 1.5;  // mean new requests per engine step (Poisson)
   uint64_t seed = 0;
+  // 0: every prompt its own. K: K prefixes of lengths uniform in [1/4, 3/4] of the longest prompt, and every prompt of
+  // more than one token one of them plus its own tokens (the prefix cache resumes, saves and evicts all the time).
+  int64_t num_shared_prefixes = 0;
 };
 
 // The requests of a workload, in arrival order: half greedy, half sampled with their own seed. Throws
@@ -30,6 +33,7 @@ std::vector<engine::RequestSpec> make_stress_requests(const StressWorkload& work
 struct StressResult {
   std::vector<engine::SampleOutput> samples;  // in finishing order
   engine::EngineCounters counters;            // of the engine at the end of the run
+  std::string prefix_caching_status;          // the engine's (engine.h)
   int64_t state_elements_per_slot = 0;  // the engine's pool holds counters.slots_total such slots
   double engine_seconds = 0.0;
   double reference_seconds = 0.0;

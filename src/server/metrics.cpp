@@ -35,6 +35,34 @@ std::string metric(const char* name, const char* type, const char* help, int64_t
   return fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
 }
 
+// vLLM's names for the queries and hits, in tokens; the misses by reason, in queries. Without prefix caching, none.
+std::string render_prefix_cache(const engine::EngineCounters& engine) {
+  if (!engine.prefix_caching) return "";
+  const engine::PrefixCacheCounters& cache = engine.prefix_cache;
+  std::string text;
+  text += metric("jambo_prefix_cache_queries_total", "counter", "prompt tokens of the requests that looked up a prefix",
+                 cache.query_tokens);
+  text += metric("jambo_prefix_cache_hits_total", "counter", "of those, the tokens resumed from the cache",
+                 cache.hit_tokens);
+  text +=
+      "# HELP jambo_prefix_cache_misses_total lookups that found nothing to resume from, by reason\n"
+      "# TYPE jambo_prefix_cache_misses_total counter\n";
+  for (int reason = 0; reason < engine::kNumPrefixMisses; ++reason)
+    text += fmt::format("jambo_prefix_cache_misses_total{{reason=\"{}\"}} {}\n",
+                        engine::name(engine::PrefixMiss(reason)), cache.misses[reason]);
+  text += metric("jambo_prefix_cache_checkpoints_used", "gauge", "recurrent-state checkpoints holding a cached prefix",
+                 cache.checkpoints_used);
+  text += metric("jambo_prefix_cache_checkpoints_total", "gauge", "recurrent-state checkpoints in the pool",
+                 cache.checkpoints_total);
+  text += metric("jambo_prefix_cache_checkpoint_evictions_total", "counter",
+                 "checkpoints evicted, least recently used first", cache.checkpoint_evictions);
+  text += metric("jambo_prefix_cache_kv_blocks", "gauge", "KV blocks the cache holds (some shared with requests)",
+                 cache.cached_kv_blocks);
+  text += metric("jambo_prefix_cache_kv_block_evictions_total", "counter",
+                 "cached KV blocks evicted to make room", cache.kv_block_evictions);
+  return text;
+}
+
 }  // namespace
 
 ServerMetrics::ServerMetrics()
@@ -96,6 +124,7 @@ std::string ServerMetrics::render(const engine::EngineCounters& engine, bool eng
   text += metric("jambo_nonfinite_logit_rows_total", "counter",
                  "step rows whose logits held NaN or infinity (their logprobs are NaN)", engine.nonfinite_rows);
   std::lock_guard lock(mutex_);
+  text += render_prefix_cache(engine);
   text += metric("jambo_prompt_tokens_total", "counter", "prompt tokens of finished requests", num_prompt_tokens_);
   text += metric("jambo_generation_tokens_total", "counter", "tokens generated for finished requests",
                  num_generation_tokens_);

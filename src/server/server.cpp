@@ -238,6 +238,7 @@ struct Server::Impl final : HttpHandler {
   HttpReply update_weights_from_ipc(const HttpRequest& request);
   std::string requested_weight_version(const json& body) const;
   HttpReply sleep(const HttpRequest& request);
+  HttpReply reset_prefix_cache(const HttpRequest& request);
   HttpReply wake_up(const HttpRequest& request);
   HttpResponse is_sleeping(const HttpRequest& request);
   std::string current_weight_version() const;
@@ -522,6 +523,8 @@ Server::Impl::Impl(const model::Model& model, engine::Engine& engine, const toke
                     [this](const HttpRequest& request) { return update_weights_from_disk(request); }});
   routes.push_back({"POST", "/update_weights_from_ipc", true,
                     [this](const HttpRequest& request) { return update_weights_from_ipc(request); }});
+  routes.push_back({"POST", "/reset_prefix_cache", false,
+                    [this](const HttpRequest& request) { return reset_prefix_cache(request); }});
   routes.push_back({"POST", "/sleep", false, [this](const HttpRequest& request) { return sleep(request); }});
   routes.push_back({"POST", "/wake_up", false, [this](const HttpRequest& request) { return wake_up(request); }});
   routes.push_back(
@@ -722,6 +725,13 @@ HttpReply Server::Impl::sleep(const HttpRequest& request) {
         asleep = true;
         return json{{"sleeping", true}, {"level", int(parsed)}, {"sleep_seconds", seconds}};
       });
+}
+
+// Between two steps, every cached prefix goes (vLLM's and TRL's name); the requests running keep what they hold.
+HttpReply Server::Impl::reset_prefix_cache(const HttpRequest&) {
+  return std::make_shared<ChangeResponse>(
+      loop, /*needs_idle=*/false, [](engine::Engine& engine) { engine.reset_prefix_cache(); },
+      [](double) { return json{{"success", true}}; });
 }
 
 // ?tags=weights,kv_cache (both, the default, or either): the engine takes back what it let go of; it runs again once

@@ -154,7 +154,7 @@ grep -q '^jambo_http_requests_total{status="400"} [1-9]' "$work/body" && pass "/
 for file in tests/server/completions.test.mjs tests/server/chat.test.mjs tests/server/streaming.test.mjs \
             tests/server/concurrency.test.mjs tests/server/malformed.test.mjs tests/server/disconnect.test.mjs \
             tests/server/queue.test.mjs tests/server/transport.test.mjs tests/server/control.test.mjs \
-            tests/server/weights.test.mjs tests/server/sleep.test.mjs; do
+            tests/server/weights.test.mjs tests/server/sleep.test.mjs tests/server/prefix_cache.test.mjs; do
   kill -0 "$server_pid" 2>/dev/null || die "jambo serve is gone before $file"
   echo "---- node $file"
   file_started=$SECONDS

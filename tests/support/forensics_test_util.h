@@ -21,13 +21,15 @@ inline std::vector<std::vector<int32_t>> mixed_reference_sequences(int64_t vocab
 // for one largest request, an 8-token step budget (one-token admissions, preemption) and slot policy highest;
 // engine and reference on one backend.
 inline forensics::StressResult run_small_stress(const model::Model& model, const engine::EngineFaults& faults,
-                                                engine::BackendKind backend = engine::BackendKind::Cpu) {
+                                                engine::BackendKind backend = engine::BackendKind::Cpu,
+                                                int64_t num_shared_prefixes = 0) {
   forensics::StressWorkload workload;
   workload.num_requests = 40;
   workload.max_prompt_tokens = 40;
   workload.max_new_tokens = 6;
   workload.max_samples = 3;
   workload.seed = 11;
+  workload.num_shared_prefixes = num_shared_prefixes;
   const int64_t max_model_len = workload.max_prompt_tokens + workload.max_new_tokens;
   const int64_t kv_block_size = 16;
   engine::EngineOptions options = exact_engine_options(
@@ -38,6 +40,13 @@ inline forensics::StressResult run_small_stress(const model::Model& model, const
   options.max_num_batched_tokens = 8;
   options.slot_policy = engine::SlotPolicy::Highest;
   options.faults = faults;
+  // A pool of 3 checkpoints beside the slots and blocks, so that the cache evicts constantly, and prompts in chunks of
+  // 32 tokens, so that a prefix is in the cache before most requests that share it arrive.
+  if (num_shared_prefixes > 0) {
+    options.max_num_batched_tokens = 32;
+    options.max_num_checkpoints = 3;
+    options.memory_budget.bytes += 3 * engine::state_elements_per_slot(model.config) * int64_t(sizeof(float));
+  }
   forensics::ReferenceOptions reference;
   reference.backend = backend;
   return run_stress(model, nullptr, options, workload, forensics::kDefaultCompareThreshold, reference);

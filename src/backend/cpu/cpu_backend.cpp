@@ -66,6 +66,7 @@ class CpuBackend final : public Backend {
   std::vector<int64_t> index_in_kind_;  // [L] index of each layer among the layers of its mixer kind
   std::vector<int64_t> moe_index_;      // [L] index of each layer among the MoE layers (-1: dense)
   std::vector<int32_t> routed_;         // [num_moe_layers, num_tokens, k] the step's routing, where a row asks
+  const int64_t num_state_slots_;  // the slots rows run in; the checkpoints follow them in states_
   cpu::StatePool states_;
   cpu::KvCache kv_cache_;
   FaultInjection faults_;  // test-only; none by default
@@ -82,7 +83,8 @@ CpuBackend::CpuBackend(const model::Model& model, const CacheConfig& cache)
       checkpoint_weights_(model.weights),
       index_in_kind_(indices_within_kind(model.config)),
       moe_index_(moe_layer_indices(model.config)),
-      states_(model.config, cache.num_state_slots, cache.state_dtype),
+      num_state_slots_(cache.num_state_slots),
+      states_(model.config, cache.num_state_slots + cache.num_checkpoints, cache.state_dtype),
       kv_cache_(model.config, cache) {
   index_weights();
 }
@@ -120,7 +122,8 @@ void CpuBackend::sleep(backend::SleepLevel level) {
 }
 
 void CpuBackend::validate(std::span<const BatchRow> rows) const {
-  validate_rows(rows, model_.config, {states_.num_slots(), kv_cache_.num_blocks(), kv_cache_.block_size()});
+  validate_rows(rows, model_.config,
+                {num_state_slots_, kv_cache_.num_blocks(), kv_cache_.block_size(), states_.num_slots() - num_state_slots_});
 }
 
 void CpuBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
@@ -159,11 +162,16 @@ void CpuBackend::run_mixer(int64_t layer, std::span<const BatchRow> rows, const 
     return;
   }
   std::vector<cpu::MambaRow> mamba_rows;
+  std::vector<std::vector<cpu::MambaCheckpoint>> checkpoints(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     const bool reads_state =
         rows[r].has_initial_state || (faults_.decode_before_prefill && rows[r].tokens.size() == 1);
+    for (const StateCheckpoint& checkpoint : rows[r].checkpoints)
+      checkpoints[r].push_back({checkpoint.num_tokens, states_.conv_tail(checkpoint.slot, kind_index),
+                                states_.ssm_state(checkpoint.slot, kind_index)});
     mamba_rows.push_back({first_tokens[r], int64_t(rows[r].tokens.size()), reads_state,
-                          states_.conv_tail(rows[r].slot, kind_index), states_.ssm_state(rows[r].slot, kind_index)});
+                          states_.conv_tail(rows[r].slot, kind_index), states_.ssm_state(rows[r].slot, kind_index),
+                          checkpoints[r]});
   }
   cpu::mamba_mixer(weights.mamba, model_.config, normed, mamba_rows, mixed);
 }

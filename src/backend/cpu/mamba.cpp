@@ -39,6 +39,10 @@ void causal_conv_channel(const model::MambaWeights& weights, int64_t kernel_size
     for (int64_t j = 0; j < kernel_size; ++j) sum += weights.conv_weight.at(first_tap + j) * window(t + j);
     activated.row(row.first_token + t)[channel] = silu(sum + bias);
   }
+  for (const MambaCheckpoint& checkpoint : row.checkpoints) {  // the tail as it is after num_tokens inputs
+    const StateValues saved = checkpoint.conv_tail + element_offset(channel, tail_size);
+    for (int64_t j = 0; j < tail_size; ++j) saved.set(j, window(checkpoint.num_tokens + j));
+  }
   // In place: entry j reads window index num_tokens + j > j, which is not yet overwritten.
   for (int64_t j = 0; j < tail_size; ++j) tail.set(j, window(row.num_tokens + j));
 }
@@ -65,6 +69,7 @@ void selective_scan_channel(const model::MambaWeights& weights, const model::Jam
   }
 
   const float skip = weights.D.at(channel);
+  auto checkpoint = row.checkpoints.begin();
   for (int64_t t = row.first_token; t < row.first_token + row.num_tokens; ++t) {
     const float step = delta.row(t)[channel];
     const float u = activated.row(t)[channel];
@@ -76,6 +81,11 @@ void selective_scan_channel(const model::MambaWeights& weights, const model::Jam
       y += h[n] * c[n];
     }
     gated.row(t)[channel] = (y + skip * u) * silu(projected.row(t)[num_channels + channel]);
+    if (checkpoint != row.checkpoints.end() && t + 1 - row.first_token == checkpoint->num_tokens) {
+      const StateValues saved = checkpoint->ssm_state + element_offset(channel, state_size);
+      for (int64_t n = 0; n < state_size; ++n) saved.set(n, h[n]);
+      ++checkpoint;
+    }
   }
   for (int64_t n = 0; n < state_size; ++n) saved_h.set(n, h[n]);
 }

@@ -10,6 +10,13 @@
 
 namespace jambo::backend::cpu {
 
+// Where a row saves its state after its first num_tokens tokens (BatchRow::checkpoints).
+struct MambaCheckpoint {
+  int64_t num_tokens = 0;
+  StateValues conv_tail;  // [Di, K-1]
+  StateValues ssm_state;  // [Di, N]
+};
+
 // One row's share of a Mamba layer: its tokens in the step and its state in the slot pool.
 struct MambaRow {
   int64_t first_token = 0;  // index of the row's first token in the step's activations
@@ -17,6 +24,7 @@ struct MambaRow {
   bool has_initial_state = false;  // law 1: false => zero conv tail and zero h; the slot is never read
   StateValues conv_tail;           // [Di, K-1] read when has_initial_state; always rewritten
   StateValues ssm_state;           // [Di, N]   read when has_initial_state; always rewritten
+  std::span<const MambaCheckpoint> checkpoints;  // by increasing num_tokens, written as the scan passes them
 };
 
 // out = Mamba(x) for every token; each row's conv tail and SSM state are carried forward.

@@ -143,7 +143,8 @@ CudaBackend::CudaBackend(const model::Model& model, const CacheConfig& cache, We
 }
 
 void CudaBackend::allocate_caches() {
-  const int64_t state_bytes = slot_layout_.pool_bytes(cache_.num_state_slots, cache_.state_dtype);
+  const int64_t state_bytes =
+      slot_layout_.pool_bytes(cache_.num_state_slots + cache_.num_checkpoints, cache_.state_dtype);
   states_ = DeviceBuffer<std::byte>(state_bytes);
   JAMBO_CUDA_CHECK(cudaMemsetAsync(states_.data(), 0, size_t(state_bytes), stream_));
   const int64_t kv_elements = element_offset(cache_.num_kv_blocks, kv_block_stride_);
@@ -207,8 +208,8 @@ KvLayout CudaBackend::kv_layout(int64_t attention_layer) const {
 }
 
 void CudaBackend::copy_state(int64_t from_slot, int64_t to_slot) {
-  require_state_slot(from_slot, cache_.num_state_slots, "copy_state");
-  require_state_slot(to_slot, cache_.num_state_slots, "copy_state");
+  require_state_slot(from_slot, cache_.num_state_slots + cache_.num_checkpoints, "copy_state");
+  require_state_slot(to_slot, cache_.num_state_slots + cache_.num_checkpoints, "copy_state");
   if (from_slot == to_slot || slot_layout_.slot_stride == 0) return;
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(slot_values(to_slot).data, slot_values(from_slot).data, size_t(slot_bytes()),
                                    cudaMemcpyDeviceToDevice, stream_));
@@ -225,7 +226,7 @@ void CudaBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
 
 // NaN is all-ones bytes (0xffffffff is a quiet fp32 NaN, 0xffff a bf16 one), so one memset poisons the slot.
 void CudaBackend::poison_state(int64_t slot) {
-  require_state_slot(slot, cache_.num_state_slots, "poison_state");
+  require_state_slot(slot, cache_.num_state_slots + cache_.num_checkpoints, "poison_state");
   if (slot_layout_.slot_stride == 0) return;
   JAMBO_CUDA_CHECK(cudaMemsetAsync(slot_values(slot).data, 0xff, size_t(slot_bytes()), stream_));
 }
@@ -282,7 +283,13 @@ void CudaBackend::run_attention(int64_t layer, const DeviceRows& rows) {
 }
 
 void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
-  validate_rows(rows, config_, {cache_.num_state_slots, cache_.num_kv_blocks, cache_.kv_block_size});
+  validate_rows(rows, config_,
+                {cache_.num_state_slots, cache_.num_kv_blocks, cache_.kv_block_size, cache_.num_checkpoints});
+  for (const BatchRow& row : rows)
+    JAMBO_REQUIRE(row.checkpoints.empty(),
+                  "sequence {}: the CUDA backend does not save state checkpoints yet (prefix caching runs on the CPU "
+                  "backend only)",
+                  row.sequence_id);
   std::vector<int64_t> state_offsets;
   std::vector<int32_t> reads_state;
   for (const BatchRow& row : rows) {

@@ -56,7 +56,7 @@ TEST_P(OpsTest, MambaMixerFromZeroState) {
   const int64_t Di = config_.mamba_d_inner;
   std::vector<float> conv_tail(size_t(Di * (config_.mamba_d_conv - 1)));  // [Di, K-1]
   std::vector<float> ssm_state(size_t(Di * config_.mamba_d_state));       // [Di, N]
-  const cpu::MambaRow row{0, kNumTokens, false, {conv_tail.data(), DType::F32}, {ssm_state.data(), DType::F32}};
+  const cpu::MambaRow row{0, kNumTokens, false, {conv_tail.data(), DType::F32}, {ssm_state.data(), DType::F32}, {}};
   Matrix out;
   cpu::mamba_mixer(model_.weights.layers[0].mamba, config_, x_, std::span(&row, 1), out);
   expect_close(out, naive::mamba(model_.weights.layers[0].mamba, config_, to_rows(x_)), 1e-5);

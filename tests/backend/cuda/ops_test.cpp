@@ -205,7 +205,7 @@ void OpsTest::check_mamba_mixer(DType state_dtype) {
     int64_t first = 0;
     for (size_t r = 0; r < spec.num_tokens.size(); ++r) {
       cpu_rows.push_back({first, spec.num_tokens[r], spec.reads_state[r] != 0, cpu_pool.conv_tail(spec.slots[r], 0),
-                          cpu_pool.ssm_state(spec.slots[r], 0)});
+                          cpu_pool.ssm_state(spec.slots[r], 0), {}});
       first += spec.num_tokens[r];
     }
     backend::cpu::Matrix expected;
