@@ -363,13 +363,27 @@ void Engine::Impl::resume_from_prefix(Sequence& sequence, const PrefixMatch& mat
   sequence.resumed_from = checkpoint;
 }
 
+// The boundaries a row passes where its sequence saves a checkpoint: those of its prompt chosen at admission, and
+// past the prompt, the last block boundary the row reaches (a rolling checkpoint of the generated tokens, so that a
+// next chat turn that sends this output back resumes after it).
+std::vector<int64_t> checkpoints_in_row(const ScheduledRow& row, int64_t block_size) {
+  const Sequence& sequence = *row.sequence;
+  const int64_t start = sequence.num_computed(), end = start + row.num_tokens;
+  std::vector<int64_t> boundaries;
+  for (int64_t boundary : sequence.checkpoint_boundaries)
+    if (boundary > start && boundary <= end) boundaries.push_back(boundary);
+  const int64_t last = end - end % block_size;
+  if (last > start && last > sequence.request.num_prompt_tokens() && (boundaries.empty() || boundaries.back() < last))
+    boundaries.push_back(last);
+  return boundaries;
+}
+
 void Engine::Impl::reserve_checkpoints(std::vector<ScheduledRow>& rows) {
   if (!prefix_cache) return;
   for (ScheduledRow& row : rows) {
-    const Sequence& sequence = *row.sequence;
-    const int64_t start = sequence.num_computed();
-    for (int64_t boundary : sequence.checkpoint_boundaries) {
-      if (boundary <= start || boundary > start + row.num_tokens) continue;
+    if (row.sequence->request.wants_prompt_logprobs()) continue;
+    const int64_t start = row.sequence->num_computed();
+    for (int64_t boundary : checkpoints_in_row(row, options.kv_block_size)) {
       const std::optional<CheckpointLease> checkpoint = prefix_cache->reserve_checkpoint();
       if (!checkpoint) break;  // every checkpoint is being written this step
       row.checkpoints.push_back({boundary - start, checkpoint->backend_slot});
@@ -378,23 +392,31 @@ void Engine::Impl::reserve_checkpoints(std::vector<ScheduledRow>& rows) {
   }
 }
 
-// A row whose logits are not finite caches nothing, and its checkpoints go back.
+// A row whose logits are not finite caches nothing, and its checkpoints go back. The others' full blocks enter the
+// cache as they fill, with their checkpoints; a sequence keeps one checkpoint past its prompt, the latest.
 void Engine::Impl::cache_prefixes(const std::vector<ScheduledRow>& rows, const backend::StepOutput& output) {
   if (!prefix_cache) return;
+  const int64_t block_size = options.kv_block_size;
   for (size_t r = 0; r < rows.size(); ++r) {
     const ScheduledRow& row = rows[r];
-    const Sequence& sequence = *row.sequence;
+    Sequence& sequence = *row.sequence;
     if (!output.rows[r].finite) {
       for (const CheckpointLease& checkpoint : row.checkpoint_leases) prefix_cache->release_checkpoint(checkpoint);
       continue;
     }
-    const int64_t start = sequence.num_computed(), num_prompt_tokens = sequence.request.num_prompt_tokens();
-    if (start >= num_prompt_tokens || sequence.request.wants_prompt_logprobs()) continue;
-    for (size_t c = 0; c < row.checkpoints.size(); ++c)
-      prefix_cache->insert(sequence.tokens(), start + row.checkpoints[c].num_tokens, sequence.block_table,
-                           row.checkpoint_leases[c]);
-    const int64_t end = std::min(start + row.num_tokens, num_prompt_tokens);
-    prefix_cache->insert(sequence.tokens(), end - end % options.kv_block_size, sequence.block_table, std::nullopt);
+    if (sequence.request.wants_prompt_logprobs()) continue;
+    const int64_t start = sequence.num_computed(), end = start + row.num_tokens;
+    for (size_t c = 0; c < row.checkpoints.size(); ++c) {
+      const int64_t boundary = start + row.checkpoints[c].num_tokens;
+      prefix_cache->insert(sequence.tokens(), boundary, sequence.block_table, row.checkpoint_leases[c]);
+      if (boundary <= sequence.request.num_prompt_tokens()) continue;
+      if (sequence.generated_checkpoint)
+        prefix_cache->drop_checkpoint(sequence.tokens(), sequence.generated_checkpoint->first,
+                                      sequence.generated_checkpoint->second);
+      sequence.generated_checkpoint = {boundary, row.checkpoint_leases[c]};
+    }
+    if (end / block_size > start / block_size)  // a block filled
+      prefix_cache->insert(sequence.tokens(), end - end % block_size, sequence.block_table, std::nullopt);
   }
 }
 

@@ -141,6 +141,19 @@ void PrefixCache::release_checkpoint(const CheckpointLease& checkpoint) {
   on_checkpoint_freed_(checkpoint.backend_slot);
 }
 
+void PrefixCache::drop_checkpoint(std::span<const int32_t> tokens, int64_t num_tokens,
+                                  const CheckpointLease& checkpoint) {
+  int64_t id = -1;
+  for (int64_t b = 0; b < num_tokens / block_size_; ++b) {
+    id = find_child(id, tokens.subspan(size_t(b * block_size_), size_t(block_size_)));
+    if (id < 0) return;
+  }
+  if (id < 0) return;
+  const std::optional<CheckpointLease>& held = entries_.at(id).checkpoint;
+  if (held && held->owner == checkpoint.owner && held->lease.generation == checkpoint.lease.generation)
+    drop_checkpoint(id, /*evicted=*/false);
+}
+
 bool PrefixCache::holds(const CheckpointLease& checkpoint) const {
   return checkpoints_ && checkpoints_->is_held_by(checkpoint.lease, checkpoint.owner) &&
          checkpoint.backend_slot == first_checkpoint_slot_ + checkpoint.lease.slot;

@@ -12,7 +12,9 @@
 // the weights empties the cache (the engine clears it). Checkpoints carry an owner (their entry) and a generation like state slots (law 2),
 // and an evicted one goes through on_checkpoint_freed (checked mode poisons it). Checkpoints are saved at a prompt's
 // last block boundary and at the boundary where a prompt leaves a cached prefix (a branch point: the next request
-// with that prefix finds a checkpoint there); least recently used entries go first, KV blocks from the leaves.
+// with that prefix finds a checkpoint there), and past the prompt at the last block boundary a sequence reached (one
+// per sequence, the latest: a next chat turn sends the output back); least recently used entries go first, KV blocks
+// from the leaves.
 #pragma once
 
 #include "engine/kv_block_manager.h"
@@ -83,10 +85,12 @@ class PrefixCache {
   // release_checkpoint().
   std::optional<CheckpointLease> reserve_checkpoint();
   void release_checkpoint(const CheckpointLease& checkpoint);
+  // Drops the checkpoint after tokens[0, num_tokens) where it is still this one (not evicted, nor the cache emptied).
+  void drop_checkpoint(std::span<const int32_t> tokens, int64_t num_tokens, const CheckpointLease& checkpoint);
   // Whether this lease still holds its checkpoint (law 2, checked before a copy out of it).
   bool holds(const CheckpointLease& checkpoint) const;
 
-  // After a step computed tokens[0, num_tokens) of a sequence: its full blocks under num_tokens enter the cache
+  // After a step computed tokens[0, num_tokens) of a sequence: its full blocks up to num_tokens enter the cache
   // (block_table[i] holds block i; the cache takes a reference), and the checkpoint, if any, becomes the state after
   // the last of them (num_tokens a multiple of the block size). Entries already there are kept, a duplicate
   // checkpoint released.

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace jambo::engine {
@@ -62,6 +63,8 @@ class Sequence {
   std::vector<int32_t> block_table;  // [blocks] physical KV block of each logical block
   int64_t num_cached_tokens = 0;     // resumed past from a cached prefix, at the last admission
   std::optional<CheckpointLease> resumed_from;  // the checkpoint whose state its slot got then
+  // The checkpoint it saved last past its prompt, and where: the next one replaces it in the prefix cache.
+  std::optional<std::pair<int64_t, CheckpointLease>> generated_checkpoint;
   std::vector<int64_t> checkpoint_boundaries;  // positions whose state the prefill saves for the prefix cache
   SequenceSampler sampler;
   SampleOutput output;  // ids, logprobs, text and finish reason so far

@@ -78,7 +78,7 @@ TEST(PrefixCaching, ASharedPrefixResumesBitwiseAsTheColdRun) {
   testing::expect_bitwise_equal(testing::run_alone(c.model, {first}), c.run({first}));
   EXPECT_EQ(c.cache().hit_tokens, 0);
   EXPECT_EQ(c.misses(PrefixMiss::NoCheckpoint), 1);
-  EXPECT_EQ(c.cache().checkpoints_used, 1);  // at token 32, the prompt's last block boundary
+  EXPECT_EQ(c.cache().checkpoints_used, 2);  // at 32, the prompt's last block boundary, and at 48, the output's
 
   testing::expect_bitwise_equal(testing::run_alone(c.model, {second, third}), c.run({second, third}));
   EXPECT_EQ(c.cache().hit_tokens, 64);
@@ -87,16 +87,33 @@ TEST(PrefixCaching, ASharedPrefixResumesBitwiseAsTheColdRun) {
   EXPECT_EQ(c.engine.counters().law_violations, 0);
 }
 
-// Multi-turn chat: the next turn sends the whole conversation again and resumes from the checkpoint at the last
-// block boundary of the previous turn's prompt.
-TEST(PrefixCaching, TheNextTurnResumesFromThePreviousPrompt) {
+// Multi-turn chat: the next turn sends the whole conversation again, the previous output included, and resumes from
+// the checkpoint at the last block boundary the previous turn computed: 50 prompt tokens and 29 of its 30 generated
+// ones (the last is never run) reach 64. Each sequence keeps one checkpoint past its prompt, the latest.
+TEST(PrefixCaching, TheNextTurnResumesAfterThePreviousOutput) {
   CachingEngine c;
-  const RequestSpec turn1 = request("turn1", random_tokens(c.model, 50, 5), 10);
+  const RequestSpec turn1 = request("turn1", random_tokens(c.model, 50, 5), 30);
   const testing::Outputs first = c.run({turn1});
+  EXPECT_EQ(c.cache().checkpoints_used, 2);  // at 48 (the prompt's last block boundary) and at 64 (the output's)
   const std::vector<int32_t> history = concat(turn1.prompt_ids, first.at({"turn1", 0}).ids);
-  const RequestSpec turn2 = request("turn2", concat(history, random_tokens(c.model, 20, 6)), 10);
+  const RequestSpec turn2 = request("turn2", concat(history, random_tokens(c.model, 20, 6)), 20);
   testing::expect_bitwise_equal(testing::run_alone(c.model, {turn2}), c.run({turn2}));
-  EXPECT_EQ(c.cache().hit_tokens, 48);
+  EXPECT_EQ(c.cache().hit_tokens, 64);
+  EXPECT_EQ(c.cache().checkpoints_used, 4);  // and turn 2's at 96 (its prompt's) and 112 (its output's)
+}
+
+// Past its prompt a sequence keeps one checkpoint, the latest: 20 prompt tokens and 59 generated ones run pass the
+// boundaries 16 (the prompt's), 32, 48 and 64; 32 and 48 are replaced as the next is saved.
+TEST(PrefixCaching, ASequenceKeepsOneCheckpointPastItsPrompt) {
+  CachingEngine c;
+  const RequestSpec spec = request("long", random_tokens(c.model, 20, 81), 60);
+  const testing::Outputs outputs = c.run({spec});
+  EXPECT_EQ(c.cache().checkpoints_used, 2);
+  EXPECT_EQ(c.cache().checkpoint_evictions, 0);
+  const std::vector<int32_t> history = concat(spec.prompt_ids, outputs.at({"long", 0}).ids);
+  const RequestSpec next = request("next", concat(history, {3, 4}), 4);
+  testing::expect_bitwise_equal(testing::run_alone(c.model, {next}), c.run({next}));
+  EXPECT_EQ(c.cache().hit_tokens, 64);
 }
 
 // Where a prompt leaves a cached prefix (its KV blocks cached, no checkpoint there), its prefill saves a checkpoint
