@@ -32,7 +32,18 @@ engine::EngineFaults parse_injection(const std::string& name) {
   engine::EngineFaults faults;
   if (name == "decode-before-prefill") faults.decode_before_prefill = true;
   if (name == "offset-wrap") faults.wrap_state_offsets = true;
+  if (name == "stale-checkpoint") faults.serve_stale_checkpoint = true;
   return faults;
+}
+
+// A stale checkpoint can only be served where requests resume from cached prefixes.
+void check_injection(const StressOptions& options) {
+  if (options.inject != "stale-checkpoint") return;
+  if (options.workload.num_shared_prefixes == 0)
+    throw UsageError("--inject stale-checkpoint needs --shared-prefixes K: without shared prefixes no request "
+                     "resumes from a checkpoint");
+  if (const std::string obstacle = engine::prefix_caching_obstacle(options.engine.options); !obstacle.empty())
+    throw UsageError(fmt::format("--inject stale-checkpoint needs prefix caching, which is {}", obstacle));
 }
 
 void write_outputs(const StressOptions& options, const forensics::StressResult& result,
@@ -114,6 +125,7 @@ int run_stress_command(StressOptions& options) {
   const model::Model model =
       options.model.load(options.reference.backend == engine_backend ? engine_backend : engine::BackendKind::Cpu);
   const std::optional<tokenizer::Tokenizer> tokenizer = options.model.load_tokenizer();
+  check_injection(options);
   apply_tight_budget(options, model);
   engine::EngineOptions engine_options = options.engine.options;
   engine_options.faults = parse_injection(options.inject);
@@ -198,8 +210,11 @@ void add_stress_command(CLI::App& app) {
       ->add_option("--budget-slots", options->num_budget_slots,
                    "with --memory-budget tight: the state slots it holds (default 2 max-n + 4)")
       ->check(count);
-  command->add_option("--inject", options->inject, "test-only fault: reproduce a historical state-cache bug")
-      ->check(CLI::IsMember({"none", "decode-before-prefill", "offset-wrap"}))
+  command
+      ->add_option("--inject", options->inject,
+                   "test-only fault: reproduce a historical state-cache bug, or resume cached prefixes from another "
+                   "prefix's checkpoint (stale-checkpoint, with --shared-prefixes)")
+      ->check(CLI::IsMember({"none", "decode-before-prefill", "offset-wrap", "stale-checkpoint"}))
       ->capture_default_str();
   add_reference_flags(*command, options->reference, "reference-", /*defaults_from_engine=*/true);
   command->add_option("--output", options->output_path, "write the samples as JSONL (the batch format)");

@@ -162,7 +162,7 @@ std::unique_ptr<PrefixCache> Engine::Impl::make_prefix_cache(const model::JambaC
                                        [this](int64_t slot) { runner.on_slot_freed(slot); });
 }
 
-// The backend reproduces the faults; the offset wrap aliases the upper half of the slots onto the lower.
+// The backend reproduces the state-cache faults (a stale checkpoint is the engine's: resume_from_prefix); the offset wrap aliases the upper half of the slots onto the lower.
 void Engine::Impl::inject_faults(const EngineFaults& faults) {
   backend::FaultInjection injection;
   injection.decode_before_prefill = faults.decode_before_prefill;
@@ -354,7 +354,8 @@ void Engine::Impl::record_routing(const ScheduledRow& row, const backend::RowOut
 // Law 2 for checkpoints: the checkpoint must still be the cache's, at the generation the match saw.
 void Engine::Impl::resume_from_prefix(Sequence& sequence, const PrefixMatch& match) {
   if (!match.checkpoint) return;  // a model without Mamba layers: the KV blocks are the whole state
-  const CheckpointLease& checkpoint = *match.checkpoint;
+  const CheckpointLease checkpoint =
+      options.faults.serve_stale_checkpoint ? prefix_cache->stale_checkpoint(match) : *match.checkpoint;
   if (options.checked && !prefix_cache->holds(checkpoint))
     fail("law 2 violation: request '{}' sample {} (sequence {}): checkpoint slot {} generation {} is not held by its "
          "cache entry",

@@ -27,6 +27,7 @@ namespace jambo::engine {
 struct EngineFaults {
   bool decode_before_prefill = false;  // a one-token step without state reads the slot's leftover state
   bool wrap_state_offsets = false;     // state offsets wrap at half the pool, as a 32-bit offset wraps at 2^32
+  bool serve_stale_checkpoint = false;  // a prefix hit resumes from another prefix's checkpoint (prefix_cache.h)
 };
 
 inline constexpr int64_t kDefaultMaxModelLen = 4096;

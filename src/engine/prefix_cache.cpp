@@ -159,6 +159,17 @@ bool PrefixCache::holds(const CheckpointLease& checkpoint) const {
          checkpoint.backend_slot == first_checkpoint_slot_ + checkpoint.lease.slot;
 }
 
+CheckpointLease PrefixCache::stale_checkpoint(const PrefixMatch& match) const {
+  JAMBO_ASSERT(match.checkpoint && match.num_tokens > 0);
+  for (int64_t b = match.num_tokens / block_size_ - 1; b-- > 0;)
+    if (const std::optional<CheckpointLease>& shorter = entries_.at(match.entries[size_t(b)]).checkpoint) return *shorter;
+  for (auto use = by_use_.rbegin(); use != by_use_.rend(); ++use) {
+    const std::optional<CheckpointLease>& other = entries_.at(use->second).checkpoint;
+    if (other && other->owner != match.checkpoint->owner) return *other;
+  }
+  return *match.checkpoint;
+}
+
 int64_t PrefixCache::add_entry(int64_t parent, std::span<const int32_t> block_tokens, int32_t kv_block) {
   const int64_t id = next_id_++;
   Entry entry;

@@ -89,6 +89,10 @@ class PrefixCache {
   void drop_checkpoint(std::span<const int32_t> tokens, int64_t num_tokens, const CheckpointLease& checkpoint);
   // Whether this lease still holds its checkpoint (law 2, checked before a copy out of it).
   bool holds(const CheckpointLease& checkpoint) const;
+  // The stale-checkpoint fault (stress --inject): a checkpoint the cache holds but not the state after the match,
+  // the deepest of a shorter prefix of the same prompt (one block short where saved), else the most recently used
+  // of another prefix; the match's own where the cache holds no other.
+  CheckpointLease stale_checkpoint(const PrefixMatch& match) const;
 
   // After a step computed tokens[0, num_tokens) of a sequence: its full blocks up to num_tokens enter the cache
   // (block_table[i] holds block i; the cache takes a reference), and the checkpoint, if any, becomes the state after

@@ -393,6 +393,11 @@ expect_exit 0 "stress clean" "$jambo" stress --model "$demo" --requests 30 --max
 for fault in decode-before-prefill offset-wrap; do
   expect_exit 3 "stress catches $fault" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 40 --inject "$fault"
 done
+# a stale prefix-cache checkpoint is caught too; it needs shared prefixes, and says so
+expect_exit 3 "stress catches stale-checkpoint" "$jambo" stress --model "$demo" --requests 30 --max-prompt-tokens 60 \
+  --shared-prefixes 3 --inject stale-checkpoint
+expect_exit 2 "stress stale-checkpoint without shared prefixes" "$jambo" stress --model "$demo" --inject stale-checkpoint
+expect_stderr "stress stale-checkpoint names --shared-prefixes" "--shared-prefixes"
 
 # stress at scale's knobs: n exactly 3 (min-n = max-n), the reference on a named backend in small packed steps;
 # the summary places the state pool and its top slot against 2^32 elements

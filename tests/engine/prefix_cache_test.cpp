@@ -228,6 +228,23 @@ TEST(PrefixCaching, UnderEvictionAndPreemptionEveryRequestIsItsColdRun) {
   EXPECT_EQ(counters.kv_blocks_used + counters.slots_used, 0);
 }
 
+// Eviction in the very step a request resumes never frees its checkpoint before the copy: with a pool of one, a
+// request admitted first in the same step saves a checkpoint at 16 and so evicts the only one, at 32, that the second
+// resumes from. The copy into the second's own slot is made at its admission, before the step reserves checkpoints
+// (checked mode poisons the evicted one with NaN and verifies its owner and generation before any copy).
+TEST(PrefixCaching, EvictionInTheStepARequestResumesFreesItsCheckpointOnlyAfterTheCopy) {
+  CachingEngine c(/*num_checkpoints=*/1);
+  const std::vector<int32_t> prefix = random_tokens(c.model, 40, 91);
+  c.run({request("first", prefix, 3)});
+  EXPECT_EQ(c.cache().checkpoints_used, 1);
+  const RequestSpec evictor = request("evictor", random_tokens(c.model, 20, 92), 4);
+  const RequestSpec resumer = request("resumer", concat(prefix, random_tokens(c.model, 9, 93)), 6, 5);
+  testing::expect_bitwise_equal(testing::run_alone(c.model, {evictor, resumer}), c.run({evictor, resumer}));
+  EXPECT_EQ(c.cache().hit_tokens, 32);
+  EXPECT_GE(c.cache().checkpoint_evictions, 1);
+  EXPECT_EQ(c.engine.counters().law_violations, 0);
+}
+
 // The cache alone: least recently used checkpoints go first and their leases end (law 2); cached KV blocks that no
 // table holds are freed on demand, from the leaves.
 TEST(PrefixCacheUnit, EvictsTheLeastRecentlyUsedAndEndsItsLease) {

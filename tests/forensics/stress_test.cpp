@@ -1,5 +1,5 @@
 // The forensics bite: `jambo stress` finds nothing on a correct engine and flags samples when either of
-// the two historical state-cache bugs is injected (DESIGN.md, "Why").
+// the two historical state-cache bugs is injected (DESIGN.md, "Why"), or a prefix hit is served a stale checkpoint.
 #include "support/forensics_test_util.h"
 
 #include <gtest/gtest.h>
@@ -87,6 +87,17 @@ TEST_F(StressTest, WrappedStateOffsetsAreFlagged) {
   engine::EngineFaults faults;
   faults.wrap_state_offsets = true;
   EXPECT_GT(run(faults).comparison.num_flagged(), 0);
+}
+
+// A prefix hit that resumes from another prefix's checkpoint, or a shorter prefix's, passes every owner and
+// generation check; only the logprobs show it.
+TEST_F(StressTest, StaleCheckpointsAreFlagged) {
+  engine::EngineFaults faults;
+  faults.serve_stale_checkpoint = true;
+  const StressResult result = testing::run_small_stress(model_, faults, engine::BackendKind::Cpu, 3);
+  EXPECT_GT(result.counters.prefix_cache.hit_tokens, 0);
+  EXPECT_GT(result.comparison.num_flagged(), 0);
+  EXPECT_EQ(result.counters.law_violations, 0);
 }
 
 }  // namespace
