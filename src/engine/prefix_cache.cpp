@@ -61,11 +61,22 @@ int64_t PrefixCache::find_child(int64_t parent, std::span<const int32_t> block_t
   return -1;
 }
 
+void PrefixCache::unlist(int64_t id) {
+  const Entry& entry = entries_.at(id);
+  leaves_.erase({entry.last_used, id});
+  checkpointed_.erase({entry.last_used, id});
+}
+
+void PrefixCache::list(int64_t id) {
+  const Entry& entry = entries_.at(id);
+  if (entry.num_children == 0) leaves_.insert({entry.last_used, id});
+  if (entry.checkpoint) checkpointed_.insert({entry.last_used, id});
+}
+
 void PrefixCache::touch(int64_t id) {
-  Entry& entry = entries_.at(id);
-  by_use_.erase({entry.last_used, id});
-  entry.last_used = ++clock_;
-  by_use_.insert({entry.last_used, id});
+  unlist(id);
+  entries_.at(id).last_used = ++clock_;
+  list(id);
 }
 
 PrefixMatch PrefixCache::match(std::span<const int32_t> tokens, int64_t num_prompt_tokens, int64_t max_tokens) const {
@@ -125,10 +136,8 @@ void PrefixCache::count(const PrefixMatch& match, int64_t num_prompt_tokens) {
 std::optional<CheckpointLease> PrefixCache::reserve_checkpoint() {
   if (!checkpoints_) return std::nullopt;
   if (!checkpoints_->can_allocate()) {
-    const auto oldest = std::find_if(by_use_.begin(), by_use_.end(),
-                                     [&](const auto& use) { return entries_.at(use.second).checkpoint.has_value(); });
-    if (oldest == by_use_.end()) return std::nullopt;  // every checkpoint is being written this step
-    drop_checkpoint(oldest->second, /*evicted=*/true);
+    if (checkpointed_.empty()) return std::nullopt;  // every checkpoint is being written this step
+    drop_checkpoint(checkpointed_.begin()->second, /*evicted=*/true);
   }
   const int64_t owner = next_owner_++;
   const SlotLease lease = checkpoints_->allocate(owner);
@@ -163,9 +172,9 @@ CheckpointLease PrefixCache::stale_checkpoint(const PrefixMatch& match) const {
   JAMBO_ASSERT(match.checkpoint && match.num_tokens > 0);
   for (int64_t b = match.num_tokens / block_size_ - 1; b-- > 0;)
     if (const std::optional<CheckpointLease>& shorter = entries_.at(match.entries[size_t(b)]).checkpoint) return *shorter;
-  for (auto use = by_use_.rbegin(); use != by_use_.rend(); ++use) {
-    const std::optional<CheckpointLease>& other = entries_.at(use->second).checkpoint;
-    if (other && other->owner != match.checkpoint->owner) return *other;
+  for (auto use = checkpointed_.rbegin(); use != checkpointed_.rend(); ++use) {
+    const CheckpointLease& other = *entries_.at(use->second).checkpoint;
+    if (other.owner != match.checkpoint->owner) return other;
   }
   return *match.checkpoint;
 }
@@ -181,12 +190,16 @@ int64_t PrefixCache::add_entry(int64_t parent, std::span<const int32_t> block_to
     ++counters_.cached_kv_blocks;
   }
   const uint64_t entry_key = key(parent, block_tokens);
+  entry.last_used = ++clock_;
   entries_.emplace(id, std::move(entry));
   index_.emplace(entry_key, id);
   evicted_keys_.erase(entry_key);
-  if (parent >= 0) ++entries_.at(parent).num_children;
-  entries_.at(id).last_used = ++clock_;
-  by_use_.insert({entries_.at(id).last_used, id});
+  list(id);
+  if (parent >= 0) {
+    unlist(parent);
+    ++entries_.at(parent).num_children;
+    list(parent);
+  }
   return id;
 }
 
@@ -208,8 +221,10 @@ void PrefixCache::insert(std::span<const int32_t> tokens, int64_t num_tokens, st
     if (entry.checkpoint) {
       release_checkpoint(*checkpoint);  // another sequence saved the same state first
     } else {
+      unlist(parent);
       entry.checkpoint = checkpoint;
       entry.checkpoint_evicted = false;
+      list(parent);
     }
   }
   if (parent >= 0) prune(parent);
@@ -217,8 +232,10 @@ void PrefixCache::insert(std::span<const int32_t> tokens, int64_t num_tokens, st
 
 void PrefixCache::drop_checkpoint(int64_t id, bool evicted) {
   Entry& entry = entries_.at(id);
+  unlist(id);
   release_checkpoint(*entry.checkpoint);
   entry.checkpoint.reset();
+  list(id);
   if (evicted) {
     entry.checkpoint_evicted = true;
     ++counters_.checkpoint_evictions;
@@ -249,8 +266,12 @@ void PrefixCache::erase(int64_t id, bool evicted) {
     if (evicted_keys_.size() >= kMaxRememberedKeys) evicted_keys_.clear();
     evicted_keys_.insert(entry_key);
   }
-  by_use_.erase({entry.last_used, id});
-  if (entry.parent >= 0) --entries_.at(entry.parent).num_children;
+  unlist(id);
+  if (entry.parent >= 0) {
+    unlist(entry.parent);
+    --entries_.at(entry.parent).num_children;
+    list(entry.parent);
+  }
   entries_.erase(id);
 }
 
@@ -266,11 +287,11 @@ void PrefixCache::prune(int64_t id) {
 
 bool PrefixCache::make_free_blocks(int64_t num_blocks) {
   while (kv_blocks_.num_free() < num_blocks) {
-    const auto leaf = std::find_if(by_use_.begin(), by_use_.end(), [&](const auto& use) {
+    const auto leaf = std::find_if(leaves_.begin(), leaves_.end(), [&](const auto& use) {
       const Entry& entry = entries_.at(use.second);
-      return entry.num_children == 0 && entry.kv_block >= 0 && kv_blocks_.num_holders(entry.kv_block) == 1;
+      return entry.kv_block >= 0 && kv_blocks_.num_holders(entry.kv_block) == 1;
     });
-    if (leaf == by_use_.end()) return false;
+    if (leaf == leaves_.end()) return false;
     erase(leaf->second, /*evicted=*/true);
   }
   return true;

@@ -124,6 +124,10 @@ class PrefixCache {
   };
 
   static uint64_t key(int64_t parent, std::span<const int32_t> block_tokens);
+  // Takes an entry out of the eviction orders (leaves_, checkpointed_) before a change to its place in them, and
+  // files it back after.
+  void unlist(int64_t id);
+  void list(int64_t id);
   // The child of parent holding these tokens, or -1.
   int64_t find_child(int64_t parent, std::span<const int32_t> block_tokens) const;
   int64_t add_entry(int64_t parent, std::span<const int32_t> block_tokens, int32_t kv_block);
@@ -143,7 +147,9 @@ class PrefixCache {
   std::function<void(int64_t)> on_checkpoint_freed_;
   std::unordered_map<int64_t, Entry> entries_;
   std::unordered_multimap<uint64_t, int64_t> index_;  // key(parent, tokens) -> entry ids
-  std::set<std::pair<uint64_t, int64_t>> by_use_;     // (last_used, id): least recently used first
+  // (last_used, id), least recently used first: the entries without children (KV blocks are evicted from them), and
+  // those holding a checkpoint.
+  std::set<std::pair<uint64_t, int64_t>> leaves_, checkpointed_;
   std::unordered_set<uint64_t> evicted_keys_;         // keys of entries evicted (a later miss there is "evicted")
   std::unordered_set<uint64_t> stale_keys_;           // first blocks cached under earlier weights
   int64_t next_id_ = 0;     // entry ids
