@@ -11,6 +11,9 @@
 #   cpu-demo: models/jambo-demo on the CPU, 16 prompts x n = 4, 32 tokens in, 32 out (seconds).
 # Any of PROMPTS, N, PROMPT_TOKENS, MAX_TOKENS, MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, MEMORY_BUDGET, SEED and
 # STATE_DTYPE (the engine's --state-dtype, f32 or bf16; default f32) in the environment overrides the preset's value.
+# SHARDS=K (default 1) runs the rollout data-parallel: K engines at once, each on `jambo batch --shard I/K` of the
+# same prompts (on the gpu preset, engine I on GPU I via CUDA_VISIBLE_DEVICES); the figures sum the shards' tokens
+# and rates, and the time to finish is the slowest shard's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build/jambo}
@@ -31,7 +34,7 @@ case "$preset" in
     : "${MAX_NUM_SEQS:=64}" "${MAX_NUM_BATCHED_TOKENS:=512}" "${MEMORY_BUDGET:=1GiB}" ;;
   *) echo "bench/rollout.sh: unknown preset '$preset' (gpu or cpu-demo)" >&2; exit 2 ;;
 esac
-: "${SEED:=1}" "${STATE_DTYPE:=f32}"
+: "${SEED:=1}" "${STATE_DTYPE:=f32}" "${SHARDS:=1}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -50,27 +53,44 @@ echo "rollout ($preset): $PROMPTS prompts x n = $N = $((PROMPTS * N)) samples, $
      "$MAX_TOKENS generated tokens each (ignore_eos, temperature 1.0, seed $SEED)"
 echo "engine: ${model_args[*]} --max-num-seqs $MAX_NUM_SEQS --max-num-batched-tokens $MAX_NUM_BATCHED_TOKENS" \
      "--memory-budget $MEMORY_BUDGET --state-dtype $STATE_DTYPE"
+[[ $SHARDS =~ ^[1-9][0-9]*$ ]] || { echo "bench/rollout.sh: SHARDS must be a positive count, got '$SHARDS'" >&2; exit 2; }
+(( SHARDS > 1 )) && echo "data-parallel: $SHARDS engines, each on --shard I/$SHARDS$([[ $preset == gpu ]] && echo ', GPU I')"
+run_shard() {  # run_shard I: the whole rollout, or its shard I; progress every 5 s (shard 0's), then the summary
+  local shard=() devices=${CUDA_VISIBLE_DEVICES-}
+  if (( SHARDS > 1 )); then
+    shard=(--shard "$1/$SHARDS")
+    [[ $preset == gpu ]] && devices=$1
+  fi
+  CUDA_VISIBLE_DEVICES=$devices "$jambo" batch "${model_args[@]}" --input "$work/in.jsonl" --output "$work/out$1.jsonl" \
+    --n "$N" --max-tokens "$MAX_TOKENS" --ignore-eos --temperature 1.0 \
+    --max-num-seqs "$MAX_NUM_SEQS" --max-num-batched-tokens "$MAX_NUM_BATCHED_TOKENS" \
+    --memory-budget "$MEMORY_BUDGET" --state-dtype "$STATE_DTYPE" --max-model-len $((PROMPT_TOKENS + MAX_TOKENS)) \
+    "${shard[@]}" 2>&1 >/dev/null | tee "$work/err$1" | { if (( $1 == 0 )); then cat >&2; else cat >/dev/null; fi; }
+}
 start=$(date +%s.%N)
-"$jambo" batch "${model_args[@]}" --input "$work/in.jsonl" --output "$work/out.jsonl" \
-  --n "$N" --max-tokens "$MAX_TOKENS" --ignore-eos --temperature 1.0 \
-  --max-num-seqs "$MAX_NUM_SEQS" --max-num-batched-tokens "$MAX_NUM_BATCHED_TOKENS" \
-  --memory-budget "$MEMORY_BUDGET" --state-dtype "$STATE_DTYPE" --max-model-len $((PROMPT_TOKENS + MAX_TOKENS)) 2>&1 >/dev/null |
-  tee "$work/err" >&2  # progress every 5 s, then the summary
+for ((i = 0; i < SHARDS; ++i)); do run_shard "$i" & done
+wait
 end=$(date +%s.%N)
 
-# Figures from the summary line: "batch: R requests run, ...; G tokens generated, P prompt tokens computed in
-# T s: X generated tok/s, ...; E preemptions, ...".
-summary=$(grep '^batch: ' "$work/err") || { echo "jambo batch printed no summary" >&2; exit 1; }
-figure() { sed -nE "s|.*[;:,] ([0-9.]+) $1.*|\1|p" <<<"$summary"; }  # figure PHRASE: the number before PHRASE
-requests=$(figure 'requests run')
-generated=$(figure 'tokens generated')
-computed=$(figure 'prompt tokens computed')
-seconds=$(sed -nE 's|.* in ([0-9.]+) s: .*|\1|p' <<<"$summary")
-generated_per_s=$(figure 'generated tok/s')
-preemptions=$(figure preemptions)
-forward_seconds=$(sed -nE "s|.*\(([0-9.]+) s in the backend's forward calls.*|\1|p" <<<"$summary")
-host_ms=$(figure 'ms a step outside them')
-steps=$(figure 'steps')
+# Figures from each shard's summary line: "batch: [shard I/K, ]R requests run, ...; G tokens generated, P prompt
+# tokens computed in T s: X generated tok/s, ...; E preemptions, ...": counts and rates summed over the shards,
+# times the slowest shard's, and the per-step host time the shards' mean.
+summaries=$(grep -h '^batch: ' "$work"/err*) || { echo "jambo batch printed no summary" >&2; exit 1; }
+[[ $(wc -l <<<"$summaries") -eq $SHARDS ]] || { echo "a shard of jambo batch printed no summary" >&2; exit 1; }
+numbers() { sed -nE "s|$1|\1|p" <<<"$summaries"; }  # numbers REGEX: each shard's number captured by REGEX
+figure() { numbers ".*[;:,] ([0-9.]+) $1.*"; }     # figure PHRASE: each shard's number before PHRASE
+sum() { awk '{ s += $1 } END { print s }'; }
+longest() { awk '$1 > m { m = $1 } END { print m + 0 }'; }
+mean() { awk '{ s += $1 } END { print s / NR }'; }
+requests=$(figure 'requests run' | sum)
+generated=$(figure 'tokens generated' | sum)
+computed=$(figure 'prompt tokens computed' | sum)
+seconds=$(numbers '.* in ([0-9.]+) s: .*' | longest)
+generated_per_s=$(figure 'generated tok/s' | sum)
+preemptions=$(figure preemptions | sum)
+forward_seconds=$(numbers ".*\(([0-9.]+) s in the backend's forward calls.*" | longest)
+host_ms=$(figure 'ms a step outside them' | mean)
+steps=$(figure 'steps' | sum)
 expected=$((PROMPTS * N * MAX_TOKENS))
 if [[ $requests -ne $PROMPTS || $generated -ne $expected ]]; then
   echo "the engine ran $requests of $PROMPTS requests and generated $generated of $expected tokens" >&2

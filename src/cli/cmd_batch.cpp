@@ -1,6 +1,8 @@
 // jambo batch: the offline mode for RL rollouts. Reads request lines, runs them all through the engine
 // with continuous batching, appends one line per finished sample to the output as it finishes, and can
-// be interrupted and rerun: ids whose samples are all in the output already are skipped.
+// be interrupted and rerun: ids whose samples are all in the output already are skipped. --shard I/N runs
+// the I-th of N disjoint slices of the request lines (data-parallel rollouts: one engine per GPU or host, each
+// with its own output, merged by concatenation).
 #include "cli/common.h"
 #include "cli/input_lines.h"
 #include "cli/progress.h"
@@ -8,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +19,12 @@
 namespace jambo::cli {
 namespace {
 
+// Request line k (counting non-blank lines from 0) belongs to shard k mod count.
+struct Shard {
+  int64_t index = 0, count = 1;
+  bool owns(int64_t request_line) const { return request_line % count == index; }
+};
+
 struct BatchOptions {
   ModelOptions model;
   EngineFlags engine;
@@ -23,7 +32,23 @@ struct BatchOptions {
   std::string output_path;
   engine::RequestSpec defaults;
   bool allow_skipped = false;
+  std::string shard_text;  // --shard I/N as given
+  Shard shard;
 };
+
+bool parse_whole(std::string_view text, int64_t& out) {
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return !text.empty() && error == std::errc() && end == text.data() + text.size();
+}
+
+Shard parse_shard(std::string_view text) {
+  Shard shard;
+  const size_t slash = text.find('/');
+  if (slash == std::string_view::npos || !parse_whole(text.substr(0, slash), shard.index) ||
+      !parse_whole(text.substr(slash + 1), shard.count) || shard.index < 0 || shard.index >= shard.count)
+    throw UsageError(fmt::format("--shard must be I/N with 0 <= I < N (e.g. 0/4), got '{}'", text));
+  return shard;
+}
 
 using SamplesWritten = std::map<std::string, std::set<int64_t>>;  // id -> sample indices in the output
 
@@ -101,15 +126,30 @@ struct BatchInput {
   int64_t num_already_done = 0;
 };
 
-// Parses every line; a bad line is reported with its number and skipped, never stopping the rest.
+// The id of another shard's line, so that ids stay unique across the whole file; none where the line is malformed
+// (its own shard reports it).
+std::optional<std::string> id_of_line(const std::string& line, int64_t line_number) {
+  try {
+    return engine::request_id(parse_json(line), std::to_string(line_number));
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+// Parses every line of this shard; a bad line is reported with its number and skipped, never stopping the rest.
 BatchInput read_batch_input(const BatchOptions& options, const tokenizer::Tokenizer* tokenizer,
                             const SamplesWritten& written) {
   std::ifstream file = open_input_file(options.input_path);
   BatchInput input;
   std::set<std::string> seen_ids;
   std::string line;
+  int64_t request_line = 0;
   for (int64_t line_number = 1; std::getline(file, line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (!options.shard.owns(request_line++)) {
+      if (const std::optional<std::string> id = id_of_line(line, line_number)) seen_ids.insert(*id);
+      continue;
+    }
     try {
       engine::RequestSpec spec = parse_batch_line(line, line_number, options.defaults, tokenizer);
       JAMBO_REQUIRE(seen_ids.insert(spec.id).second, "id '{}' appears on an earlier line", spec.id);
@@ -167,10 +207,11 @@ int run_batch(BatchOptions& options) {
   const engine::EngineCounters& counters = engine.counters();
   const double elapsed = progress.elapsed_seconds();
   fmt::print(stderr,
-             "batch: {} requests run, {} already done, {} skipped as malformed; {} tokens generated, {} prompt "
+             "batch: {}{} requests run, {} already done, {} skipped as malformed; {} tokens generated, {} prompt "
              "tokens computed in {:.1f} s: {:.1f} generated tok/s, {:.1f} tok/s in all; {} preemptions, {} slot "
              "reuses, {} steps ({:.1f} s in the backend's forward calls, {:.2f} ms a step outside them); {}\n",
-             samples_left.size(), input.num_already_done, input.num_malformed, num_generated, counters.prefill_tokens,
+             options.shard.count > 1 ? fmt::format("shard {}, ", options.shard_text) : "", samples_left.size(),
+             input.num_already_done, input.num_malformed, num_generated, counters.prefill_tokens,
              elapsed, progress.tokens_per_second(num_generated),
              progress.tokens_per_second(num_generated + counters.prefill_tokens), counters.preemptions,
              counters.slot_reuses, counters.steps, counters.forward_seconds,
@@ -195,10 +236,15 @@ void add_batch_command(CLI::App& app) {
   command->add_option("--n", options->defaults.n, "samples per prompt")->capture_default_str();
   add_request_flags(*command, options->defaults);
   command->add_option("--logprobs", options->defaults.num_top_logprobs, "top-K logprobs per generated token");
+  command->add_option("--shard", options->shard_text,
+                      "I/N: run only the I-th of N disjoint slices of the request lines (line k, counting non-blank "
+                      "lines from 0, belongs to shard k mod N; 0 <= I < N), for one engine per GPU or host; give each "
+                      "shard its own --output and concatenate them");
   options->engine.add_to(*command);
   add_allow_skipped_flag(*command, options->allow_skipped);
   command->callback([options] {
     validate_request_flags(options->defaults);
+    if (!options->shard_text.empty()) options->shard = parse_shard(options->shard_text);
     if (const int status = run_batch(*options); status != 0) throw ExitStatus{status};
   });
 }

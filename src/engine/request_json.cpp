@@ -79,16 +79,19 @@ std::vector<int32_t> prompt_field(const json& line, const tokenizer::Tokenizer* 
 
 }  // namespace
 
+std::string request_id(const json& line, const std::string& default_id) {
+  if (!line.is_object() || !line.contains("id")) return default_id;
+  const json& id = line["id"];
+  JAMBO_REQUIRE(id.is_string() || id.is_number_integer(), "field 'id' must be a string or an integer");
+  return id.is_string() ? id.get<std::string>() : describe_json(id);
+}
+
 RequestSpec request_from_json(const json& line, const RequestSpec& defaults, const tokenizer::Tokenizer* tokenizer) {
   JAMBO_REQUIRE(line.is_object(), "a request must be a JSON object");
   for (const auto& [name, value] : line.items())
     JAMBO_REQUIRE(known_fields().count(name), "unknown field '{}'", name);
   RequestSpec spec = defaults;
-  if (line.contains("id")) {
-    const json& id = line["id"];
-    JAMBO_REQUIRE(id.is_string() || id.is_number_integer(), "field 'id' must be a string or an integer");
-    spec.id = id.is_string() ? id.get<std::string>() : describe_json(id);
-  }
+  spec.id = request_id(line, defaults.id);
   spec.prompt_ids = prompt_field(line, tokenizer);
   if (line.contains("n")) spec.n = integer_field(line, "n");
   if (line.contains("max_tokens")) spec.stop.max_tokens = integer_field(line, "max_tokens");

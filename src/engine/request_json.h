@@ -19,6 +19,10 @@ namespace jambo::engine {
 RequestSpec request_from_json(const nlohmann::json& line, const RequestSpec& defaults,
                               const tokenizer::Tokenizer* tokenizer);
 
+// The id of a request line: its "id" field (a string, or an integer as its decimal text), else default_id. Throws
+// jambo::Error for an "id" of another type.
+std::string request_id(const nlohmann::json& line, const std::string& default_id);
+
 // A sample as a line of jambo batch's output, naming the backend that made it (engine::describe's words).
 nlohmann::json sample_to_json(const SampleOutput& sample, std::string_view backend);
 

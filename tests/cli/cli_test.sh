@@ -305,6 +305,45 @@ expect_exit 0 "batch rerun" "$jambo" batch --model "$demo" --input "$work/batch.
 [[ $(wc -l <"$work/batch-out.jsonl") -eq 4 ]] && grep -q "2 already done, 2 skipped as malformed" "$work/err" \
   && pass "batch rerun skips finished ids" || fail "batch rerun: $(cat "$work/err")"
 
+# batch --shard I/N: three shards of one file run disjoint slices of its request lines; their outputs, concatenated,
+# are the unsharded run's samples bit for bit; an id repeated in another shard is still refused; a shard resumes
+# from its own output; a malformed --shard is refused naming the flag
+cat >"$work/shards.jsonl" <<'LINES'
+{"prompt_ids": [1, 5, 9], "max_tokens": 4, "n": 2, "seed": 1, "temperature": 0.8}
+{"id": "b", "prompt_ids": [1, 7], "max_tokens": 3}
+
+{"id": "c", "prompt_ids": [1, 8, 8, 8], "max_tokens": 5, "n": 3, "seed": 2, "temperature": 1.0, "logprobs": 2}
+{"id": 7, "prompt_ids": [1, 2], "max_tokens": 2}
+{"id": "d", "prompt": "The meaning of life is", "max_tokens": 6}
+{"id": "b", "prompt_ids": [1, 3], "max_tokens": 2}
+LINES
+expect_exit 4 "batch unsharded" "$jambo" batch --model "$demo" --input "$work/shards.jsonl" --output "$work/whole.jsonl"
+for i in 0 1 2; do
+  code=0
+  "$jambo" batch --model "$demo" --input "$work/shards.jsonl" --output "$work/shard$i.jsonl" --shard "$i/3" \
+    --max-num-batched-tokens 3 2>"$work/shard$i.err" >/dev/null || code=$?
+  [[ $code -eq $([[ $i == 2 ]] && echo 4 || echo 0) ]] && pass "batch shard $i/3 exit $code" ||
+    fail "batch shard $i/3 exit $code: $(cat "$work/shard$i.err")"
+done
+grep -q "shards.jsonl:7: id 'b' appears on an earlier line" "$work/shard2.err" &&
+  pass "batch shard refuses an id of another shard's line" || fail "batch shard duplicate id: $(cat "$work/shard2.err")"
+grep -q "batch: shard 0/3, 2 requests run" "$work/shard0.err" && pass "batch shard summary names the shard" ||
+  fail "batch shard summary: $(cat "$work/shard0.err")"
+if cmp -s <(jq -c -S . "$work/whole.jsonl" | sort) <(cat "$work"/shard{0,1,2}.jsonl | jq -c -S . | sort); then
+  pass "batch shards concatenated are the unsharded run"
+else
+  fail "batch shards differ from the unsharded run"
+fi
+expect_exit 0 "batch shard rerun" "$jambo" batch --model "$demo" --input "$work/shards.jsonl" \
+  --output "$work/shard0.jsonl" --shard 0/3
+grep -q "0 requests run, 2 already done" "$work/err" && pass "batch shard resumes from its own output" ||
+  fail "batch shard rerun: $(cat "$work/err")"
+for bad in 3/3 1 -1/2 a/b 1/0; do
+  expect_exit 2 "batch --shard $bad" "$jambo" batch --model "$demo" --input "$work/shards.jsonl" --output "$work/x.jsonl" \
+    --shard "$bad"
+  expect_stderr "batch --shard $bad names the flag" "--shard must be I/N"
+done
+
 # trace: the life of one request
 expect_exit 0 "trace" "$jambo" trace --input "$work/trace.jsonl" --request sampled
 grep -q "prefill" "$work/out" && grep -q "decode" "$work/out" && grep -q "finished" "$work/out" \
