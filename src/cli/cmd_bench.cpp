@@ -206,7 +206,7 @@ void run_bench(const BenchOptions& options) {
   const model::Model model = options.model.load(choice.kind);
   const backend::CacheConfig cache{max_batch, max_batch * BatchBench::blocks_per_sequence(options), kKvBlockSize,
                                    choice.state_dtype};
-  std::unique_ptr<backend::Backend> backend = make_backend(choice.kind, model, cache, choice.cuda_weights, choice.cuda_gemm);
+  std::unique_ptr<backend::Backend> backend = make_backend(choice, model, cache);
   const double load_seconds = seconds_since(load_start);  // random weights: their fill, on the host or the GPU
   BatchBench bench(*backend, options, max_batch, model.config.vocab_size);
 

@@ -140,13 +140,19 @@ void add_backend_flags(CLI::App& command, engine::BackendChoice& choice) {
                     "on every store, so chunk boundaries then move logprobs slightly; computed in fp32 either way)",
                     engine::state_dtype_names())
       ->default_str(std::string(engine::state_dtype_name(choice.state_dtype)));
+  command
+      .add_option("--tensor-parallel-size", choice.tensor_parallel_size,
+                  "split the model over N ranks, Megatron-style (docs/DESIGN.md: tensor parallelism); on the CPU "
+                  "backend, N threads of this process")
+      ->check(CLI::Range(int64_t(1), int64_t(1024)))
+      ->capture_default_str();
 }
 
 SingleSequenceBackend make_single_sequence_backend(const model::Model& model, int64_t max_tokens,
                                                    const engine::BackendChoice& choice) {
   backend::CacheConfig cache = forensics::single_sequence_cache(max_tokens);
   cache.state_dtype = choice.state_dtype;
-  return {make_backend(choice.kind, model, cache, choice.cuda_weights, choice.cuda_gemm), cache};
+  return {make_backend(choice, model, cache), cache};
 }
 
 double resolve_threshold(std::optional<double> given, const std::optional<std::string>& samples_backend,

@@ -48,15 +48,21 @@ std::string_view state_dtype_name(DType dtype) { return name_of(kStateDTypeNames
 
 std::string describe(const BackendChoice& choice) {
   const std::string state = fmt::format("{} state", state_dtype_name(choice.state_dtype));
-  if (choice.kind == BackendKind::Cpu) return fmt::format("{} ({})", name(choice.kind), state);
-  return fmt::format("{} ({} weights, {} GEMMs, {})", name(choice.kind), name(choice.cuda_weights),
-                     name(choice.cuda_gemm), state);
+  const std::string ranks =
+      choice.tensor_parallel_size > 1 ? fmt::format(", {} tensor-parallel ranks", choice.tensor_parallel_size) : "";
+  if (choice.kind == BackendKind::Cpu) return fmt::format("{} ({}{})", name(choice.kind), state, ranks);
+  return fmt::format("{} ({} weights, {} GEMMs, {}{})", name(choice.kind), name(choice.cuda_weights),
+                     name(choice.cuda_gemm), state, ranks);
 }
 
 std::optional<std::string> why_not_bitwise(const BackendChoice& choice) {
   if (choice.state_dtype != DType::F32)
     return fmt::format("a {} state is rounded at every chunk boundary, which a one-shot prefill does not have",
                        state_dtype_name(choice.state_dtype));
+  if (choice.tensor_parallel_size > 1)
+    return fmt::format("{} tensor-parallel ranks sum each row-parallel matrix's partial sums over the ranks, in "
+                       "another order than one rank's sum",
+                       choice.tensor_parallel_size);
   if (choice.kind == BackendKind::Cpu) return std::nullopt;
   if (choice.cuda_gemm == CudaGemm::Cublas)
     return std::string(
@@ -98,19 +104,25 @@ DType parse_state_dtype(const std::string& text) { return parse_named(kStateDTyp
 
 // make_cuda_backend and cuda_weight_bytes keep their weight-mode strings (the CUDA library and its tests use them):
 // the typed mode becomes its name here, and only here.
-std::unique_ptr<backend::Backend> make_backend(BackendKind kind, const model::Model& model,
-                                               const backend::CacheConfig& cache,
-                                               [[maybe_unused]] CudaWeights cuda_weights,
-                                               [[maybe_unused]] CudaGemm cuda_gemm) {
-  if (kind == BackendKind::Cpu) {
+std::unique_ptr<backend::Backend> make_backend(const BackendChoice& choice, const model::Model& model,
+                                               const backend::CacheConfig& cache) {
+  JAMBO_REQUIRE(choice.tensor_parallel_size >= 1, "the tensor-parallel size must be at least 1, got {}",
+                choice.tensor_parallel_size);
+  if (choice.kind == BackendKind::Cpu) {
     require_host_data(model, "the CPU backend");
+    if (choice.tensor_parallel_size > 1)
+      return backend::cpu::make_tensor_parallel_cpu_backend(model, cache, choice.tensor_parallel_size);
     return backend::cpu::make_cpu_backend(model, cache);
   }
+  JAMBO_REQUIRE(choice.tensor_parallel_size == 1,
+                "tensor parallelism runs on the CPU backend only so far (--tensor-parallel-size {} with --backend "
+                "cuda needs NCCL and several GPUs)",
+                choice.tensor_parallel_size);
 #ifdef JAMBO_WITH_CUDA
-  return backend::cuda::make_cuda_backend(model, cache, std::string(name(cuda_weights)), /*decode_graphs=*/true,
-                                          cuda_gemm == CudaGemm::Invariant);
+  return backend::cuda::make_cuda_backend(model, cache, std::string(name(choice.cuda_weights)),
+                                          /*decode_graphs=*/true, choice.cuda_gemm == CudaGemm::Invariant);
 #else
-  fail_unknown_backend(name(kind));
+  fail_unknown_backend(name(choice.kind));
 #endif
 }
 

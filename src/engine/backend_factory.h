@@ -24,17 +24,20 @@ enum class CudaWeights { F32, Bf16, F16 };
 // sums ordered by the step's row count).
 enum class CudaGemm { Cublas, Invariant };
 
-// Where and how one model runs: the backend, the CUDA backend's weight mode (the CPU backend ignores it) and the
-// recurrent state's storage (F32, or BF16 at half the memory; CacheConfig::state_dtype).
+// Where and how one model runs: the backend, the CUDA backend's weight mode (the CPU backend ignores it), the
+// recurrent state's storage (F32, or BF16 at half the memory; CacheConfig::state_dtype) and the ranks the model is
+// split over (model/tensor_parallel.h; several on the CPU backend only, so far).
 struct BackendChoice {
   BackendKind kind = BackendKind::Cpu;
   CudaWeights cuda_weights = CudaWeights::F32;
   CudaGemm cuda_gemm = CudaGemm::Invariant;
   DType state_dtype = DType::F32;
+  int64_t tensor_parallel_size = 1;
 };
 
 // The choice in words, as output lines name the backend that made them: "cpu (f32 state)",
-// "cuda (bf16 weights, invariant GEMMs, f32 state)". The CPU backend's words leave out what it ignores.
+// "cuda (bf16 weights, invariant GEMMs, f32 state)", "cpu (f32 state, 2 tensor-parallel ranks)". The CPU backend's
+// words leave out what it ignores.
 std::string describe(const BackendChoice& choice);
 
 // Why the choice's logprobs may differ from its own reference path's (a one-shot prefill of each sequence alone),
@@ -64,12 +67,11 @@ CudaWeights parse_cuda_weights(const std::string& text);
 CudaGemm parse_cuda_gemm(const std::string& text);
 DType parse_state_dtype(const std::string& text);
 
-// Throws jambo::Error naming the backend when it is not in this build. The CPU backend ignores cuda_weights and
-// cuda_gemm.
-std::unique_ptr<backend::Backend> make_backend(BackendKind kind, const model::Model& model,
-                                               const backend::CacheConfig& cache,
-                                               CudaWeights cuda_weights = CudaWeights::F32,
-                                               CudaGemm cuda_gemm = CudaGemm::Invariant);
+// Throws jambo::Error naming the backend when it is not in this build, and the reason when the model cannot be split
+// over the tensor-parallel ranks. The CPU backend ignores cuda_weights and cuda_gemm; the cache's state dtype is the
+// cache's, not the choice's.
+std::unique_ptr<backend::Backend> make_backend(const BackendChoice& choice, const model::Model& model,
+                                               const backend::CacheConfig& cache);
 
 // The bytes of weights that backend holds for the model (what a memory plan takes before the caches): the
 // checkpoint's bytes on the CPU, which reads the mmap; on the GPU what the weight mode uploads.

@@ -344,6 +344,25 @@ for bad in 3/3 1 -1/2 a/b 1/0; do
   expect_stderr "batch --shard $bad names the flag" "--shard must be I/N"
 done
 
+# --tensor-parallel-size: the demo split over 2 ranks gives the same tokens with logprobs within 1e-5, its lines
+# naming the ranks; 3 ranks do not divide the demo's 512 channels, and are refused naming why
+expect_exit 0 "batch over 2 tensor-parallel ranks" "$jambo" batch --model "$demo" --input "$work/shards.jsonl" \
+  --output "$work/tp2.jsonl" --tensor-parallel-size 2 --allow-skipped
+if jq -e -s --slurpfile whole "$work/whole.jsonl" '
+     (map({key: "\(.id)/\(.sample)", value: .}) | from_entries) as $tp
+     | ($whole | map({key: "\(.id)/\(.sample)", value: .}) | from_entries) as $one
+     | ($tp | keys) == ($one | keys)
+       and all($tp | keys[]; . as $k | $tp[$k].ids == $one[$k].ids
+               and ([$tp[$k].logprobs, $one[$k].logprobs] | transpose | all(.[0] - .[1] | fabs < 1e-5)))
+       and all($tp[]; .backend == "cpu (f32 state, 2 tensor-parallel ranks)")' "$work/tp2.jsonl" >/dev/null; then
+  pass "tensor-parallel batch within 1e-5 of one rank"
+else
+  fail "tensor-parallel batch: $(head -c 400 "$work/tp2.jsonl")"
+fi
+expect_exit 1 "batch over 3 tensor-parallel ranks" "$jambo" batch --model "$demo" --input "$work/shards.jsonl" \
+  --output "$work/tp3.jsonl" --tensor-parallel-size 3
+expect_stderr_line "tensor-parallel size that does not divide named" "3 ranks do not divide the 512 Mamba channels"
+
 # trace: the life of one request
 expect_exit 0 "trace" "$jambo" trace --input "$work/trace.jsonl" --request sampled
 grep -q "prefill" "$work/out" && grep -q "decode" "$work/out" && grep -q "finished" "$work/out" \

@@ -61,7 +61,7 @@ TEST(BackendFactory, NamesParseBack) {
 TEST(BackendFactory, CpuBackendRefusesAModelWithoutHostData) {
   const model::Model described = describe_random_model(small_config(), DType::BF16, 5);
   try {
-    engine::make_backend(engine::BackendKind::Cpu, described, test_cache(1));
+    engine::make_backend({.kind = engine::BackendKind::Cpu}, described, test_cache(1));
     FAIL() << "expected jambo::Error";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("the CPU backend reads the weights from host memory"), std::string::npos)

@@ -6,6 +6,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/state_memory.h"
 #include "backend/cpu/vector_ops.h"
+#include "backend/communicator.h"
 #include "backend/logits_ops.h"
 #include "backend/routed_experts.h"
 #include "backend/row_validation.h"
@@ -25,7 +26,7 @@ using cpu::Matrix;
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const model::Model& model, const CacheConfig& cache);
+  CpuBackend(const model::Model& model, const CacheConfig& cache, Communicator* communicator);
 
   const model::JambaConfig& config() const override { return model_.config; }
   void forward(std::span<const BatchRow> rows, StepOutput& output) override;
@@ -56,6 +57,7 @@ class CpuBackend final : public Backend {
                  const Matrix& normed, Matrix& mixed);
   void compute_outputs(std::span<const BatchRow> rows, const std::vector<int64_t>& first_tokens,
                        StepOutput& output);
+  void sum_over_ranks(Matrix& partial);  // a row-parallel output's partial sums, summed (one rank: as it is)
 
   model::Model model_;
   const model::ModelWeights checkpoint_weights_;        // model_'s weights before any update
@@ -70,6 +72,7 @@ class CpuBackend final : public Backend {
   cpu::StatePool states_;
   cpu::KvCache kv_cache_;
   FaultInjection faults_;  // test-only; none by default
+  Communicator* communicator_;  // a tensor-parallel rank's: sums the row-parallel matrices' partial outputs
   // The step's activations, kept so that later steps and layers reuse their storage.
   Matrix hidden_;        // [num_tokens, H] the residual stream
   Matrix normed_;        // [num_tokens, H] its normalized copy, the input of a mixer or FFN
@@ -78,14 +81,15 @@ class CpuBackend final : public Backend {
   std::vector<float> logits_;  // [num_vectors, V]
 };
 
-CpuBackend::CpuBackend(const model::Model& model, const CacheConfig& cache)
+CpuBackend::CpuBackend(const model::Model& model, const CacheConfig& cache, Communicator* communicator)
     : model_(model),
       checkpoint_weights_(model.weights),
       index_in_kind_(indices_within_kind(model.config)),
       moe_index_(moe_layer_indices(model.config)),
       num_state_slots_(cache.num_state_slots),
       states_(model.config, cache.num_state_slots + cache.num_checkpoints, cache.state_dtype),
-      kv_cache_(model.config, cache) {
+      kv_cache_(model.config, cache),
+      communicator_(communicator) {
   index_weights();
 }
 
@@ -173,7 +177,12 @@ void CpuBackend::run_mixer(int64_t layer, std::span<const BatchRow> rows, const 
                           states_.conv_tail(rows[r].slot, kind_index), states_.ssm_state(rows[r].slot, kind_index),
                           checkpoints[r]});
   }
-  cpu::mamba_mixer(weights.mamba, model_.config, normed, mamba_rows, mixed);
+  cpu::mamba_mixer(weights.mamba, model_.config, normed, mamba_rows, mixed, communicator_);
+}
+
+void CpuBackend::sum_over_ranks(Matrix& partial) {
+  if (communicator_ != nullptr)
+    communicator_->all_reduce_sum({partial.data(), size_t(partial.num_rows() * partial.num_cols())});
 }
 
 // Pre-norm decoder layer (spec §3.2): h += mixer(norm(h)); h += ffn(norm(h)).
@@ -182,6 +191,7 @@ void CpuBackend::run_layer(int64_t layer, std::span<const BatchRow> rows, const 
   const float eps = float(model_.config.rms_norm_eps);
   cpu::rms_norm_rows(hidden_, weights.input_norm, eps, normed_);
   run_mixer(layer, rows, first_tokens, normed_, update_);
+  sum_over_ranks(update_);
   cpu::add_in_place(hidden_, update_);
 
   cpu::rms_norm_rows(hidden_, weights.pre_ff_norm, eps, normed_);
@@ -191,6 +201,7 @@ void CpuBackend::run_layer(int64_t layer, std::span<const BatchRow> rows, const 
     cpu::sparse_moe(weights.moe, k, normed_, update_, routed);
   } else
     cpu::dense_mlp(weights.mlp, normed_, update_);
+  sum_over_ranks(update_);
   cpu::add_in_place(hidden_, update_);
 }
 
@@ -236,8 +247,9 @@ void CpuBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const CacheConfig& cache) {
-  return std::make_unique<CpuBackend>(model, cache);
+std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const CacheConfig& cache,
+                                          Communicator* communicator) {
+  return std::make_unique<CpuBackend>(model, cache, communicator);
 }
 
 }  // namespace jambo::backend::cpu

@@ -4,13 +4,22 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 
 #include <memory>
 
 namespace jambo::backend::cpu {
 
 // Allocates the state slots and KV blocks of `cache`. The backend keeps its own copy of the model's
-// views and a share of their storage.
-std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const CacheConfig& cache);
+// views and a share of their storage. With a communicator the model is one rank's shard (model/tensor_parallel.h),
+// and the backend sums its row-parallel partial outputs over the ranks.
+std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const CacheConfig& cache,
+                                          Communicator* communicator = nullptr);
+
+// `size` ranks, each a CPU backend of its shard of the model on a thread of its own (an in-process communicator),
+// behind one backend: the engine, scheduler and sampler stay single. Rank 0's logits are the step's; every rank
+// holds the same bits of them. Weight updates are refused.
+std::unique_ptr<Backend> make_tensor_parallel_cpu_backend(const model::Model& model, const CacheConfig& cache,
+                                                          int64_t size);
 
 }  // namespace jambo::backend::cpu

@@ -106,7 +106,7 @@ struct Intermediates {
 }  // namespace
 
 void mamba_mixer(const model::MambaWeights& weights, const model::JambaConfig& config, const Matrix& x,
-                 std::span<const MambaRow> rows, Matrix& out) {
+                 std::span<const MambaRow> rows, Matrix& out, Communicator* communicator) {
   const int64_t num_tokens = x.num_rows();
   const int64_t num_channels = config.mamba_d_inner;
   const int64_t dt_rank = config.mamba_dt_rank;
@@ -128,6 +128,8 @@ void mamba_mixer(const model::MambaWeights& weights, const model::JambaConfig& c
   });
 
   matmul(activated, weights.x_proj, selective);
+  if (communicator != nullptr)
+    communicator->all_reduce_sum({selective.data(), size_t(selective.num_rows() * selective.num_cols())});
   dt_normed.resize(num_tokens, dt_rank);
   b_normed.resize(num_tokens, state_size);
   c_normed.resize(num_tokens, state_size);

@@ -1,6 +1,7 @@
 // The Mamba mixer (spec §3.5) over the tokens of several rows, each continuing its own state.
 #pragma once
 
+#include "backend/communicator.h"
 #include "backend/cpu/matrix.h"
 #include "backend/state_values.h"
 #include "model/config.h"
@@ -27,10 +28,13 @@ struct MambaRow {
   std::span<const MambaCheckpoint> checkpoints;  // by increasing num_tokens, written as the scan passes them
 };
 
-// out = Mamba(x) for every token; each row's conv tail and SSM state are carried forward.
+// out = Mamba(x) for every token; each row's conv tail and SSM state are carried forward. For a tensor-parallel
+// rank's shard of the channels, x_proj's partial sums are summed over the ranks before dt_proj and the norms, and out
+// is the rank's partial sum (model/tensor_parallel.h).
 void mamba_mixer(const model::MambaWeights& weights, const model::JambaConfig& config,
                  const Matrix& x,  // [num_tokens, H] (already normalized)
                  std::span<const MambaRow> rows,
-                 Matrix& out);  // [num_tokens, H]
+                 Matrix& out,  // [num_tokens, H]
+                 Communicator* communicator = nullptr);
 
 }  // namespace jambo::backend::cpu

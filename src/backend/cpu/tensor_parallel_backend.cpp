@@ -1,0 +1,114 @@
+// Tensor parallelism on the CPU backend: `size` ranks, each a CPU backend of its shard of the model, stepped together
+// on threads of their own and summing their row-parallel partial outputs through an in-process communicator. The
+// same sharding as the CUDA backend's will be (model/tensor_parallel.h), testable without several GPUs.
+#include "backend/cpu/cpu_backend.h"
+
+#include "backend/row_validation.h"
+#include "core/error.h"
+#include "model/tensor_parallel.h"
+
+#include <omp.h>
+
+#include <exception>
+#include <thread>
+
+namespace jambo::backend::cpu {
+namespace {
+
+class TensorParallelBackend final : public Backend {
+ public:
+  TensorParallelBackend(const model::Model& model, const CacheConfig& cache, int64_t size)
+      : config_(model.config), cache_(cache), communicators_(make_in_process_group(size)), outputs_(size_t(size)) {
+    for (int64_t rank = 0; rank < size; ++rank) {
+      shards_.push_back(model::shard_model(model, rank, size));
+      ranks_.push_back(make_cpu_backend(shards_.back(), cache, communicators_[size_t(rank)].get()));
+    }
+  }
+
+  const model::JambaConfig& config() const override { return config_; }
+
+  // Every rank runs the step on a thread of its own, with its share of the threads for its own parallel loops. The
+  // rows are checked first, once: a rank that threw while the others wait in an all-reduce would leave them waiting.
+  void forward(std::span<const BatchRow> rows, StepOutput& output) override {
+    const std::vector<StepOutput*> targets = outputs_for(output);
+    std::vector<std::exception_ptr> errors(ranks_.size());
+    const int threads_per_rank = std::max(1, omp_get_max_threads() / int(ranks_.size()));
+    const auto run_rank = [&](size_t rank) {
+      omp_set_num_threads(threads_per_rank);
+      try {
+        ranks_[rank]->forward(rows, *targets[rank]);
+      } catch (...) {
+        errors[rank] = std::current_exception();
+      }
+    };
+    validate_rows(rows, config_,
+                  {cache_.num_state_slots, cache_.num_kv_blocks, cache_.kv_block_size, cache_.num_checkpoints});
+    std::vector<std::thread> threads;
+    for (size_t rank = 1; rank < ranks_.size(); ++rank) threads.emplace_back(run_rank, rank);
+    run_rank(0);
+    for (std::thread& thread : threads) thread.join();
+    for (const std::exception_ptr& error : errors)
+      if (error) std::rethrow_exception(error);
+  }
+
+  void copy_state(int64_t from_slot, int64_t to_slot) override {
+    for (auto& rank : ranks_) rank->copy_state(from_slot, to_slot);
+  }
+  void copy_kv_block(int64_t from_block, int64_t to_block) override {
+    for (auto& rank : ranks_) rank->copy_kv_block(from_block, to_block);
+  }
+  void poison_state(int64_t slot) override {
+    for (auto& rank : ranks_) rank->poison_state(slot);
+  }
+  // The whole model's: every rank's share of a slot.
+  int64_t state_elements_per_slot() const override {
+    int64_t total = 0;
+    for (const auto& rank : ranks_) total += rank->state_elements_per_slot();
+    return total;
+  }
+  // The offset wrap, given for the whole slot, wraps each rank's pool at the same slot.
+  void inject_faults(const FaultInjection& faults) override {
+    const int64_t num_slots = faults.state_offset_modulus / std::max<int64_t>(1, state_elements_per_slot());
+    for (auto& rank : ranks_) {
+      FaultInjection rank_faults = faults;
+      rank_faults.state_offset_modulus = num_slots * rank->state_elements_per_slot();
+      rank->inject_faults(rank_faults);
+    }
+  }
+  void update_weights(const model::WeightUpdate&) override {
+    fail("weight updates are not supported with tensor parallelism yet: restart with the new weights");
+  }
+  model::Checkpoint open_ipc_tensors(std::span<const IpcTensor> tensors) override {
+    return ranks_[0]->open_ipc_tensors(tensors);  // refuses, as the CPU backend does
+  }
+  void sleep(SleepLevel level) override {
+    for (auto& rank : ranks_) rank->sleep(level);
+  }
+  void wake_up(const WakeTags& tags) override {
+    for (auto& rank : ranks_) rank->wake_up(tags);
+  }
+
+ private:
+  // Rank 0 writes the step's output, the others their own.
+  std::vector<StepOutput*> outputs_for(StepOutput& output) {
+    std::vector<StepOutput*> targets = {&output};
+    for (size_t rank = 1; rank < ranks_.size(); ++rank) targets.push_back(&outputs_[rank]);
+    return targets;
+  }
+
+  model::JambaConfig config_;
+  CacheConfig cache_;
+  std::vector<std::unique_ptr<Communicator>> communicators_;  // [size]
+  std::vector<model::Model> shards_;                          // [size]
+  std::vector<std::unique_ptr<Backend>> ranks_;               // [size]
+  std::vector<StepOutput> outputs_;                           // [size] ranks 1.. write theirs here
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_tensor_parallel_cpu_backend(const model::Model& model, const CacheConfig& cache,
+                                                          int64_t size) {
+  return std::make_unique<TensorParallelBackend>(model, cache, size);
+}
+
+}  // namespace jambo::backend::cpu
