@@ -102,7 +102,8 @@ PrefixMatch PrefixCache::match(std::span<const int32_t> tokens, int64_t num_prom
 
   match.num_tokens = hit_blocks * block_size_;
   if (hit_blocks > 0) {
-    for (int64_t b = 0; b < hit_blocks && has_attention_; ++b) match.kv_blocks.push_back(entries_.at(chain[b]).kv_block);
+    for (int64_t b = 0; b < hit_blocks && has_attention_; ++b)
+      match.kv_blocks.push_back(entries_.at(chain[b]).kv_block);
     match.checkpoint = entries_.at(chain[hit_blocks - 1]).checkpoint;
   } else if (max_tokens < block_size_) {
     match.miss = PrefixMiss::BelowOneBlock;
@@ -171,7 +172,8 @@ bool PrefixCache::holds(const CheckpointLease& checkpoint) const {
 CheckpointLease PrefixCache::stale_checkpoint(const PrefixMatch& match) const {
   JAMBO_ASSERT(match.checkpoint && match.num_tokens > 0);
   for (int64_t b = match.num_tokens / block_size_ - 1; b-- > 0;)
-    if (const std::optional<CheckpointLease>& shorter = entries_.at(match.entries[size_t(b)]).checkpoint) return *shorter;
+    if (const std::optional<CheckpointLease>& shorter = entries_.at(match.entries[size_t(b)]).checkpoint)
+      return *shorter;
   for (auto use = checkpointed_.rbegin(); use != checkpointed_.rend(); ++use) {
     const CheckpointLease& other = *entries_.at(use->second).checkpoint;
     if (other.owner != match.checkpoint->owner) return other;

@@ -55,8 +55,8 @@ class Slicer {
     const int64_t share_bytes = element_offset(share, view.numel() / view.shape[0] * dtype_size(view.dtype));
     std::vector<char>& copy = storage_.copies.emplace_back(size_t(share_bytes * parts));
     for (int64_t p = 0; p < parts; ++p)
-      std::memcpy(copy.data() + element_offset(p, share_bytes), rows_at(view, p * part_rows + rank_ * share, share).data,
-                  size_t(share_bytes));
+      std::memcpy(copy.data() + element_offset(p, share_bytes),
+                  rows_at(view, p * part_rows + rank_ * share, share).data, size_t(share_bytes));
     TensorView out = view;
     out.data = copy.data();
     out.shape[0] = share * parts;

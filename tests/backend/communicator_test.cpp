@@ -57,7 +57,8 @@ TEST(InProcessCommunicator, AllReduceIsThePlainSumInRankOrderOnEveryRank) {
         for (int64_t i = 0; i < kCount; ++i) expected[size_t(i)] += values[size_t(i)];
       }
       for (int64_t rank = 0; rank < size; ++rank)
-        ASSERT_EQ(results[size_t(rank)][size_t(call)], expected) << size << " ranks, rank " << rank << ", call " << call;
+        ASSERT_EQ(results[size_t(rank)][size_t(call)], expected)
+            << size << " ranks, rank " << rank << ", call " << call;
     }
   }
 }

@@ -120,8 +120,8 @@ TEST(TensorParallel, ShardsJoinBackIntoTheCheckpointBitForBit) {
                              [&, e](const ModelWeights& w) -> const MlpWeights& { return layer_of(w).moe.experts[e]; },
                              what + " expert " + std::to_string(e));
         } else {
-          expect_mlp_joins(shards, layer.mlp, [&](const ModelWeights& w) -> const MlpWeights& { return layer_of(w).mlp; },
-                           what);
+          expect_mlp_joins(
+              shards, layer.mlp, [&](const ModelWeights& w) -> const MlpWeights& { return layer_of(w).mlp; }, what);
         }
       }
       EXPECT_EQ(bytes_of(shards[1].weights.lm_head), bytes_of(model.weights.lm_head));
