@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# `jambo stress` at scale: two runs of 10,000 requests each with the Jamba-Reasoning-3B shape
+# `jambo stress` at scale: three runs of 10,000 requests each with the Jamba-Reasoning-3B shape
 # (random bf16 weights, engine and reference both on the CUDA backend), in checked mode (freed slots poisoned with
 # NaN, every row's slot owner verified):
 #   tight: a memory budget of 16 state slots and KV blocks for one largest request, a 24-token step budget (fast
 #          slot reuse, preemption, new requests admitted with one token), n = 1..4, prompts 1..32, 1..8 new tokens;
 #   pool:  2048 state slots, 5.18e9 state elements (past 2^32 from slot 1698 up), slot policy highest, n = 16 for
 #          every request, prompts 1..16, 1..4 new tokens, 8 arrivals per step (some 450 sequences live at once,
-#          slots 2047 down across element 2^32).
+#          slots 2047 down across element 2^32);
+#   shared: the tight budget with prompts of up to 160 tokens from 8 shared prefixes and 3 prefix-cache checkpoints
+#          (requests resume from cached prefixes while the cache evicts all the time).
 # Three modes, each against a reference in the same mode:
 #   gpu:      f32 weights (--cuda-weights f32) on the invariant GEMMs (the default): engine and reference must agree
 #             bit for bit, threshold 0 (the default for that choice). Before those GEMMs took fp32 weights, cuBLAS
@@ -24,7 +26,7 @@
 # Each run prints its summary line (samples, flagged, largest |Δ logprob|, the state pool against 2^32 and the top
 # slot used, engine and reference seconds); logs and JSON summaries go to STRESS_OUT (default: a new temporary
 # folder). Exits non-zero when a sample is flagged, a run fails, or the pool run's pool stays within 2^32.
-#   bench/stress_gpu.sh [path/to/jambo] [gpu|gpu-bf16|gpu-invariant|cpu-demo] [both|tight|pool]
+#   bench/stress_gpu.sh [path/to/jambo] [gpu|gpu-bf16|gpu-invariant|cpu-demo] [all|tight|pool|shared]
 # gpu (the default), gpu-bf16 and gpu-invariant run on the GPU machine; cpu-demo runs the same runs small on the
 # CPU with the demo model, to check the script (STRESS_REQUESTS overrides the request count of each run; default
 # 10000, 40 for cpu-demo). The third argument picks one run (each takes a few minutes on an H200), e.g. to fit a 10-minute
@@ -33,8 +35,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jambo=${1:-build-gpu/jambo}
 mode=${2:-gpu}
-runs=${3:-both}
-[[ $runs =~ ^(both|tight|pool)$ ]] || { echo "stress_gpu.sh: runs must be both, tight or pool, got '$runs'" >&2; exit 2; }
+runs=${3:-all}
+[[ $runs =~ ^(all|tight|pool|shared)$ ]] ||
+  { echo "stress_gpu.sh: runs must be all, tight, pool or shared, got '$runs'" >&2; exit 2; }
 out=${STRESS_OUT:-$(mktemp -d)}
 mkdir -p "$out"
 
@@ -76,15 +79,19 @@ run() {
 }
 
 echo "stress_gpu.sh: $mode, $requests requests per run; logs and summaries in $out"
-if [[ $runs != pool ]]; then
+if [[ $runs == all || $runs == tight ]]; then
   run tight --max-prompt-tokens 32 --max-new-tokens 8 --max-n 4 --arrival-rate 1.5 \
     --memory-budget tight --budget-slots 16 --max-num-seqs 16 --max-num-batched-tokens 24 --seed 1
 fi
-if [[ $runs != tight ]]; then
+if [[ $runs == all || $runs == pool ]]; then
   run pool --max-prompt-tokens 16 --max-new-tokens 4 --min-n 16 --max-n 16 --arrival-rate 8 "${pool[@]}" --seed 2
   if [[ $mode != cpu-demo ]] && ! grep -q 'elements (past 2^32); top slot used [0-9]*: .*(past 2^32)' "$out/pool.txt"; then
     echo "stress_gpu.sh: the pool run's state pool or its top slot stayed within 2^32 elements" >&2
     status=1
   fi
+fi
+if [[ $runs == all || $runs == shared ]]; then
+  run shared --max-prompt-tokens 160 --max-new-tokens 8 --max-n 4 --arrival-rate 1.5 --shared-prefixes 8 \
+    --memory-budget tight --budget-slots 16 --max-num-seqs 16 --max-num-batched-tokens 64 --seed 3
 fi
 exit $status

@@ -63,10 +63,7 @@ CachePlan plan_engine_cache(const model::Model& model, const EngineOptions& opti
 }  // namespace
 
 std::string prefix_caching_obstacle(const EngineOptions& options) {
-  if (!options.enable_prefix_caching) return "off (--no-enable-prefix-caching)";
-  if (options.backend.kind != BackendKind::Cpu)
-    return "off: the CUDA backend does not save recurrent-state checkpoints yet (the CPU backend does)";
-  return "";
+  return options.enable_prefix_caching ? "" : "off (--no-enable-prefix-caching)";
 }
 
 struct Engine::Impl {

@@ -47,7 +47,7 @@ struct EngineOptions {
   std::string trace_path;  // law 6: JSONL trace of every step and lifecycle event ("" = none)
   EngineFaults faults;     // none outside fault-injection tests
   std::string weight_version = "default";  // the weights' name in outputs (SGLang's default), until set anew
-  // Automatic prefix caching (prefix_cache.h), on the CPU backend; the CUDA backend cannot save checkpoints yet.
+  // Automatic prefix caching (prefix_cache.h).
   bool enable_prefix_caching = true;
   // Recurrent-state checkpoints of cached prefixes, taken from the memory budget before the KV blocks; unset: up to
   // 2 * max_num_seqs from what the KV blocks leave over.

@@ -8,10 +8,22 @@
 
 namespace jambo::backend::cuda {
 
-// Row r's conv tail of channel c in its slot: [K-1], oldest input first.
+// The conv tail of channel c in the slot at slot_offset: [K-1], oldest input first.
+__device__ inline StateValues tail_at(int64_t slot_offset, const MambaStateLayout& layout, StateValues state_pool,
+                                      int64_t c) {
+  return state_pool + (slot_offset + layout.layer_offset + device_offset(c, layout.kernel_size - 1));
+}
+
+// Row r's conv tail of channel c in its slot.
 __device__ inline StateValues slot_tail(const DeviceRows& rows, const MambaStateLayout& layout, StateValues state_pool,
                                         int64_t r, int64_t c) {
-  return state_pool + (rows.state_offset[r] + layout.layer_offset + device_offset(c, layout.kernel_size - 1));
+  return tail_at(rows.state_offset[r], layout, state_pool, c);
+}
+
+// Checkpoint k's conv tail of channel c (DeviceRows::checkpoint_offset).
+__device__ inline StateValues checkpoint_tail(const DeviceRows& rows, const MambaStateLayout& layout,
+                                              StateValues state_pool, int64_t k, int64_t c) {
+  return tail_at(rows.checkpoint_offset[k], layout, state_pool, c);
 }
 
 // silu(bias + sum_k tap(k) * input(k)) over the window's K entries, summed in tap order as the CPU twin sums it,

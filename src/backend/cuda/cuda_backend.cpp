@@ -68,6 +68,7 @@ class CudaBackend final : public Backend {
   void reserve_activations(int64_t num_tokens, int64_t num_vectors);
   bool runs_as_graph(const DeviceRows& rows) const;
   void enqueue_layers(const DeviceRows& rows);  // embedding to logits: launches only, no host synchronization
+  void save_checkpoints_at_row_ends(std::span<const BatchRow> rows);
   // The step's routing into the outputs of the rows that ask (after the step).
   void add_routing(std::span<const BatchRow> rows, int64_t num_tokens, StepOutput& output) const;
   Narrow16 narrow_copy(DeviceBuffer<uint16_t>& buffer) const;  // absent in the f32 mode
@@ -285,18 +286,15 @@ void CudaBackend::run_attention(int64_t layer, const DeviceRows& rows) {
 void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
   validate_rows(rows, config_,
                 {cache_.num_state_slots, cache_.num_kv_blocks, cache_.kv_block_size, cache_.num_checkpoints});
-  for (const BatchRow& row : rows)
-    JAMBO_REQUIRE(row.checkpoints.empty(),
-                  "sequence {}: the CUDA backend does not save state checkpoints yet (prefix caching runs on the CPU "
-                  "backend only)",
-                  row.sequence_id);
-  std::vector<int64_t> state_offsets;
+  std::vector<int64_t> state_offsets, checkpoint_offsets;
   std::vector<int32_t> reads_state;
   for (const BatchRow& row : rows) {
     state_offsets.push_back(slot_offset(row.slot));
     reads_state.push_back(row.has_initial_state || (faults_.decode_before_prefill && row.tokens.size() == 1));
+    for (const StateCheckpoint& checkpoint : row.checkpoints)
+      checkpoint_offsets.push_back(slot_offset(checkpoint.slot));
   }
-  const DeviceRows device_rows = uploader_.upload(rows, state_offsets, reads_state, stream_);
+  const DeviceRows device_rows = uploader_.upload(rows, state_offsets, reads_state, checkpoint_offsets, stream_);
   reserve_activations(device_rows.num_tokens, device_rows.num_vectors);
   // A replayed graph does not run paged_attention's own reservation, and a step's splits grow with its context.
   if (config_.num_attention_layers() > 0)
@@ -308,10 +306,19 @@ void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
     enqueue_layers(device_rows);
   JAMBO_CUDA_CHECK(cudaEventRecord(layers_end_, stream_));
   logits_outputs_.compute(rows, activations_.logits.data(), config_.vocab_size, stream_, output);  // synchronizes
+  save_checkpoints_at_row_ends(rows);  // after the step's latency; the next step's work follows them on the stream
   if (any_row_wants_routing(rows)) add_routing(rows, device_rows.num_tokens, output);
   float layers_ms = 0.0f;
   JAMBO_CUDA_CHECK(cudaEventElapsedTime(&layers_ms, layers_start_, layers_end_));
   layers_gpu_seconds_ += double(layers_ms) * 1e-3;
+}
+
+// A checkpoint after a row's last token is the row's slot once the step is done: a copy ordered after the layers
+// (and outside the decode graphs, which stay as they are). Those inside a row the kernels write (DeviceRows).
+void CudaBackend::save_checkpoints_at_row_ends(std::span<const BatchRow> rows) {
+  for (const BatchRow& row : rows)
+    for (const StateCheckpoint& checkpoint : row.checkpoints)
+      if (!is_inside_row(row, checkpoint)) copy_state(row.slot, checkpoint.slot);
 }
 
 void CudaBackend::add_routing(std::span<const BatchRow> rows, int64_t num_tokens, StepOutput& output) const {

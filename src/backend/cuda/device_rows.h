@@ -44,6 +44,12 @@ struct DeviceRows {
   // The rows of one token (decode) keep a partial result per split of their keys (num_key_splits), in row order.
   int64_t num_splits = 0;
   const int64_t* row_first_split = nullptr;  // [num_rows] the row's first split (rows of several tokens have none)
+  // Checkpoints before a row's last token (is_inside_row), in row order and by increasing tokens: the conv and the
+  // prefill scan write the state there as they pass. One after the last token is a copy of the slot after the step.
+  int64_t num_checkpoints = 0;
+  const int64_t* row_first_checkpoint = nullptr;  // [num_rows + 1] the row's checkpoints are [this, next row's)
+  const int64_t* checkpoint_tokens = nullptr;     // [num_checkpoints] tokens of the row's step before it, >= 1
+  const int64_t* checkpoint_offset = nullptr;     // [num_checkpoints] element offset of its slot in the state pool
 };
 
 }  // namespace jambo::backend::cuda

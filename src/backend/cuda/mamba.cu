@@ -79,8 +79,10 @@ __global__ void __launch_bounds__(kConvThreads* kConvTokens)
     if (k < tail_size) tail.set(k, window[1 + k]);
 }
 
-// After every output has read the old tails: each (row, channel) keeps the last K-1 window entries. In place:
-// entry j reads window index num_tokens + j > j, which is not yet overwritten.
+// After every output has read the old tails: each (row, channel) keeps the last K-1 window entries, and each
+// checkpoint inside the row the K-1 entries before it (window indices n .. n+K-2 after n tokens), written first since
+// they may read the old tail. In place: the new tail's entry j reads window index num_tokens + j > j, which is not
+// yet overwritten.
 __global__ void conv_tail_kernel(DeviceRows rows, MambaStateLayout layout,
                                  const float* projected,    // [T, 2*Di]
                                  StateValues state_pool) {  // [num_slots, elements_per_slot]
@@ -94,9 +96,13 @@ __global__ void conv_tail_kernel(DeviceRows rows, MambaStateLayout layout,
   const int64_t u_stride = 2 * num_channels;
   const float* u_first = projected + device_offset(rows.first_token[r], u_stride) + c;
   const bool reads_state = rows.reads_state[r] != 0;
-  const int64_t num_tokens = rows.row_tokens[r];
-  for (int64_t j = 0; j < tail_size; ++j)
-    tail.set(j, window_at(num_tokens + j, tail_size, reads_state, tail, u_first, u_stride));
+  const auto keep_window = [&](StateValues saved, int64_t num_tokens) {
+    for (int64_t j = 0; j < tail_size; ++j)
+      saved.set(j, window_at(num_tokens + j, tail_size, reads_state, tail, u_first, u_stride));
+  };
+  for (int64_t k = rows.row_first_checkpoint[r]; k < rows.row_first_checkpoint[r + 1]; ++k)
+    keep_window(checkpoint_tail(rows, layout, state_pool, k, c), rows.checkpoint_tokens[k]);
+  keep_window(tail, rows.row_tokens[r]);
 }
 
 // The selective scan's operands, one struct for its two kernels (rows of one token, rows of several).
@@ -168,6 +174,12 @@ __device__ inline void store_gated(const ScanParams& p, int64_t i, float value) 
 // The SSM state of `row` in its slot, from channel c on: [Di - c, N]. It follows the layer's Di conv tails.
 __device__ inline StateValues slot_h(const ScanParams& p, int64_t row, int64_t c) {
   return slot_tail(p.rows, p.layout, p.state_pool, row, p.layout.num_channels) + device_offset(c, p.layout.state_size);
+}
+
+// Checkpoint k's SSM state of channel c (DeviceRows::checkpoint_offset): [N].
+__device__ inline StateValues checkpoint_h(const ScanParams& p, int64_t k, int64_t c) {
+  return checkpoint_tail(p.rows, p.layout, p.state_pool, k, p.layout.num_channels) +
+         device_offset(c, p.layout.state_size);
 }
 
 // Lane `part`'s kSlots entries n = kSlots * part + k of a channel's N values (its state, or its row of A; State is a
@@ -424,8 +436,10 @@ __device__ void store_stage(const ScanParams& p, const StageLoads<kLanes>& loads
 // row's outputs and state do not depend on how its prompt was cut into steps, nor on the rows beside it; a bf16
 // state is rounded where the row's step ends. The block stages kScanStageTokens tokens' B and C and its channels'
 // values at a time (ScanStage), runs the chain through them while the next stage's loads are in flight
-// (StageLoads), then sums the readouts' lanes and writes the gated outputs. Launched over the step's chunks: the
-// block of a row's first chunk scans the row, the others leave at once.
+// (StageLoads), then sums the readouts' lanes and writes the gated outputs. A stage also ends at each checkpoint
+// inside the row (DeviceRows), where h is stored into the checkpoint as into a slot; the staging moves no token's
+// arithmetic. Launched over the step's chunks: the block of a row's first chunk scans the row, the others leave at
+// once.
 template <typename State, int kStateSize, bool kAligned, int kLanes>
 __global__ void __launch_bounds__(kRowScanThreads) row_scan_kernel(const ScanParams p) {
   static_assert(kWarpSize % kLanes == 0 && kReadoutTerms<kStateSize> % kLanes == 0, "a channel's lanes share a warp");
@@ -449,11 +463,23 @@ __global__ void __launch_bounds__(kRowScanThreads) row_scan_kernel(const ScanPar
   if (rows.reads_state[r] != 0) Lane::template load<false>(slot, part, state_size, h);  // law 1
   LaneEntries<float, kStateSize, kLanes, kAligned>::template load<false>(p.a + device_offset(channel, state_size), part,
                                                                          state_size, a);
-  const auto tokens_from = [&](int64_t token) { return int(min(end - token, int64_t(kScanStageTokens))); };
+  // A stage ends at the row's next checkpoint, if one comes first: the state there is h after the stage's chain.
+  const int64_t first_checkpoint = rows.row_first_checkpoint[r], end_checkpoint = rows.row_first_checkpoint[r + 1];
+  const auto tokens_from = [&](int64_t token) {
+    int64_t until = min(end, token + kScanStageTokens);
+    for (int64_t k = first_checkpoint; k < end_checkpoint; ++k)
+      if (first + rows.checkpoint_tokens[k] > token) {
+        until = min(until, first + rows.checkpoint_tokens[k]);
+        break;
+      }
+    return int(until - token);
+  };
+  int64_t checkpoint = first_checkpoint;
   StageLoads<kLanes> loads;
   load_stage(p, first, tokens_from(first), first_channel, loads);
-  for (int64_t stage_first = first; stage_first < end; stage_first += kScanStageTokens) {
-    const int num_tokens = tokens_from(stage_first);
+  int num_tokens = 0;
+  for (int64_t stage_first = first; stage_first < end; stage_first += num_tokens) {
+    num_tokens = tokens_from(stage_first);
     store_stage(p, loads, num_tokens, first_channel, stage);
     __syncthreads();
     if (stage_first + num_tokens < end)
@@ -464,6 +490,10 @@ __global__ void __launch_bounds__(kRowScanThreads) row_scan_kernel(const ScanPar
       float terms[kSlots];
       Lane::step(h, a, b, b + state_size, stage.delta[k][j], stage.u[k][j], part, state_size, terms);
       stage.readout[k][threadIdx.x] = pairwise_sum<kSlots>(terms);
+    }
+    if (checkpoint < end_checkpoint && stage_first + num_tokens == first + rows.checkpoint_tokens[checkpoint]) {
+      if (active) Lane::store(static_cast<State*>(checkpoint_h(p, checkpoint, channel).data), part, state_size, h);
+      ++checkpoint;
     }
     __syncthreads();
     // The readout's levels above the lanes, and the gated outputs: a thread per (token, channel), channels adjacent.

@@ -1,7 +1,8 @@
 // The Mamba mixer's own kernels (spec §3.5): the causal depthwise conv1d and the selective scan, over
 // all rows of a step in one launch each, reading and writing each row's slot in the state pool in place.
 // A row whose reads_state is 0 starts from a zero conv tail and a zero SSM state and never reads its
-// slot (law 1); every row's new tail and final state are written into its slot.
+// slot (law 1); every row's new tail and final state are written into its slot, and its state after each checkpoint
+// inside it (DeviceRows::checkpoint_tokens) into that checkpoint's slot, as the conv and the scan pass it.
 #pragma once
 
 #include "backend/cuda/device_rows.h"

@@ -132,7 +132,7 @@ TEST_F(InvarianceTest, FinalNormOfARowsLastTokenIsItsOwn) {
     for (int64_t r = 0; r < num_rows; ++r)
       rows[size_t(r)].tokens = std::span<const int32_t>(tokens).subspan(size_t(r * kTokensPerRow), kTokensPerRow);
     const backend::cuda::DeviceRows device_rows =
-        uploader.upload(rows, std::vector<int64_t>(rows.size(), 0), std::vector<int32_t>(rows.size(), 0), stream_);
+        uploader.upload(rows, std::vector<int64_t>(rows.size(), 0), std::vector<int32_t>(rows.size(), 0), {}, stream_);
     const DeviceBuffer<float> hidden = upload(inputs.data(), int64_t(inputs.size()));
     DeviceBuffer<float> out(num_rows * kWidth);
     backend::cuda::gather_rms_norm(device_rows, hidden.data(), kWidth, weight.data(), kEps, out.data(), stream_);
@@ -354,7 +354,7 @@ class PhaseTest : public StreamTest {
       row.tokens = std::span<const int32_t>(tokens_).subspan(0, size_t(count));
       row.start_position = 1 + first;
       const backend::cuda::DeviceRows rows = uploader_.upload({&row, 1}, std::vector<int64_t>{0}, std::vector<int32_t>{1},
-                                                              stream_);
+                                                              {}, stream_);
       const float* projected = projected_.data() + first * 2 * kChannels;
       backend::cuda::causal_conv1d(rows, layout, projected, conv_weight_.data(), conv_bias_.data(), state,
                                    activated.data() + first * kChannels, {}, stream_);
@@ -486,7 +486,7 @@ class ScanRowTest : public StreamTest {
     const backend::StateValues state{device_pool.data(), DType::F32};
     const backend::cuda::MambaStateLayout layout{kChannels, kKernel, kState, 0};
     const std::vector<int32_t> reads(rows.size(), 1);
-    const backend::cuda::DeviceRows device_rows = uploader_.upload(batch, offsets, reads, stream_);
+    const backend::cuda::DeviceRows device_rows = uploader_.upload(batch, offsets, reads, {}, stream_);
     backend::cuda::causal_conv1d(device_rows, layout, device_projected.data(), conv_weight_.data(),
                                  conv_bias_.data(), state, activated.data(), {}, stream_);
     backend::cuda::selective_scan(device_rows, layout, activated.data(), device_delta.data(), dt_bias_.data(),

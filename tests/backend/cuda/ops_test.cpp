@@ -53,6 +53,7 @@ void expect_close(const std::vector<float>& actual, const float* expected, const
 struct StepSpec {
   std::vector<int64_t> num_tokens, start_positions, slots;
   std::vector<int32_t> reads_state;
+  std::vector<std::vector<backend::StateCheckpoint>> checkpoints = {};  // per row, where given
 };
 
 class OpsTest : public GpuParamTest<TestModelSpec> {
@@ -104,7 +105,7 @@ class OpsTest : public GpuParamTest<TestModelSpec> {
     tokens_.assign(size_t(total), 0);
     block_tables_.clear();
     rows_.clear();
-    std::vector<int64_t> offsets;
+    std::vector<int64_t> offsets, checkpoint_offsets;
     for (size_t r = 0; r < spec.num_tokens.size(); ++r) {
       std::vector<int32_t> table(kBlocksPerRow);
       std::iota(table.begin(), table.end(), int32_t(r * kBlocksPerRow));
@@ -118,10 +119,13 @@ class OpsTest : public GpuParamTest<TestModelSpec> {
       row.start_position = spec.start_positions[r];
       row.slot = spec.slots[r];
       row.block_table = block_tables_[r];
+      if (r < spec.checkpoints.size()) row.checkpoints = spec.checkpoints[r];
       rows_.push_back(row);
       first += spec.num_tokens[r];
+      for (const backend::StateCheckpoint& checkpoint : row.checkpoints)
+        checkpoint_offsets.push_back(checkpoint.slot * slot_stride);
     }
-    return uploader_.upload(rows_, offsets, spec.reads_state, stream_);
+    return uploader_.upload(rows_, offsets, spec.reads_state, checkpoint_offsets, stream_);
   }
 
   static constexpr int64_t kBlocksPerRow = 8;
@@ -170,7 +174,7 @@ std::vector<float> widen_state(backend::StateValues values, int64_t count) {
 void OpsTest::check_mamba_mixer(DType state_dtype) {
   const int64_t layer = first_layer(model::MixerKind::Mamba);
   const double tolerance = state_dtype == DType::F32 ? 1e-4 : 1.0 / 256;
-  const int64_t num_slots = 4;
+  const int64_t num_slots = 10;  // 4 rows' slots, then checkpoints
   backend::cpu::StatePool cpu_pool(config_, num_slots, state_dtype);
   const int64_t slot_stride = cpu_pool.elements_per_slot();
   const int64_t pool_size = num_slots * slot_stride;
@@ -189,23 +193,35 @@ void OpsTest::check_mamba_mixer(DType state_dtype) {
   // Rows from zero state (one of them a single token), continuing rows, one-token decodes; then two decode
   // steps (every row one token: the state-update kernel), the last with a one-token row from zero state
   // in a slot that holds a state (law 1: it must not be read); then rows of several scan chunks (64 tokens
-  // each): 150 tokens continuing a state, exactly one chunk from zero state, one token past a chunk, and a decode.
+  // each): 150 tokens continuing a state, exactly one chunk from zero state, one token past a chunk, and a decode,
+  // saving checkpoints inside the rows (slots 4 to 9: inside the old conv tail of a row that reads its state, inside a
+  // stage of the scan, at a stage's end, past a chunk).
   static_assert(backend::cuda::kScanChunkTokens == 64, "the long rows below straddle chunk boundaries of 64 tokens");
-  const std::vector<StepSpec> steps = {{{5, 1, 9}, {0, 0, 0}, {0, 2, 1}, {0, 0, 0}},
-                                       {{1, 3, 1, 2}, {5, 1, 9, 0}, {0, 2, 1, 3}, {1, 1, 1, 0}},
-                                       {{1, 1, 1, 1}, {6, 4, 10, 2}, {0, 2, 1, 3}, {1, 1, 1, 1}},
-                                       {{1, 1}, {7, 0}, {0, 3}, {1, 0}},
-                                       {{150, 1, 64, 65}, {8, 5, 0, 1}, {0, 2, 1, 3}, {1, 1, 0, 1}},
-                                       {{1, 130, 1}, {158, 6, 64}, {0, 2, 1}, {1, 0, 1}}};
+  const std::vector<StepSpec> steps = {
+      {{5, 1, 9}, {0, 0, 0}, {0, 2, 1}, {0, 0, 0}},
+      {{1, 3, 1, 2}, {5, 1, 9, 0}, {0, 2, 1, 3}, {1, 1, 1, 0}},
+      {{1, 1, 1, 1}, {6, 4, 10, 2}, {0, 2, 1, 3}, {1, 1, 1, 1}},
+      {{1, 1}, {7, 0}, {0, 3}, {1, 0}},
+      {{150, 1, 64, 65},
+       {8, 5, 0, 1},
+       {0, 2, 1, 3},
+       {1, 1, 0, 1},
+       {{{2, 4}, {5, 5}, {32, 6}, {100, 7}}, {}, {{3, 8}}, {{64, 9}}}},
+      {{1, 130, 1}, {158, 6, 64}, {0, 2, 1}, {1, 0, 1}}};
   for (size_t s = 0; s < steps.size(); ++s) {
     const StepSpec& spec = steps[s];
     const int64_t total = std::accumulate(spec.num_tokens.begin(), spec.num_tokens.end(), int64_t(0));
     const backend::cpu::Matrix x = store_.matrix(total, config_.hidden_size, 1.0f);
     std::vector<backend::cpu::MambaRow> cpu_rows;
+    std::vector<std::vector<backend::cpu::MambaCheckpoint>> cpu_checkpoints(spec.num_tokens.size());
     int64_t first = 0;
     for (size_t r = 0; r < spec.num_tokens.size(); ++r) {
+      if (r < spec.checkpoints.size())
+        for (const backend::StateCheckpoint& saved : spec.checkpoints[r])
+          cpu_checkpoints[r].push_back(
+              {saved.num_tokens, cpu_pool.conv_tail(saved.slot, 0), cpu_pool.ssm_state(saved.slot, 0)});
       cpu_rows.push_back({first, spec.num_tokens[r], spec.reads_state[r] != 0, cpu_pool.conv_tail(spec.slots[r], 0),
-                          cpu_pool.ssm_state(spec.slots[r], 0), {}});
+                          cpu_pool.ssm_state(spec.slots[r], 0), cpu_checkpoints[r]});
       first += spec.num_tokens[r];
     }
     backend::cpu::Matrix expected;
@@ -678,7 +694,7 @@ class TensorCoreAttentionTest : public StreamTest {
     }
     const std::vector<int64_t> offsets(size_t(num_rows), 0);
     const std::vector<int32_t> reads(size_t(num_rows), 1);
-    const backend::cuda::DeviceRows device_rows = uploader.upload(rows, offsets, reads, stream_);
+    const backend::cuda::DeviceRows device_rows = uploader.upload(rows, offsets, reads, {}, stream_);
     ASSERT_EQ(backend::cuda::attention_runs_on_tensor_cores(layout, shape.num_heads, true),
               shape.num_heads / shape.num_kv_heads <= 64);  // wider groups: the fp32 kernel
 

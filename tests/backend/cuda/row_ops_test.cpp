@@ -51,7 +51,7 @@ class StepRows {
   backend::cuda::DeviceRows upload(cudaStream_t stream) {
     const std::vector<int64_t> offsets(rows.size(), 0);
     const std::vector<int32_t> reads(rows.size(), 1);
-    return uploader_.upload(rows, offsets, reads, stream);
+    return uploader_.upload(rows, offsets, reads, {}, stream);
   }
 
   std::vector<backend::BatchRow> rows;
