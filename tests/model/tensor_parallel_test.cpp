@@ -86,9 +86,10 @@ TEST(TensorParallel, ShardsJoinBackIntoTheCheckpointBitForBit) {
                     bytes_of(layer.mamba.in_proj)) << what;
           for (const auto field : {&MambaWeights::conv_weight, &MambaWeights::conv_bias, &MambaWeights::dt_proj,
                                    &MambaWeights::dt_proj_bias, &MambaWeights::A_log, &MambaWeights::D})
-            if (!(layer.mamba.*field).empty())
+            if (!(layer.mamba.*field).empty()) {
               EXPECT_EQ(joined_rows(of_shards(shards, [&](const ModelWeights& w) { return m(w).*field; }), 1),
                         bytes_of(layer.mamba.*field)) << what;
+            }
           for (const auto field : {&MambaWeights::x_proj, &MambaWeights::out_proj})
             EXPECT_EQ(joined_columns(of_shards(shards, [&](const ModelWeights& w) { return m(w).*field; })),
                       bytes_of(layer.mamba.*field)) << what;
@@ -100,10 +101,10 @@ TEST(TensorParallel, ShardsJoinBackIntoTheCheckpointBitForBit) {
                     bytes_of(layer.attention.q_proj)) << what;
           EXPECT_EQ(joined_columns(of_shards(shards, [&](const ModelWeights& w) { return a(w).o_proj; })),
                     bytes_of(layer.attention.o_proj)) << what;
-          if (model.config.num_key_value_heads % size == 0)
+          if (model.config.num_key_value_heads % size == 0) {
             EXPECT_EQ(joined_rows(of_shards(shards, [&](const ModelWeights& w) { return a(w).k_proj; }), 1),
                       bytes_of(layer.attention.k_proj)) << what;
-          else  // fewer KV heads than ranks: each rank's one, the KV head its query heads read
+          } else {  // fewer KV heads than ranks: each rank's one, the KV head its query heads read
             for (int64_t rank = 0; rank < size; ++rank) {
               const int64_t head = rank * model.config.num_key_value_heads / size, bytes_per_head =
                   model.config.head_dim * model.config.hidden_size * dtype_size(layer.attention.v_proj.dtype);
@@ -112,6 +113,7 @@ TEST(TensorParallel, ShardsJoinBackIntoTheCheckpointBitForBit) {
                         std::vector<char>(whole.begin() + head * bytes_per_head,
                                           whole.begin() + (head + 1) * bytes_per_head)) << what << " rank " << rank;
             }
+          }
         }
         if (layer.ffn == FfnKind::Moe) {
           EXPECT_EQ(bytes_of(layer_of(shards[1].weights).moe.router), bytes_of(layer.moe.router)) << what;
