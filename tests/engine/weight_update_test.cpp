@@ -66,6 +66,28 @@ TEST_F(WeightUpdateTest, AFullUpdateServesTheNewWeightsBitForBit) {
   EXPECT_NE(first_before.logprobs, after.at({first_key.first + "-again", first_key.second}).logprobs);
 }
 
+// Over 2 tensor-parallel ranks, an update is cut into the ranks' shards: whole, or of a row-sharded matrix, a
+// column-sharded one, in_proj's u and z parts and a replicated norm, the engine then equals a tensor-parallel engine
+// loaded from the new weights, bit for bit.
+TEST_F(WeightUpdateTest, UnderTensorParallelismAnUpdateServesTheNewWeightsBitForBit) {
+  const auto tensor_parallel = [](const model::Model& model) {
+    engine::EngineOptions options = options_for(model);
+    options.backend.tensor_parallel_size = 2;
+    return options;
+  };
+  const std::set<std::string> some = {"model.final_layernorm.weight", "model.layers.0.mamba.in_proj.weight",
+                                      "model.layers.0.mamba.x_proj.weight", "model.layers.0.mamba.dt_proj.weight"};
+  for (const std::set<std::string>& names : {std::set<std::string>{}, some}) {
+    const model_test::TempFolder folder;
+    write_weights(other_, folder.path(), names);
+    const model::Model updated = names.empty() ? other_ : model_test::with_weights_from(serving_, other_, names);
+    engine::Engine engine(serving_, nullptr, tensor_parallel(serving_));
+    engine.update_weights(model::read_weight_update(folder.path(), serving_), "step-1");
+    engine::Engine loaded(updated, nullptr, tensor_parallel(updated));
+    expect_bitwise_equal(run_to_end(loaded, specs_), run_to_end(engine, specs_));
+  }
+}
+
 // An update of two weights leaves the others as they were: the engine equals one loaded from the serving
 // checkpoint with those two replaced.
 TEST_F(WeightUpdateTest, APartialUpdateReplacesItsWeightsAlone) {

@@ -18,7 +18,7 @@ std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const Cache
 
 // `size` ranks, each a CPU backend of its shard of the model on a thread of its own (an in-process communicator),
 // behind one backend: the engine, scheduler and sampler stay single. Rank 0's logits are the step's; every rank
-// holds the same bits of them. Weight updates are refused.
+// holds the same bits of them. A weight update gives each rank its shard of the new values.
 std::unique_ptr<Backend> make_tensor_parallel_cpu_backend(const model::Model& model, const CacheConfig& cache,
                                                           int64_t size);
 

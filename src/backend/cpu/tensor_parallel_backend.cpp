@@ -6,10 +6,13 @@
 #include "backend/row_validation.h"
 #include "core/error.h"
 #include "model/tensor_parallel.h"
+#include "model/weight_layout.h"
+#include "model/weight_update.h"
 
 #include <omp.h>
 
 #include <exception>
+#include <map>
 #include <thread>
 
 namespace jambo::backend::cpu {
@@ -18,7 +21,11 @@ namespace {
 class TensorParallelBackend final : public Backend {
  public:
   TensorParallelBackend(const model::Model& model, const CacheConfig& cache, int64_t size)
-      : config_(model.config), cache_(cache), communicators_(make_in_process_group(size)), outputs_(size_t(size)) {
+      : whole_(model),
+        config_(model.config),
+        cache_(cache),
+        communicators_(make_in_process_group(size)),
+        outputs_(size_t(size)) {
     for (int64_t rank = 0; rank < size; ++rank) {
       shards_.push_back(model::shard_model(model, rank, size));
       ranks_.push_back(make_cpu_backend(shards_.back(), cache, communicators_[size_t(rank)].get()));
@@ -75,8 +82,24 @@ class TensorParallelBackend final : public Backend {
       rank->inject_faults(rank_faults);
     }
   }
-  void update_weights(const model::WeightUpdate&) override {
-    fail("weight updates are not supported with tensor parallelism yet: restart with the new weights");
+  // Each rank takes its shard of the new values: the pieces put into a copy of the whole model's views, sharded as at
+  // load, and the shard's views of the updated weights handed to the rank, which copies them before this returns.
+  void update_weights(const model::WeightUpdate& update) override {
+    model::Model updated = whole_;
+    std::map<std::string, TensorView*> whole_slots = slots_by_name(updated);
+    for (const model::WeightUpdate::Piece& piece : update.pieces) *whole_slots.at(piece.name) = piece.source;
+    if (updated.config.tie_word_embeddings) updated.weights.lm_head = updated.weights.embed_tokens;
+    for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+      model::Model shard = model::shard_model(updated, int64_t(rank), int64_t(ranks_.size()));
+      std::map<std::string, TensorView*> shard_slots = slots_by_name(shard);
+      model::WeightUpdate share;
+      for (const model::WeightUpdate::Piece& piece : update.pieces) {
+        const TensorView& values = *shard_slots.at(piece.name);
+        share.pieces.push_back({piece.name, values, values});
+        share.num_bytes += values.numel() * dtype_size(values.dtype);
+      }
+      ranks_[rank]->update_weights(share);
+    }
   }
   model::Checkpoint open_ipc_tensors(std::span<const IpcTensor> tensors) override {
     return ranks_[0]->open_ipc_tensors(tensors);  // refuses, as the CPU backend does
@@ -89,6 +112,13 @@ class TensorParallelBackend final : public Backend {
   }
 
  private:
+  static std::map<std::string, TensorView*> slots_by_name(model::Model& model) {
+    std::map<std::string, TensorView*> slots;
+    for (const model::WeightSlot& slot : model::list_weight_slots(model.config, model.weights))
+      slots[slot.name] = slot.target;
+    return slots;
+  }
+
   // Rank 0 writes the step's output, the others their own.
   std::vector<StepOutput*> outputs_for(StepOutput& output) {
     std::vector<StepOutput*> targets = {&output};
@@ -96,6 +126,7 @@ class TensorParallelBackend final : public Backend {
     return targets;
   }
 
+  model::Model whole_;  // the checkpoint's views, which each weight update's shards are cut from
   model::JambaConfig config_;
   CacheConfig cache_;
   std::vector<std::unique_ptr<Communicator>> communicators_;  // [size]
