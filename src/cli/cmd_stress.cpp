@@ -42,8 +42,8 @@ void check_injection(const StressOptions& options) {
   if (options.workload.num_shared_prefixes == 0)
     throw UsageError("--inject stale-checkpoint needs --shared-prefixes K: without shared prefixes no request "
                      "resumes from a checkpoint");
-  if (const std::string obstacle = engine::prefix_caching_obstacle(options.engine.options); !obstacle.empty())
-    throw UsageError(fmt::format("--inject stale-checkpoint needs prefix caching, which is {}", obstacle));
+  if (!options.engine.options.enable_prefix_caching)
+    throw UsageError("--inject stale-checkpoint needs prefix caching, which --no-enable-prefix-caching turns off");
 }
 
 void write_outputs(const StressOptions& options, const forensics::StressResult& result,
@@ -89,8 +89,7 @@ void apply_tight_budget(StressOptions& options, const model::Model& model) {
   engine.max_num_seqs = std::min(engine.max_num_seqs, num_slots);
   // A pool of a few checkpoints, so that the prefix cache evicts all the time; a checkpoint takes a slot's memory.
   if (workload.num_shared_prefixes > 0 && !engine.max_num_checkpoints) engine.max_num_checkpoints = kTightCheckpoints;
-  const int64_t num_checkpoints =
-      engine::prefix_caching_obstacle(engine).empty() ? engine.max_num_checkpoints.value_or(0) : 0;
+  const int64_t num_checkpoints = engine.enable_prefix_caching ? engine.max_num_checkpoints.value_or(0) : 0;
   const engine::BackendChoice& backend = engine.backend;
   engine.memory_budget = {.bytes = engine::exact_memory_budget(
                               model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),

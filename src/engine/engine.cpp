@@ -52,7 +52,7 @@ EngineOptions resolve_options(EngineOptions options, const model::JambaConfig& c
 CachePlan plan_engine_cache(const model::Model& model, const EngineOptions& options) {
   const BackendChoice& backend = options.backend;
   CheckpointWish checkpoints;
-  if (prefix_caching_obstacle(options).empty())
+  if (options.enable_prefix_caching)
     checkpoints = options.max_num_checkpoints ? CheckpointWish{*options.max_num_checkpoints, true}
                                               : CheckpointWish{2 * options.max_num_seqs, false};
   return plan_cache(model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
@@ -61,10 +61,6 @@ CachePlan plan_engine_cache(const model::Model& model, const EngineOptions& opti
 }
 
 }  // namespace
-
-std::string prefix_caching_obstacle(const EngineOptions& options) {
-  return options.enable_prefix_caching ? "" : "off (--no-enable-prefix-caching)";
-}
 
 struct Engine::Impl {
   Impl(const model::Model& model, const tokenizer::Tokenizer* tokenizer, const EngineOptions& options);
@@ -125,7 +121,7 @@ Engine::Impl::Impl(const model::Model& model, const tokenizer::Tokenizer* tokeni
       backend(make_backend(options.backend, model, cache_plan.cache)),
       slots(cache_plan.cache.num_state_slots, options.slot_policy, options.slot_seed),
       kv_blocks(cache_plan.cache.num_kv_blocks, options.kv_block_size, model.config.num_attention_layers() > 0),
-      prefix_caching_status(prefix_caching_obstacle(this->options)),
+      prefix_caching_status(this->options.enable_prefix_caching ? "" : "off (--no-enable-prefix-caching)"),
       prefix_cache(make_prefix_cache(model.config)),
       runner(*backend, slots, options.kv_block_size, options.checked),
       scheduler(
@@ -158,7 +154,8 @@ std::unique_ptr<PrefixCache> Engine::Impl::make_prefix_cache(const model::JambaC
                                        [this](int64_t slot) { runner.on_slot_freed(slot); });
 }
 
-// The backend reproduces the state-cache faults (a stale checkpoint is the engine's: resume_from_prefix); the offset wrap aliases the upper half of the slots onto the lower.
+// The backend reproduces the state-cache faults (a stale checkpoint is the engine's: resume_from_prefix); the offset
+// wrap aliases the upper half of the slots onto the lower.
 void Engine::Impl::inject_faults(const EngineFaults& faults) {
   backend::FaultInjection injection;
   injection.decode_before_prefill = faults.decode_before_prefill;

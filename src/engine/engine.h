@@ -54,9 +54,6 @@ struct EngineOptions {
   std::optional<int64_t> max_num_checkpoints;
 };
 
-// Why prefix caching cannot run with these options ("" where it can, memory permitting).
-std::string prefix_caching_obstacle(const EngineOptions& options);
-
 // Generated tokens [start, end) of a sample, all sampled from the weights named version.
 struct WeightVersionSpan {
   std::string version;

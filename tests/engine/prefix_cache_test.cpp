@@ -4,6 +4,7 @@
 // leaves a cached prefix, evicts least recently used checkpoints and KV blocks when pressed, poisons what it evicts
 // in checked mode, empties itself on new weights and a sleep, and counts every query's hit or the reason it missed.
 #include "support/engine_test_util.h"
+#include "support/prefix_requests.h"
 #include "engine/prefix_cache.h"
 #include "forensics/trace_reader.h"
 
@@ -14,29 +15,9 @@ namespace {
 
 constexpr int64_t kBlock = 16;
 
-std::vector<int32_t> random_tokens(const model::Model& model, int64_t count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < count; ++i) tokens.push_back(int32_t(rng() % uint64_t(model.config.vocab_size)));
-  return tokens;
-}
-
-std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-RequestSpec request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens, uint64_t seed = 7) {
-  RequestSpec spec;
-  spec.id = id;
-  spec.prompt_ids = std::move(prompt);
-  spec.stop.max_tokens = max_tokens;
-  spec.stop.ignore_eos = true;
-  spec.sampling.temperature = seed % 2 ? 0.8 : 0.0;
-  spec.sampling.seed = seed;
-  spec.num_top_logprobs = 2;
-  return spec;
-}
+using testing::concat;
+using testing::prefix_request;
+using testing::random_tokens;
 
 // Checked mode, exactly these slots, KV blocks and checkpoints (the checkpoints taken before the KV blocks).
 EngineOptions caching_options(const model::Model& model, int64_t max_num_seqs, int64_t num_kv_blocks,
@@ -72,9 +53,9 @@ TEST(PrefixCaching, IsOnWithCheckpointsAndSaysSo) {
 TEST(PrefixCaching, ASharedPrefixResumesBitwiseAsTheColdRun) {
   CachingEngine c;
   const std::vector<int32_t> prefix = random_tokens(c.model, 40, 1);
-  const RequestSpec first = request("first", concat(prefix, random_tokens(c.model, 5, 2)), 6);
-  const RequestSpec second = request("second", concat(prefix, random_tokens(c.model, 9, 3)), 8, 8);
-  const RequestSpec third = request("third", concat(prefix, random_tokens(c.model, 3, 4)), 5, 9);
+  const RequestSpec first = prefix_request("first", concat(prefix, random_tokens(c.model, 5, 2)), 6);
+  const RequestSpec second = prefix_request("second", concat(prefix, random_tokens(c.model, 9, 3)), 8, 8);
+  const RequestSpec third = prefix_request("third", concat(prefix, random_tokens(c.model, 3, 4)), 5, 9);
   testing::expect_bitwise_equal(testing::run_alone(c.model, {first}), c.run({first}));
   EXPECT_EQ(c.cache().hit_tokens, 0);
   EXPECT_EQ(c.misses(PrefixMiss::NoCheckpoint), 1);
@@ -92,11 +73,11 @@ TEST(PrefixCaching, ASharedPrefixResumesBitwiseAsTheColdRun) {
 // ones (the last is never run) reach 64. Each sequence keeps one checkpoint past its prompt, the latest.
 TEST(PrefixCaching, TheNextTurnResumesAfterThePreviousOutput) {
   CachingEngine c;
-  const RequestSpec turn1 = request("turn1", random_tokens(c.model, 50, 5), 30);
+  const RequestSpec turn1 = prefix_request("turn1", random_tokens(c.model, 50, 5), 30);
   const testing::Outputs first = c.run({turn1});
   EXPECT_EQ(c.cache().checkpoints_used, 2);  // at 48 (the prompt's last block boundary) and at 64 (the output's)
   const std::vector<int32_t> history = concat(turn1.prompt_ids, first.at({"turn1", 0}).ids);
-  const RequestSpec turn2 = request("turn2", concat(history, random_tokens(c.model, 20, 6)), 20);
+  const RequestSpec turn2 = prefix_request("turn2", concat(history, random_tokens(c.model, 20, 6)), 20);
   testing::expect_bitwise_equal(testing::run_alone(c.model, {turn2}), c.run({turn2}));
   EXPECT_EQ(c.cache().hit_tokens, 64);
   EXPECT_EQ(c.cache().checkpoints_used, 4);  // and turn 2's at 96 (its prompt's) and 112 (its output's)
@@ -106,12 +87,12 @@ TEST(PrefixCaching, TheNextTurnResumesAfterThePreviousOutput) {
 // boundaries 16 (the prompt's), 32, 48 and 64; 32 and 48 are replaced as the next is saved.
 TEST(PrefixCaching, ASequenceKeepsOneCheckpointPastItsPrompt) {
   CachingEngine c;
-  const RequestSpec spec = request("long", random_tokens(c.model, 20, 81), 60);
+  const RequestSpec spec = prefix_request("long", random_tokens(c.model, 20, 81), 60);
   const testing::Outputs outputs = c.run({spec});
   EXPECT_EQ(c.cache().checkpoints_used, 2);
   EXPECT_EQ(c.cache().checkpoint_evictions, 0);
   const std::vector<int32_t> history = concat(spec.prompt_ids, outputs.at({"long", 0}).ids);
-  const RequestSpec next = request("next", concat(history, {3, 4}), 4);
+  const RequestSpec next = prefix_request("next", concat(history, {3, 4}), 4);
   testing::expect_bitwise_equal(testing::run_alone(c.model, {next}), c.run({next}));
   EXPECT_EQ(c.cache().hit_tokens, 64);
 }
@@ -121,9 +102,9 @@ TEST(PrefixCaching, ASequenceKeepsOneCheckpointPastItsPrompt) {
 TEST(PrefixCaching, ACheckpointIsSavedWhereAPromptLeavesACachedPrefix) {
   CachingEngine c;
   const std::vector<int32_t> system = random_tokens(c.model, 40, 11);
-  const RequestSpec a = request("a", concat(system, random_tokens(c.model, 30, 12)), 3);
-  const RequestSpec b = request("b", concat(system, random_tokens(c.model, 30, 13)), 3);
-  const RequestSpec d = request("d", concat(system, random_tokens(c.model, 30, 14)), 3);
+  const RequestSpec a = prefix_request("a", concat(system, random_tokens(c.model, 30, 12)), 3);
+  const RequestSpec b = prefix_request("b", concat(system, random_tokens(c.model, 30, 13)), 3);
+  const RequestSpec d = prefix_request("d", concat(system, random_tokens(c.model, 30, 14)), 3);
   c.run({a});
   c.run({b});
   EXPECT_EQ(c.cache().hit_tokens, 0);  // a saved at 64, under its own tokens; b finds blocks 0-1 but no state at 32
@@ -137,13 +118,14 @@ TEST(PrefixCaching, ACheckpointIsSavedWhereAPromptLeavesACachedPrefix) {
 TEST(PrefixCaching, OneDifferentTokenEndsTheMatchAndShortPromptsMiss) {
   CachingEngine c;
   const std::vector<int32_t> prompt = random_tokens(c.model, 40, 21);
-  c.run({request("a", prompt, 2), request("b", std::vector<int32_t>(prompt.begin(), prompt.begin() + 20), 2)});
+  const std::vector<int32_t> first20(prompt.begin(), prompt.begin() + 20);
+  c.run({prefix_request("a", prompt, 2), prefix_request("b", first20, 2)});
   std::vector<int32_t> changed = prompt;
   changed[20] = (changed[20] + 1) % int32_t(c.model.config.vocab_size);
-  const RequestSpec other = request("other", changed, 4);
+  const RequestSpec other = prefix_request("other", changed, 4);
   testing::expect_bitwise_equal(testing::run_alone(c.model, {other}), c.run({other}));
   EXPECT_EQ(c.cache().hit_tokens, 16);  // b's checkpoint at 16; a's at 32 lies past the changed token
-  const RequestSpec short_one = request("short", std::vector<int32_t>(prompt.begin(), prompt.begin() + 16), 2);
+  const RequestSpec short_one = prefix_request("short", std::vector<int32_t>(prompt.begin(), prompt.begin() + 16), 2);
   c.run({short_one});
   EXPECT_EQ(c.misses(PrefixMiss::BelowOneBlock), 1);  // its last token must run: nothing before it is a block
 }
@@ -151,7 +133,7 @@ TEST(PrefixCaching, OneDifferentTokenEndsTheMatchAndShortPromptsMiss) {
 // New weights (or only a new name for them) empty the cache: the same prompt misses, for that reason.
 TEST(PrefixCaching, NewWeightsEmptyTheCache) {
   CachingEngine c;
-  const RequestSpec spec = request("a", random_tokens(c.model, 40, 31), 3);
+  const RequestSpec spec = prefix_request("a", random_tokens(c.model, 40, 31), 3);
   c.run({spec});
   EXPECT_EQ(c.cache().checkpoints_used, 1);
   c.engine.set_weight_version("step-1");
@@ -176,8 +158,8 @@ TEST(PrefixCaching, TheTraceNamesTheCheckpointARequestResumedFrom) {
   const std::vector<int32_t> prefix = random_tokens(model, 40, 71);
   {
     Engine engine(model, nullptr, options);
-    testing::run_to_end(engine, {request("first", prefix, 2)});
-    testing::run_to_end(engine, {request("second", concat(prefix, {5, 6}), 2)});
+    testing::run_to_end(engine, {prefix_request("first", prefix, 2)});
+    testing::run_to_end(engine, {prefix_request("second", concat(prefix, {5, 6}), 2)});
   }
   std::ifstream file(trace.path());
   const forensics::RequestLife life = forensics::read_request_life(file, "second");
@@ -192,7 +174,7 @@ TEST(PrefixCaching, TheTraceNamesTheCheckpointARequestResumedFrom) {
 // A sleep lets the caches' memory go: the cache empties first, and a later miss says the entry was evicted.
 TEST(PrefixCaching, ASleepEmptiesTheCache) {
   CachingEngine c;
-  const RequestSpec spec = request("a", random_tokens(c.model, 40, 41), 3);
+  const RequestSpec spec = prefix_request("a", random_tokens(c.model, 40, 41), 3);
   c.run({spec});
   c.engine.sleep(backend::SleepLevel::KeepWeights);
   c.engine.wake_up({.weights = true, .caches = true});
@@ -212,9 +194,8 @@ TEST(PrefixCaching, UnderEvictionAndPreemptionEveryRequestIsItsColdRun) {
   for (int p = 0; p < 3; ++p) prefixes.push_back(random_tokens(c.model, 20 + 14 * p, 50 + p));
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 24; ++i) {
-    RequestSpec spec =
-        request(fmt::format("r{}", i), concat(prefixes[i % 3], random_tokens(c.model, 1 + i % 13, 100 + i)), 4 + i % 9,
-                uint64_t(200 + i));
+    const std::vector<int32_t> prompt = concat(prefixes[i % 3], random_tokens(c.model, 1 + i % 13, 100 + i));
+    RequestSpec spec = prefix_request(fmt::format("r{}", i), prompt, 4 + i % 9, uint64_t(200 + i));
     if (i % 5 == 2) spec.n = 2;
     if (i % 7 == 3) spec.num_prompt_logprobs = 1;
     specs.push_back(spec);
@@ -235,10 +216,10 @@ TEST(PrefixCaching, UnderEvictionAndPreemptionEveryRequestIsItsColdRun) {
 TEST(PrefixCaching, EvictionInTheStepARequestResumesFreesItsCheckpointOnlyAfterTheCopy) {
   CachingEngine c(/*num_checkpoints=*/1);
   const std::vector<int32_t> prefix = random_tokens(c.model, 40, 91);
-  c.run({request("first", prefix, 3)});
+  c.run({prefix_request("first", prefix, 3)});
   EXPECT_EQ(c.cache().checkpoints_used, 1);
-  const RequestSpec evictor = request("evictor", random_tokens(c.model, 20, 92), 4);
-  const RequestSpec resumer = request("resumer", concat(prefix, random_tokens(c.model, 9, 93)), 6, 5);
+  const RequestSpec evictor = prefix_request("evictor", random_tokens(c.model, 20, 92), 4);
+  const RequestSpec resumer = prefix_request("resumer", concat(prefix, random_tokens(c.model, 9, 93)), 6, 5);
   testing::expect_bitwise_equal(testing::run_alone(c.model, {evictor, resumer}), c.run({evictor, resumer}));
   EXPECT_EQ(c.cache().hit_tokens, 32);
   EXPECT_GE(c.cache().checkpoint_evictions, 1);

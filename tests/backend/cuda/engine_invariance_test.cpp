@@ -11,6 +11,7 @@
 #include "support/engine_settings.h"
 #include "backend/cuda/device_rows.h"
 #include "cuda_test_util.h"
+#include "engine_cases.h"
 
 #include <map>
 #include <tuple>
@@ -94,19 +95,12 @@ std::vector<engine::RequestSpec> workload(const model::Model& model, uint64_t se
   return specs;
 }
 
-struct Case {
-  std::string model;
-  engine::CudaWeights weights;
-};
-
-class CudaEngineInvarianceTest : public GpuParamTest<Case> {};
+class CudaEngineInvarianceTest : public GpuParamTest<EngineCase> {};
 
 TEST_P(CudaEngineInvarianceTest, ARequestsLogprobsAreItsOwnAndPrefillEqualsDecode) {
   static_assert(backend::cuda::kAttentionSplitKeys < 300, "prompts and generations cross a split boundary");
   const auto& [name, weights] = GetParam();
-  const model::Model model = name == "jambo-demo"
-                                 ? model::load_model(std::string(JAMBO_SOURCE_DIR) + "/models/jambo-demo")
-                                 : load_fixture_model(name);
+  const model::Model model = load_case_model(name);
   const std::vector<engine::RequestSpec> specs = workload(model, 17);
   const Outputs alone = run_alone(model, weights, specs);
   for (const Batching batching : {Batching{8, 7}, Batching{64, 64}, Batching{20, 512}}) {
@@ -124,9 +118,7 @@ class CudaEngineSettingsTest : public GpuParamTest<std::tuple<std::string, Engin
 
 TEST_P(CudaEngineSettingsTest, EveryRequestMatchesItsRunAlone) {
   const auto& [name, setting] = GetParam();
-  const model::Model model = name == "jambo-demo"
-                                 ? model::load_model(std::string(JAMBO_SOURCE_DIR) + "/models/jambo-demo")
-                                 : load_fixture_model(name);
+  const model::Model model = load_case_model(name);
   const std::vector<engine::RequestSpec> specs =
       random_workload(model, kSettingNumRequests, /*seed=*/7, 40, setting.allow_n);
   const TestTraceFile trace;
@@ -155,16 +147,13 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, CudaEngineInvarianceTest,
-    ::testing::Values(Case{"jambo-demo", engine::CudaWeights::Bf16}, Case{"moe-top1-mqa-tied-bf16", engine::CudaWeights::Bf16},
-                      Case{"attn-heavy-tied-bf16", engine::CudaWeights::Bf16}, Case{"jambo-demo", engine::CudaWeights::F32},
-                      Case{"moe-top1-mqa-tied-bf16", engine::CudaWeights::F32}),
-    [](const auto& info) {
-      std::string name = info.param.model + "_" + std::string(engine::name(info.param.weights));
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Models, CudaEngineInvarianceTest,
+                         ::testing::Values(EngineCase{"jambo-demo", engine::CudaWeights::Bf16},
+                                           EngineCase{"moe-top1-mqa-tied-bf16", engine::CudaWeights::Bf16},
+                                           EngineCase{"attn-heavy-tied-bf16", engine::CudaWeights::Bf16},
+                                           EngineCase{"jambo-demo", engine::CudaWeights::F32},
+                                           EngineCase{"moe-top1-mqa-tied-bf16", engine::CudaWeights::F32}),
+                         engine_case_name);
 
 }  // namespace
 }  // namespace jambo::testing

@@ -4,23 +4,14 @@
 // requests asking for prompt logprobs, in checked mode (every checkpoint's owner and generation verified before its
 // copy, evicted ones poisoned with NaN); and a next chat turn resumes after the previous turn's output, which decode
 // steps (CUDA graphs) saved.
-#include "support/engine_test_util.h"
+#include "support/prefix_requests.h"
 #include "cuda_test_util.h"
+#include "engine_cases.h"
 
 namespace jambo::testing {
 namespace {
 
 constexpr int64_t kBlock = 16, kMaxModelLen = 128;  // 8 KV blocks a request: the plan leaves the checkpoints asked
-
-struct Case {
-  std::string model;
-  engine::CudaWeights weights;
-};
-
-model::Model load(const std::string& name) {
-  return name == "jambo-demo" ? model::load_model(std::string(JAMBO_SOURCE_DIR) + "/models/jambo-demo")
-                              : load_fixture_model(name);
-}
 
 // Exactly these slots, KV blocks and checkpoints on the CUDA backend; no checkpoints: prefix caching off.
 engine::EngineOptions cuda_options(const model::Model& model, engine::CudaWeights weights, int64_t max_num_seqs,
@@ -51,40 +42,19 @@ Outputs run_cold(const model::Model& model, engine::CudaWeights weights,
   return outputs;
 }
 
-std::vector<int32_t> tokens_of(const model::Model& model, int64_t count, uint64_t seed) {
-  return random_tokens(count, model.config.vocab_size, seed);
-}
-
-std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-engine::RequestSpec request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens, uint64_t seed) {
-  engine::RequestSpec spec;
-  spec.id = id;
-  spec.prompt_ids = std::move(prompt);
-  spec.stop.max_tokens = max_tokens;
-  spec.stop.ignore_eos = true;
-  spec.sampling.temperature = seed % 2 ? 0.8 : 0.0;
-  spec.sampling.seed = seed;
-  spec.num_top_logprobs = 2;
-  return spec;
-}
-
-class CudaPrefixCacheTest : public GpuParamTest<Case> {};
+class CudaPrefixCacheTest : public GpuParamTest<EngineCase> {};
 
 // 24 requests over 3 shared prefixes, 2 checkpoints and 12 KV blocks: checkpoints and cached blocks are evicted all
 // the time and requests preempted.
 TEST_P(CudaPrefixCacheTest, UnderEvictionAndPreemptionEveryRequestIsItsColdRun) {
   const auto& [name, weights] = GetParam();
-  const model::Model model = load(name);
+  const model::Model model = load_case_model(name);
   std::vector<std::vector<int32_t>> prefixes;
-  for (int p = 0; p < 3; ++p) prefixes.push_back(tokens_of(model, 20 + 14 * p, 50 + p));
+  for (int p = 0; p < 3; ++p) prefixes.push_back(random_tokens(model, 20 + 14 * p, 50 + p));
   std::vector<engine::RequestSpec> specs;
   for (int i = 0; i < 24; ++i) {
-    const std::vector<int32_t> prompt = concat(prefixes[i % 3], tokens_of(model, 1 + i % 13, 100 + i));
-    engine::RequestSpec spec = request(fmt::format("r{}", i), prompt, 4 + i % 9, uint64_t(200 + i));
+    const std::vector<int32_t> prompt = concat(prefixes[i % 3], random_tokens(model, 1 + i % 13, 100 + i));
+    engine::RequestSpec spec = prefix_request(fmt::format("r{}", i), prompt, 4 + i % 9, uint64_t(200 + i));
     if (i % 5 == 2) spec.n = 2;
     if (i % 7 == 3) spec.num_prompt_logprobs = 1;
     specs.push_back(spec);
@@ -104,12 +74,12 @@ TEST_P(CudaPrefixCacheTest, UnderEvictionAndPreemptionEveryRequestIsItsColdRun) 
 // checkpoint a decode step saved, and gives its cold run's bits.
 TEST_P(CudaPrefixCacheTest, TheNextTurnResumesAfterThePreviousOutput) {
   const auto& [name, weights] = GetParam();
-  const model::Model model = load(name);
+  const model::Model model = load_case_model(name);
   engine::Engine engine(model, nullptr, cuda_options(model, weights, 8, 64, 8));
-  const engine::RequestSpec turn1 = request("turn1", tokens_of(model, 50, 5), 30, 3);
+  const engine::RequestSpec turn1 = prefix_request("turn1", random_tokens(model, 50, 5), 30, 3);
   const Outputs first = run_to_end(engine, {turn1});
   const std::vector<int32_t> history = concat(turn1.prompt_ids, first.at({"turn1", 0}).ids);
-  const engine::RequestSpec turn2 = request("turn2", concat(history, tokens_of(model, 20, 6)), 20, 4);
+  const engine::RequestSpec turn2 = prefix_request("turn2", concat(history, random_tokens(model, 20, 6)), 20, 4);
   Outputs both = first;
   both.merge(run_to_end(engine, {turn2}));
   expect_bitwise_equal(run_cold(model, weights, {turn1, turn2}), both);
@@ -117,14 +87,10 @@ TEST_P(CudaPrefixCacheTest, TheNextTurnResumesAfterThePreviousOutput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaPrefixCacheTest,
-                         ::testing::Values(Case{"jambo-demo", engine::CudaWeights::Bf16},
-                                           Case{"jambo-demo", engine::CudaWeights::F32},
-                                           Case{"moe-top1-mqa-tied-bf16", engine::CudaWeights::Bf16}),
-                         [](const auto& info) {
-                           std::string name = info.param.model + "_" + std::string(engine::name(info.param.weights));
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         ::testing::Values(EngineCase{"jambo-demo", engine::CudaWeights::Bf16},
+                                           EngineCase{"jambo-demo", engine::CudaWeights::F32},
+                                           EngineCase{"moe-top1-mqa-tied-bf16", engine::CudaWeights::Bf16}),
+                         engine_case_name);
 
 }  // namespace
 }  // namespace jambo::testing
