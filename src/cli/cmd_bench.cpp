@@ -218,11 +218,16 @@ void run_bench(const BenchOptions& options) {
   const std::string detail = (on_gpu ? fmt::format("{} weights, {} GEMMs", name(choice.cuda_weights),
                                                    name(choice.cuda_gemm))
                                      : fmt::format("{} threads", omp_get_max_threads())) +
-                             fmt::format(", {} state", engine::state_dtype_name(choice.state_dtype));
+                             fmt::format(", {} state", engine::state_dtype_name(choice.state_dtype)) +
+                             (choice.tensor_parallel_size > 1
+                                  ? fmt::format(", {} tensor-parallel ranks", choice.tensor_parallel_size)
+                                  : "");
+  const bool per_gpu = on_gpu && choice.tensor_parallel_size > 1;
   fmt::print(
-      "backend {} ({}): {:.1f} MB of weights held, {:.1f} MB read per decode step at batch 1{}; model and caches "
+      "backend {} ({}): {:.1f} MB of weights held{}, {:.1f} MB read per decode step at batch 1{}; model and caches "
       "ready in {:.1f} s\n",
-      name(choice.kind), detail, double(backend_weight_bytes(choice.kind, model, choice.cuda_weights)) / 1e6,
+      name(choice.kind), detail, double(engine::memory_share(choice, model).weight_bytes) / 1e6,
+      per_gpu ? " per GPU" : "",
       backend_bytes_read_per_step(model, options, 1) / 1e6,
       has_experts(model) ? " (beyond batch 1, GB/s counts the experts uniform routing is expected to pick)" : "",
       load_seconds);

@@ -54,10 +54,10 @@ engine::EngineOptions single_request_engine(const model::Model& model, const eng
   options.max_model_len = num_tokens;
   const int64_t num_kv_blocks =
       model.config.num_attention_layers() > 0 ? backend::kv_blocks_for(num_tokens, options.kv_block_size) : 0;
-  const int64_t weight_bytes = backend_weight_bytes(choice.kind, model, choice.cuda_weights);
-  options.memory_budget = {.bytes =
-                               engine::exact_memory_budget(model.config, weight_bytes, /*num_slots=*/1, num_kv_blocks,
-                                                           options.kv_block_size, choice.state_dtype)};
+  const engine::MemoryShare share = engine::memory_share(choice, model);
+  options.memory_budget = {.bytes = engine::exact_memory_budget(share.config, share.weight_bytes, /*num_slots=*/1,
+                                                                num_kv_blocks, options.kv_block_size,
+                                                                choice.state_dtype)};
   return options;
 }
 

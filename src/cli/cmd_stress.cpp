@@ -91,9 +91,10 @@ void apply_tight_budget(StressOptions& options, const model::Model& model) {
   if (workload.num_shared_prefixes > 0 && !engine.max_num_checkpoints) engine.max_num_checkpoints = kTightCheckpoints;
   const int64_t num_checkpoints = engine.enable_prefix_caching ? engine.max_num_checkpoints.value_or(0) : 0;
   const engine::BackendChoice& backend = engine.backend;
-  engine.memory_budget = {.bytes = engine::exact_memory_budget(
-                              model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
-                              num_slots + num_checkpoints, num_blocks, engine.kv_block_size, backend.state_dtype)};
+  const engine::MemoryShare share = engine::memory_share(backend, model);
+  engine.memory_budget = {.bytes = engine::exact_memory_budget(share.config, share.weight_bytes,
+                                                               num_slots + num_checkpoints, num_blocks,
+                                                               engine.kv_block_size, backend.state_dtype)};
 }
 
 std::string describe_backend(engine::BackendKind kind, engine::CudaWeights cuda_weights) {

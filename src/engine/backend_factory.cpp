@@ -2,6 +2,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/names.h"
+#include "model/tensor_parallel.h"
 #ifdef JAMBO_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -106,21 +107,24 @@ DType parse_state_dtype(const std::string& text) { return parse_named(kStateDTyp
 // the typed mode becomes its name here, and only here.
 std::unique_ptr<backend::Backend> make_backend(const BackendChoice& choice, const model::Model& model,
                                                const backend::CacheConfig& cache) {
-  JAMBO_REQUIRE(choice.tensor_parallel_size >= 1, "the tensor-parallel size must be at least 1, got {}",
-                choice.tensor_parallel_size);
+  const std::string obstacle = model::tensor_parallel_obstacle(model.config, choice.tensor_parallel_size);
+  JAMBO_REQUIRE(obstacle.empty(), "--tensor-parallel-size {}: {}", choice.tensor_parallel_size, obstacle);
   if (choice.kind == BackendKind::Cpu) {
     require_host_data(model, "the CPU backend");
     if (choice.tensor_parallel_size > 1)
       return backend::cpu::make_tensor_parallel_cpu_backend(model, cache, choice.tensor_parallel_size);
     return backend::cpu::make_cpu_backend(model, cache);
   }
-  JAMBO_REQUIRE(choice.tensor_parallel_size == 1,
-                "tensor parallelism runs on the CPU backend only so far (--tensor-parallel-size {} with --backend "
-                "cuda needs NCCL and several GPUs)",
-                choice.tensor_parallel_size);
 #ifdef JAMBO_WITH_CUDA
-  return backend::cuda::make_cuda_backend(model, cache, std::string(name(choice.cuda_weights)),
-                                          /*decode_graphs=*/true, choice.cuda_gemm == CudaGemm::Invariant);
+  const std::string weights(name(choice.cuda_weights));
+  const bool invariant_gemm = choice.cuda_gemm == CudaGemm::Invariant;
+  if (choice.tensor_parallel_size > 1) {
+    require_host_data(model, "tensor parallelism on the CUDA backend");
+    return backend::cuda::make_tensor_parallel_cuda_backend(
+        model, cache, backend::cuda::make_nccl_group(choice.tensor_parallel_size), weights, /*decode_graphs=*/true,
+        invariant_gemm);
+  }
+  return backend::cuda::make_cuda_backend(model, cache, weights, /*decode_graphs=*/true, invariant_gemm);
 #else
   fail_unknown_backend(name(choice.kind));
 #endif
@@ -133,6 +137,14 @@ int64_t backend_weight_bytes(BackendKind kind, const model::Model& model, [[mayb
 #else
   fail_unknown_backend(name(kind));
 #endif
+}
+
+MemoryShare memory_share(const BackendChoice& choice, const model::Model& model) {
+  if (choice.kind == BackendKind::Cuda && choice.tensor_parallel_size > 1) {
+    const model::Model shard = model::shard_model(model, 0, choice.tensor_parallel_size);
+    return {shard.config, backend_weight_bytes(choice.kind, shard, choice.cuda_weights)};
+  }
+  return {model.config, backend_weight_bytes(choice.kind, model, choice.cuda_weights)};
 }
 
 int64_t available_memory_bytes(BackendKind kind) {

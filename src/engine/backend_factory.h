@@ -26,7 +26,7 @@ enum class CudaGemm { Cublas, Invariant };
 
 // Where and how one model runs: the backend, the CUDA backend's weight mode (the CPU backend ignores it), the
 // recurrent state's storage (F32, or BF16 at half the memory; CacheConfig::state_dtype) and the ranks the model is
-// split over (model/tensor_parallel.h; several on the CPU backend only, so far).
+// split over (model/tensor_parallel.h; on CUDA one GPU each).
 struct BackendChoice {
   BackendKind kind = BackendKind::Cpu;
   CudaWeights cuda_weights = CudaWeights::F32;
@@ -76,6 +76,15 @@ std::unique_ptr<backend::Backend> make_backend(const BackendChoice& choice, cons
 // The bytes of weights that backend holds for the model (what a memory plan takes before the caches): the
 // checkpoint's bytes on the CPU, which reads the mmap; on the GPU what the weight mode uploads.
 int64_t backend_weight_bytes(BackendKind kind, const model::Model& model, CudaWeights cuda_weights = CudaWeights::F32);
+
+// What one memory of the backend holds, for a memory plan: on the CUDA backend each GPU holds one tensor-parallel
+// rank's shard (the config's local sizes, which size its state slots and KV blocks, and the shard's weights, rank 0's
+// being the largest); the CPU backend's ranks share the host's memory and hold the whole model between them.
+struct MemoryShare {
+  model::JambaConfig config;
+  int64_t weight_bytes = 0;
+};
+MemoryShare memory_share(const BackendChoice& choice, const model::Model& model);
 
 // The memory a backend's caches can take now, for budgets given as a fraction: MemAvailable of
 // /proc/meminfo for the CPU, the GPU's free memory for CUDA. Throws jambo::Error like make_backend.

@@ -55,9 +55,10 @@ CachePlan plan_engine_cache(const model::Model& model, const EngineOptions& opti
   if (options.enable_prefix_caching)
     checkpoints = options.max_num_checkpoints ? CheckpointWish{*options.max_num_checkpoints, true}
                                               : CheckpointWish{2 * options.max_num_seqs, false};
-  return plan_cache(model.config, backend_weight_bytes(backend.kind, model, backend.cuda_weights),
-                    options.memory_budget.resolve(backend.kind), options.max_num_seqs, options.kv_block_size,
-                    *options.max_model_len, backend.state_dtype, checkpoints);
+  const MemoryShare share = memory_share(backend, model);
+  return plan_cache(share.config, share.weight_bytes, options.memory_budget.resolve(backend.kind),
+                    options.max_num_seqs, options.kv_block_size, *options.max_model_len, backend.state_dtype,
+                    checkpoints);
 }
 
 }  // namespace

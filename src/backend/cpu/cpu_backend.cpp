@@ -11,8 +11,12 @@
 #include "backend/routed_experts.h"
 #include "backend/row_validation.h"
 #include "backend/state_layout.h"
+#include "backend/tensor_parallel_backend.h"
 #include "core/error.h"
+#include "model/tensor_parallel.h"
 #include "model/weight_layout.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -26,7 +30,7 @@ using cpu::Matrix;
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const model::Model& model, const CacheConfig& cache, Communicator* communicator);
+  CpuBackend(const model::Model& model, const CacheConfig& cache, std::unique_ptr<Communicator> communicator);
 
   const model::JambaConfig& config() const override { return model_.config; }
   void forward(std::span<const BatchRow> rows, StepOutput& output) override;
@@ -72,7 +76,8 @@ class CpuBackend final : public Backend {
   cpu::StatePool states_;
   cpu::KvCache kv_cache_;
   FaultInjection faults_;  // test-only; none by default
-  Communicator* communicator_;  // a tensor-parallel rank's: sums the row-parallel matrices' partial outputs
+  // A tensor-parallel rank's: sums the row-parallel matrices' partial outputs.
+  std::unique_ptr<Communicator> communicator_;
   // The step's activations, kept so that later steps and layers reuse their storage.
   Matrix hidden_;        // [num_tokens, H] the residual stream
   Matrix normed_;        // [num_tokens, H] its normalized copy, the input of a mixer or FFN
@@ -81,7 +86,8 @@ class CpuBackend final : public Backend {
   std::vector<float> logits_;  // [num_vectors, V]
 };
 
-CpuBackend::CpuBackend(const model::Model& model, const CacheConfig& cache, Communicator* communicator)
+CpuBackend::CpuBackend(const model::Model& model, const CacheConfig& cache,
+                       std::unique_ptr<Communicator> communicator)
     : model_(model),
       checkpoint_weights_(model.weights),
       index_in_kind_(indices_within_kind(model.config)),
@@ -89,7 +95,7 @@ CpuBackend::CpuBackend(const model::Model& model, const CacheConfig& cache, Comm
       num_state_slots_(cache.num_state_slots),
       states_(model.config, cache.num_state_slots + cache.num_checkpoints, cache.state_dtype),
       kv_cache_(model.config, cache),
-      communicator_(communicator) {
+      communicator_(std::move(communicator)) {
   index_weights();
 }
 
@@ -177,7 +183,7 @@ void CpuBackend::run_mixer(int64_t layer, std::span<const BatchRow> rows, const 
                           states_.conv_tail(rows[r].slot, kind_index), states_.ssm_state(rows[r].slot, kind_index),
                           checkpoints[r]});
   }
-  cpu::mamba_mixer(weights.mamba, model_.config, normed, mamba_rows, mixed, communicator_);
+  cpu::mamba_mixer(weights.mamba, model_.config, normed, mamba_rows, mixed, communicator_.get());
 }
 
 void CpuBackend::sum_over_ranks(Matrix& partial) {
@@ -248,8 +254,20 @@ void CpuBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const CacheConfig& cache,
-                                          Communicator* communicator) {
-  return std::make_unique<CpuBackend>(model, cache, communicator);
+                                          std::unique_ptr<Communicator> communicator) {
+  return std::make_unique<CpuBackend>(model, cache, std::move(communicator));
+}
+
+std::unique_ptr<Backend> make_tensor_parallel_cpu_backend(const model::Model& model, const CacheConfig& cache,
+                                                          int64_t size) {
+  std::vector<std::unique_ptr<Communicator>> group = make_in_process_group(size);
+  std::vector<std::unique_ptr<Backend>> ranks;
+  for (int64_t rank = 0; rank < size; ++rank)
+    ranks.push_back(make_cpu_backend(model::shard_model(model, rank, size), cache, std::move(group[size_t(rank)])));
+  // Each rank's parallel loops get its share of the threads.
+  const int threads_per_rank = std::max(1, omp_get_max_threads() / int(size));
+  return make_tensor_parallel_backend(model, cache, std::move(ranks),
+                                      [threads_per_rank](int64_t) { omp_set_num_threads(threads_per_rank); });
 }
 
 }  // namespace jambo::backend::cpu

@@ -14,11 +14,10 @@ namespace jambo::backend::cpu {
 // views and a share of their storage. With a communicator the model is one rank's shard (model/tensor_parallel.h),
 // and the backend sums its row-parallel partial outputs over the ranks.
 std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const CacheConfig& cache,
-                                          Communicator* communicator = nullptr);
+                                          std::unique_ptr<Communicator> communicator = nullptr);
 
-// `size` ranks, each a CPU backend of its shard of the model on a thread of its own (an in-process communicator),
-// behind one backend: the engine, scheduler and sampler stay single. Rank 0's logits are the step's; every rank
-// holds the same bits of them. A weight update gives each rank its shard of the new values.
+// `size` ranks, each a CPU backend of its shard of the model with a communicator of an in-process group, behind one
+// backend (backend/tensor_parallel_backend.h).
 std::unique_ptr<Backend> make_tensor_parallel_cpu_backend(const model::Model& model, const CacheConfig& cache,
                                                           int64_t size);
 

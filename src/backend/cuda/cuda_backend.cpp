@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_backend.h"
 
+#include "backend/cuda/device_communicator.h"
 #include "backend/cuda/embedding_norm.h"
 #include "backend/cuda/ffn.h"
 #include "backend/cuda/gemm.h"
@@ -11,6 +12,8 @@
 #include "backend/routed_experts.h"
 #include "backend/row_validation.h"
 #include "backend/state_layout.h"
+#include "backend/tensor_parallel_backend.h"
+#include "model/tensor_parallel.h"
 
 #include <cuda_profiler_api.h>
 
@@ -37,14 +40,14 @@ struct Activations {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const model::Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs,
-              bool invariant_gemm);
+              bool invariant_gemm, std::unique_ptr<DeviceCommunicator> communicator);
   ~CudaBackend() override;
 
   const model::JambaConfig& config() const override { return config_; }
   void forward(std::span<const BatchRow> rows, StepOutput& output) override;
   void copy_state(int64_t from_slot, int64_t to_slot) override;
   void copy_kv_block(int64_t from_block, int64_t to_block) override;
-  void poison_state(int64_t slot) override;
+  void poison_state(int64_t slot) override;  // every public call runs on the backend's GPU (DeviceScope)
   int64_t state_elements_per_slot() const override { return slot_layout_.slot_stride; }
   int64_t graph_replays() const { return graphs_ == nullptr ? 0 : graphs_->counts().num_replays; }
   double layers_gpu_seconds() const { return layers_gpu_seconds_; }
@@ -53,8 +56,12 @@ class CudaBackend final : public Backend {
     faults_ = faults;
   }
   // On the backend's stream, after the steps before it: in place, so the captured decode graphs replay the new weights.
-  void update_weights(const model::WeightUpdate& update) override { weights_->update(update); }
+  void update_weights(const model::WeightUpdate& update) override {
+    const DeviceScope scope(device_);
+    weights_->update(update);
+  }
   model::Checkpoint open_ipc_tensors(std::span<const IpcTensor> tensors) override {
+    const DeviceScope scope(device_);
     return cuda::open_ipc_tensors(tensors);
   }
   void sleep(SleepLevel level) override;
@@ -76,11 +83,14 @@ class CudaBackend final : public Backend {
   float* normed_for_mixer(int64_t layer);
   float* normed_for_ffn(int64_t layer);
   float* normed_unless_copy_suffices(std::initializer_list<const DeviceMatrix*> readers);
+  void sum_over_ranks(float* values, int64_t count);  // a row-parallel output's partial sums (one rank: as they are)
   void run_mamba(int64_t layer, const DeviceRows& rows);
   void run_attention(int64_t layer, const DeviceRows& rows);
   KvLayout kv_layout(int64_t attention_layer) const;
   void allocate_caches();  // the state pool and KV cache, zeroed; the GEMMs' handles and the graph recorder
 
+  std::unique_ptr<DeviceCommunicator> communicator_;  // a tensor-parallel rank's, or null
+  int device_;                                        // the GPU of every buffer and launch: the communicator's, or 0
   model::Model model_;  // the checkpoint that a wake from level 2 reads again
   model::JambaConfig config_;
   CacheConfig cache_;
@@ -110,12 +120,15 @@ class CudaBackend final : public Backend {
 };
 
 CudaBackend::CudaBackend(const model::Model& model, const CacheConfig& cache, WeightMode mode, bool decode_graphs,
-                         bool invariant_gemm)
-    : model_(model),
+                         bool invariant_gemm, std::unique_ptr<DeviceCommunicator> communicator)
+    : communicator_(std::move(communicator)),
+      device_(communicator_ == nullptr ? 0 : communicator_->device()),
+      model_(model),
       config_(model.config),
       cache_(cache),
       mode_(mode),
-      decode_graphs_(decode_graphs),
+      // A communicator that synchronizes the host inside a step cannot be recorded into a graph.
+      decode_graphs_(decode_graphs && (communicator_ == nullptr || communicator_->capturable())),
       invariant_gemm_(invariant_gemm),
       index_in_kind_(indices_within_kind(model.config)),
       moe_index_(moe_layer_indices(model.config)),
@@ -127,6 +140,7 @@ CudaBackend::CudaBackend(const model::Model& model, const CacheConfig& cache, We
   JAMBO_REQUIRE(cuda_device_available(),
                 "the CUDA backend needs a GPU, and none is visible (check nvidia-smi and "
                 "CUDA_VISIBLE_DEVICES)");
+  const DeviceScope scope(device_);
   JAMBO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   weights_ = std::make_unique<DeviceWeights>(model, mode, stream_);
   // Norms round their outputs to this type for the GEMMs they feed; linear() uses such a copy only for a weight
@@ -159,6 +173,7 @@ void CudaBackend::allocate_caches() {
 // The recorded graphs go first: they hold the addresses of the buffers freed after them. The few buffers of a step's
 // rows and results (uploader_, logits_outputs_) stay.
 void CudaBackend::sleep(SleepLevel level) {
+  const DeviceScope scope(device_);
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
   // The weights' copy first: if it fails (host memory), nothing has been let go of.
   if (level == SleepLevel::DropWeights) sleeping_weights_ = {};
@@ -171,10 +186,12 @@ void CudaBackend::sleep(SleepLevel level) {
   mamba_scratch_ = {};
   attention_scratch_ = {};
   ffn_workspace_ = {};
+  if (communicator_ != nullptr) communicator_->release_scratch();
   weights_.reset();
 }
 
 void CudaBackend::wake_up(const WakeTags& tags) {
+  const DeviceScope scope(device_);
   if (tags.weights && weights_ == nullptr) {
     weights_ = sleeping_weights_.bytes != nullptr
                    ? std::make_unique<DeviceWeights>(model_, mode_, stream_, sleeping_weights_)
@@ -185,6 +202,7 @@ void CudaBackend::wake_up(const WakeTags& tags) {
 }
 
 CudaBackend::~CudaBackend() {
+  const DeviceScope scope(device_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (layers_start_ != nullptr) cudaEventDestroy(layers_start_);
   if (layers_end_ != nullptr) cudaEventDestroy(layers_end_);
@@ -212,6 +230,7 @@ void CudaBackend::copy_state(int64_t from_slot, int64_t to_slot) {
   require_state_slot(from_slot, cache_.num_state_slots + cache_.num_checkpoints, "copy_state");
   require_state_slot(to_slot, cache_.num_state_slots + cache_.num_checkpoints, "copy_state");
   if (from_slot == to_slot || slot_layout_.slot_stride == 0) return;
+  const DeviceScope scope(device_);
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(slot_values(to_slot).data, slot_values(from_slot).data, size_t(slot_bytes()),
                                    cudaMemcpyDeviceToDevice, stream_));
 }
@@ -219,6 +238,7 @@ void CudaBackend::copy_state(int64_t from_slot, int64_t to_slot) {
 void CudaBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
   for (int64_t block : {from_block, to_block}) require_kv_block(block, cache_.num_kv_blocks);
   if (from_block == to_block || kv_block_stride_ == 0) return;
+  const DeviceScope scope(device_);
   // One block of every attention layer is contiguous: [num_attention_layers, 2, kv_block_size, nkv, hd].
   JAMBO_CUDA_CHECK(cudaMemcpyAsync(kv_cache_.data() + element_offset(to_block, kv_block_stride_),
                                    kv_cache_.data() + element_offset(from_block, kv_block_stride_),
@@ -229,6 +249,7 @@ void CudaBackend::copy_kv_block(int64_t from_block, int64_t to_block) {
 void CudaBackend::poison_state(int64_t slot) {
   require_state_slot(slot, cache_.num_state_slots + cache_.num_checkpoints, "poison_state");
   if (slot_layout_.slot_stride == 0) return;
+  const DeviceScope scope(device_);
   JAMBO_CUDA_CHECK(cudaMemsetAsync(slot_values(slot).data, 0xff, size_t(slot_bytes()), stream_));
 }
 
@@ -270,11 +291,16 @@ float* CudaBackend::normed_for_ffn(int64_t layer) {
   return normed_unless_copy_suffices({&weights_->layers[layer].mlp.gate_up});
 }
 
+void CudaBackend::sum_over_ranks(float* values, int64_t count) {
+  if (communicator_ != nullptr) communicator_->all_reduce_sum(values, count, stream_);
+}
+
 void CudaBackend::run_mamba(int64_t layer, const DeviceRows& rows) {
   const MambaStateLayout layout{config_.mamba_d_inner, config_.mamba_d_conv, config_.mamba_d_state,
                                 element_offset(index_in_kind_[layer], slot_layout_.layer_stride)};
   mamba_mixer(*gemm_, weights_->layers[layer].mamba, config_, layout, rows, activations_.normed.data(), state_pool(),
-              activations_.update.data(), mamba_scratch_, stream_, narrow_copy(activations_.normed16));
+              activations_.update.data(), mamba_scratch_, stream_, narrow_copy(activations_.normed16),
+              communicator_.get());
 }
 
 void CudaBackend::run_attention(int64_t layer, const DeviceRows& rows) {
@@ -286,6 +312,7 @@ void CudaBackend::run_attention(int64_t layer, const DeviceRows& rows) {
 void CudaBackend::forward(std::span<const BatchRow> rows, StepOutput& output) {
   validate_rows(rows, config_,
                 {cache_.num_state_slots, cache_.num_kv_blocks, cache_.kv_block_size, cache_.num_checkpoints});
+  const DeviceScope scope(device_);
   std::vector<int64_t> state_offsets, checkpoint_offsets;
   std::vector<int32_t> reads_state;
   for (const BatchRow& row : rows) {
@@ -355,6 +382,7 @@ void CudaBackend::enqueue_layers(const DeviceRows& device_rows) {
       run_attention(layer, device_rows);
     else
       run_mamba(layer, device_rows);
+    sum_over_ranks(a.update.data(), element_offset(num_tokens, hidden));
     add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden, w.pre_ff_norm, eps, normed_for_ffn(layer),
                  stream_, normed16);
     if (config_.ffn_kinds[layer] == model::FfnKind::Moe) {
@@ -367,6 +395,7 @@ void CudaBackend::enqueue_layers(const DeviceRows& device_rows) {
                                        cudaMemcpyDeviceToDevice, stream_));
     } else
       dense_mlp(*gemm_, w.mlp, a.normed.data(), num_tokens, a.update.data(), ffn_workspace_, stream_, normed16);
+    sum_over_ranks(a.update.data(), element_offset(num_tokens, hidden));
     const bool last = layer + 1 == config_.num_hidden_layers;
     add_rms_norm(a.hidden.data(), a.update.data(), num_tokens, hidden,
                  last ? nullptr : weights_->layers[layer + 1].input_norm, eps,
@@ -395,9 +424,22 @@ int64_t cuda_available_memory_bytes() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const model::Model& model, const CacheConfig& cache,
-                                           const std::string& weights, bool decode_graphs, bool invariant_gemm) {
+                                           const std::string& weights, bool decode_graphs, bool invariant_gemm,
+                                           std::unique_ptr<DeviceCommunicator> communicator) {
   const WeightMode mode = parse_weight_mode(weights);
-  return std::make_unique<CudaBackend>(model, cache, mode, decode_graphs, invariant_gemm);
+  return std::make_unique<CudaBackend>(model, cache, mode, decode_graphs, invariant_gemm, std::move(communicator));
+}
+
+std::unique_ptr<Backend> make_tensor_parallel_cuda_backend(const model::Model& model, const CacheConfig& cache,
+                                                           std::vector<std::unique_ptr<DeviceCommunicator>> group,
+                                                           const std::string& weights, bool decode_graphs,
+                                                           bool invariant_gemm) {
+  const int64_t size = int64_t(group.size());
+  std::vector<std::unique_ptr<Backend>> ranks;
+  for (int64_t rank = 0; rank < size; ++rank)
+    ranks.push_back(make_cuda_backend(model::shard_model(model, rank, size), cache, weights, decode_graphs,
+                                      invariant_gemm, std::move(group[size_t(rank)])));
+  return make_tensor_parallel_backend(model, cache, std::move(ranks));
 }
 
 int64_t cuda_graph_replays(const Backend& backend) {

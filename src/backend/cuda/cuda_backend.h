@@ -7,10 +7,12 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/cuda/device_communicator.h"
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace jambo::backend::cuda {
 
@@ -18,10 +20,20 @@ namespace jambo::backend::cuda {
 // Throws jambo::Error when no GPU can be used or memory runs out.
 // weights: "f32", "bf16" or "f16" (jambo::Error otherwise). decode_graphs: decode steps run as CUDA graphs
 // (step_graphs.h); off, every step runs launch by launch (the graphs' test oracle). invariant_gemm: every GEMM in one
-// summation order for every row count (gemm.h).
+// summation order for every row count (gemm.h). With a communicator the model is one rank's shard
+// (model/tensor_parallel.h), on the communicator's GPU, and the backend sums its row-parallel partial outputs over
+// the ranks (graphs only where the communicator's work can be recorded).
 std::unique_ptr<Backend> make_cuda_backend(const model::Model& model, const CacheConfig& cache,
                                            const std::string& weights = "f32", bool decode_graphs = true,
-                                           bool invariant_gemm = false);
+                                           bool invariant_gemm = false,
+                                           std::unique_ptr<DeviceCommunicator> communicator = nullptr);
+
+// One rank per communicator of `group` (make_nccl_group: one GPU each), each a CUDA backend of its shard of the model,
+// behind one backend (backend/tensor_parallel_backend.h).
+std::unique_ptr<Backend> make_tensor_parallel_cuda_backend(const model::Model& model, const CacheConfig& cache,
+                                                           std::vector<std::unique_ptr<DeviceCommunicator>> group,
+                                                           const std::string& weights, bool decode_graphs,
+                                                           bool invariant_gemm);
 
 // How many steps of a CUDA backend ran as a CUDA graph's launch (0 for any other backend): for tests.
 int64_t cuda_graph_replays(const Backend& backend);

@@ -1,5 +1,5 @@
 // Device memory: an owning buffer of T that grows on demand, its page-locked host twin (the staging of transfers),
-// and the one 64-bit offset helper on the GPU.
+// the one 64-bit offset helper on the GPU, and the scope that makes a GPU current.
 #pragma once
 
 #include "backend/cuda/cuda_check.h"
@@ -13,6 +13,24 @@ namespace jambo::backend::cuda {
 
 // Law 3 on the device: the twin of element_offset (core/tensor.h). Both factors are int64_t.
 JAMBO_HOST_DEVICE inline int64_t device_offset(int64_t index, int64_t stride) { return index * stride; }
+
+// Makes `device` the calling thread's current GPU (where buffers are allocated and kernels launched) until the scope
+// ends, then the one before it again: a backend of one tensor-parallel rank holds every call to its own GPU.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) : device_(device) {
+    JAMBO_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device_) JAMBO_CUDA_CHECK(cudaSetDevice(device_));
+  }
+  ~DeviceScope() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int device_, previous_ = 0;
+};
 
 // How many DeviceBuffers have been cudaMalloc'd so far in this process. A captured CUDA graph holds raw device
 // pointers: a change of this count tells its owner that a buffer it captured may have moved (step_graphs.h).

@@ -8,7 +8,7 @@ namespace jambo::backend::cuda {
 
 void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const model::JambaConfig& config, const MambaStateLayout& layout,
                  const DeviceRows& rows, const float* x, StateValues state_pool, float* out, MambaScratch& scratch,
-                 cudaStream_t stream, const Narrow16& x16) {
+                 cudaStream_t stream, const Narrow16& x16, DeviceCommunicator* communicator) {
   const int64_t num_tokens = rows.num_tokens, inner = config.mamba_d_inner;
   const int64_t dt_rank = config.mamba_dt_rank, state_size = config.mamba_d_state;
   const int64_t selective_width = dt_rank + 2 * state_size;
@@ -37,6 +37,8 @@ void mamba_mixer(Gemm& gemm, const DeviceMamba& w, const model::JambaConfig& con
     causal_conv1d(rows, layout, projected, w.conv_weight, w.conv_bias, state_pool, activated, activated16, stream);
   }
   linear(gemm, activated, num_tokens, w.x_proj, selective, activated16);
+  if (communicator != nullptr)
+    communicator->all_reduce_sum(selective, element_offset(num_tokens, selective_width), stream);
   const NormSegment norms[] = {{0, dt_rank, w.dt_norm, dt16},
                                {dt_rank, state_size, w.b_norm, {}},
                                {dt_rank + state_size, state_size, w.c_norm, {}}};

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/device_communicator.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/mamba.h"
@@ -24,13 +25,16 @@ struct MambaScratch {
 };
 
 // out = Mamba(x); each row's conv tail and SSM state in its slot of state_pool are carried forward. x16: x
-// rounded by its producer (gemm.h), or absent; likewise for the attention mixer.
+// rounded by its producer (gemm.h), or absent; likewise for the attention mixer. With a communicator the weights are
+// one rank's shard (model/tensor_parallel.h): x_proj's partial sums over the rank's channels are summed over the
+// ranks before dt_proj and the norms, and `out` is the rank's partial sum, which the caller sums.
 void mamba_mixer(Gemm& gemm, const DeviceMamba& weights, const model::JambaConfig& config,
                  const MambaStateLayout& layout, const DeviceRows& rows,
                  const float* x,          // [T, H] (already normalized)
                  StateValues state_pool,  // [num_slots, elements_per_slot]
                  float* out,              // [T, H]
-                 MambaScratch& scratch, cudaStream_t stream, const Narrow16& x16 = {});
+                 MambaScratch& scratch, cudaStream_t stream, const Narrow16& x16 = {},
+                 DeviceCommunicator* communicator = nullptr);
 
 // Intermediates of the attention mixer, grown on demand.
 struct AttentionScratch {

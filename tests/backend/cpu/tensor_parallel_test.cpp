@@ -4,7 +4,7 @@
 // the ranks' sums in a fixed order keep a row's logits the same bits alone as beside other rows.
 #include "backend/cpu/cpu_backend.h"
 #include "model/tensor_parallel.h"
-#include "support/sequences.h"
+#include "support/tensor_parallel_scenario.h"
 
 #include <gtest/gtest.h>
 
@@ -17,42 +17,22 @@ namespace {
 using testing::Logits;
 using testing::Sequence;
 
-const std::vector<std::string> kFixtures = {"attn-heavy-tied-bf16",   "dense-gqa1-projbias-fp32", "fused-experts-fp32",
-                                            "moe-top1-mqa-tied-bf16", "moe-top2-gqa2-fp32",       "mqa-top2-tied-fp32",
-                                            "sharded-gqa4-bf16"};
-
 model::Model fixture(const std::string& name) {
   return model::load_model(std::string(JAMBO_SOURCE_DIR) + "/tests/fixtures/models/" + name);
-}
-
-// Two sequences: the first prefilled in chunks of 5 and 9 tokens beside the second's 7 and 2, then both decoded
-// together; the first's state and KV blocks copied to a third sequence, which decodes beside it. Every position's
-// logits, sequence by sequence.
-std::vector<Logits> run(Backend& backend, int64_t vocab_size) {
-  const std::vector<int32_t> tokens = testing::random_tokens(20, vocab_size, 5);
-  Sequence first(0, tokens), second(1, testing::random_tokens(14, vocab_size, 6)), fork(2, tokens);
-  std::vector<Logits> logits(3);
-  testing::step(backend, {&first, &second}, {5, 7}, {&logits[0], &logits[1]});
-  testing::step(backend, {&first, &second}, {9, 2}, {&logits[0], &logits[1]});
-  for (int i = 0; i < 3; ++i) testing::step(backend, {&first, &second}, {1, 1}, {&logits[0], &logits[1]});
-  backend.copy_state(first.slot, fork.slot);
-  for (int64_t b = 0; b < backend::kv_blocks_for(first.num_computed, testing::kBlockSize); ++b)
-    backend.copy_kv_block(first.block_table[size_t(b)], fork.block_table[size_t(b)]);
-  fork.num_computed = first.num_computed;
-  for (int i = 0; i < 3; ++i) testing::step(backend, {&first, &fork}, {1, 1}, {&logits[0], &logits[2]});
-  return logits;
 }
 
 // Logprobs within `tolerance` of the unsharded backend's, at every position, over every rank count the model can be
 // split over; returns how many rank counts were compared.
 int64_t expect_close_to_unsharded(const model::Model& model, const std::function<double(const Logits&)>& tolerance) {
-  const std::vector<Logits> whole = run(*make_cpu_backend(model, testing::test_cache(3)), model.config.vocab_size);
+  const std::vector<Logits> whole =
+      testing::run_split_scenario(*make_cpu_backend(model, testing::test_cache(3)), model.config.vocab_size);
   int64_t num_compared = 0;
   for (const int64_t size : {2, 3, 4}) {
     if (!model::tensor_parallel_obstacle(model.config, size).empty()) continue;
     SCOPED_TRACE(std::to_string(size) + " ranks");
     const std::vector<Logits> split =
-        run(*make_tensor_parallel_cpu_backend(model, testing::test_cache(3), size), model.config.vocab_size);
+        testing::run_split_scenario(*make_tensor_parallel_cpu_backend(model, testing::test_cache(3), size),
+                                    model.config.vocab_size);
     for (size_t s = 0; s < whole.size(); ++s) {
       EXPECT_EQ(split[s].size(), whole[s].size());
       const double bound = tolerance(whole[s]);
@@ -65,13 +45,6 @@ int64_t expect_close_to_unsharded(const model::Model& model, const std::function
   return num_compared;
 }
 
-double largest_magnitude(const Logits& logits) {
-  double largest = 0;
-  for (const std::vector<float>& vector : logits)
-    for (float value : vector) largest = std::max(largest, double(std::fabs(value)));
-  return largest;
-}
-
 // The demo model (trained): within 1e-5. The fixtures (random weights at initialization scale, whose fp32 logprobs
 // already lie up to 1.3e-4 from fp64's, reference.json: hf_fp32_vs_fp64_max_abs): the sums in another order move a
 // logit by about 1e-6 of the largest, so within 1e-5 of the largest |logit|, the bound the fixtures hold the CPU
@@ -80,10 +53,10 @@ TEST(TensorParallelCpuBackend, LogprobsAreCloseToTheUnshardedBackendOnTheDemoAnd
   const model::Model demo = model::load_model(std::string(JAMBO_SOURCE_DIR) + "/models/jambo-demo");
   EXPECT_EQ(expect_close_to_unsharded(demo, [](const Logits&) { return 1e-5; }), 2);  // over 2 and 4 ranks
   int64_t num_compared = 0;
-  for (const std::string& name : kFixtures) {
+  for (const std::string& name : testing::kSplitFixtures) {
     SCOPED_TRACE(name);
-    num_compared +=
-        expect_close_to_unsharded(fixture(name), [](const Logits& logits) { return 1e-5 * largest_magnitude(logits); });
+    num_compared += expect_close_to_unsharded(
+        fixture(name), [](const Logits& logits) { return 1e-5 * testing::largest_magnitude(logits); });
   }
   EXPECT_GE(num_compared, 12);
 }

@@ -1,7 +1,4 @@
-// Tensor parallelism on the CPU backend: `size` ranks, each a CPU backend of its shard of the model, stepped together
-// on threads of their own and summing their row-parallel partial outputs through an in-process communicator. The
-// same sharding as the CUDA backend's will be (model/tensor_parallel.h), testable without several GPUs.
-#include "backend/cpu/cpu_backend.h"
+#include "backend/tensor_parallel_backend.h"
 
 #include "backend/row_validation.h"
 #include "core/error.h"
@@ -9,40 +6,36 @@
 #include "model/weight_layout.h"
 #include "model/weight_update.h"
 
-#include <omp.h>
-
 #include <exception>
 #include <map>
 #include <thread>
 
-namespace jambo::backend::cpu {
+namespace jambo::backend {
 namespace {
 
 class TensorParallelBackend final : public Backend {
  public:
-  TensorParallelBackend(const model::Model& model, const CacheConfig& cache, int64_t size)
+  TensorParallelBackend(const model::Model& model, const CacheConfig& cache,
+                        std::vector<std::unique_ptr<Backend>> ranks, RankThreadSetup setup_thread)
       : whole_(model),
         config_(model.config),
         cache_(cache),
-        communicators_(make_in_process_group(size)),
-        outputs_(size_t(size)) {
-    for (int64_t rank = 0; rank < size; ++rank) {
-      shards_.push_back(model::shard_model(model, rank, size));
-      ranks_.push_back(make_cpu_backend(shards_.back(), cache, communicators_[size_t(rank)].get()));
-    }
+        ranks_(std::move(ranks)),
+        setup_thread_(std::move(setup_thread)),
+        outputs_(ranks_.size()) {
+    JAMBO_REQUIRE(!ranks_.empty(), "a tensor-parallel backend needs at least one rank");
   }
 
   const model::JambaConfig& config() const override { return config_; }
 
-  // Every rank runs the step on a thread of its own, with its share of the threads for its own parallel loops. The
-  // rows are checked first, once: a rank that threw while the others wait in an all-reduce would leave them waiting.
+  // Every rank runs the step on a thread of its own. The rows are checked first, once: a rank that threw while the
+  // others wait in an all-reduce would leave them waiting.
   void forward(std::span<const BatchRow> rows, StepOutput& output) override {
     const std::vector<StepOutput*> targets = outputs_for(output);
     std::vector<std::exception_ptr> errors(ranks_.size());
-    const int threads_per_rank = std::max(1, omp_get_max_threads() / int(ranks_.size()));
     const auto run_rank = [&](size_t rank) {
-      omp_set_num_threads(threads_per_rank);
       try {
+        if (setup_thread_) setup_thread_(int64_t(rank));
         ranks_[rank]->forward(rows, *targets[rank]);
       } catch (...) {
         errors[rank] = std::current_exception();
@@ -129,17 +122,17 @@ class TensorParallelBackend final : public Backend {
   model::Model whole_;  // the checkpoint's views, which each weight update's shards are cut from
   model::JambaConfig config_;
   CacheConfig cache_;
-  std::vector<std::unique_ptr<Communicator>> communicators_;  // [size]
-  std::vector<model::Model> shards_;                          // [size]
-  std::vector<std::unique_ptr<Backend>> ranks_;               // [size]
-  std::vector<StepOutput> outputs_;                           // [size] ranks 1.. write theirs here
+  std::vector<std::unique_ptr<Backend>> ranks_;  // [size]
+  RankThreadSetup setup_thread_;
+  std::vector<StepOutput> outputs_;  // [size] ranks 1.. write theirs here
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_tensor_parallel_cpu_backend(const model::Model& model, const CacheConfig& cache,
-                                                          int64_t size) {
-  return std::make_unique<TensorParallelBackend>(model, cache, size);
+std::unique_ptr<Backend> make_tensor_parallel_backend(const model::Model& model, const CacheConfig& cache,
+                                                      std::vector<std::unique_ptr<Backend>> ranks,
+                                                      RankThreadSetup setup_thread) {
+  return std::make_unique<TensorParallelBackend>(model, cache, std::move(ranks), std::move(setup_thread));
 }
 
-}  // namespace jambo::backend::cpu
+}  // namespace jambo::backend
