@@ -244,6 +244,8 @@ void add_stress_command(CLI::App& app) {
     if (command->count("--reference-backend") == 0) options->reference.backend = engine_backend.kind;
     if (command->count("--reference-cuda-weights") == 0) options->reference.cuda_weights = engine_backend.cuda_weights;
     if (command->count("--reference-cuda-gemm") == 0) options->reference.cuda_gemm = engine_backend.cuda_gemm;
+    if (command->count("--reference-tensor-parallel-size") == 0)
+      options->reference.tensor_parallel_size = engine_backend.tensor_parallel_size;
     options->threshold = resolve_threshold(
         command->count("--threshold") > 0 ? std::optional<double>(options->threshold) : std::nullopt,
         engine::describe(engine_backend), options->reference, engine_backend);

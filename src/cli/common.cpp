@@ -125,6 +125,11 @@ constexpr const char* kCudaGemmHelp =
     "depend on its batch, docs/DESIGN.md: GPU invariance), or cublas (faster at most batch sizes, NOT invariant: "
     "logprobs move with the batch, and the forensics cannot hold it to threshold 0)";
 
+CLI::Option* add_tensor_parallel_option(CLI::App& command, const std::string& flag, int64_t& size,
+                                        const std::string& help) {
+  return command.add_option(flag, size, help)->check(CLI::Range(int64_t(1), int64_t(1024)));
+}
+
 }  // namespace
 
 void add_backend_flags(CLI::App& command, engine::BackendChoice& choice) {
@@ -140,11 +145,9 @@ void add_backend_flags(CLI::App& command, engine::BackendChoice& choice) {
                     "on every store, so chunk boundaries then move logprobs slightly; computed in fp32 either way)",
                     engine::state_dtype_names())
       ->default_str(std::string(engine::state_dtype_name(choice.state_dtype)));
-  command
-      .add_option("--tensor-parallel-size", choice.tensor_parallel_size,
-                  "split the model over N ranks, Megatron-style (docs/DESIGN.md: tensor parallelism); on the CPU "
-                  "backend, N threads of this process")
-      ->check(CLI::Range(int64_t(1), int64_t(1024)))
+  add_tensor_parallel_option(command, "--tensor-parallel-size", choice.tensor_parallel_size,
+                             "split the model over N ranks, Megatron-style (docs/DESIGN.md: tensor parallelism): N "
+                             "threads of this process on the CPU backend, GPUs 0..N-1 over NCCL on CUDA")
       ->capture_default_str();
 }
 
@@ -159,7 +162,8 @@ double resolve_threshold(std::optional<double> given, const std::optional<std::s
                          const forensics::ReferenceOptions& reference,
                          const std::optional<engine::BackendChoice>& engine) {
   const engine::BackendChoice reference_choice{reference.backend, reference.cuda_weights, reference.cuda_gemm,
-                                               DType::F32};  // the reference keeps an fp32 state
+                                               DType::F32,  // the reference keeps an fp32 state
+                                               reference.tensor_parallel_size};
   const std::optional<std::string> reference_reason = engine::why_not_bitwise(reference_choice);
   if (!given) {
     const bool own = samples_backend && *samples_backend == engine::describe(reference_choice);
@@ -172,6 +176,11 @@ double resolve_threshold(std::optional<double> given, const std::optional<std::s
     if (const std::optional<std::string> engine_reason = engine ? engine::why_not_bitwise(*engine) : std::nullopt)
       throw UsageError(fmt::format("--threshold 0 asks the engine for its logprobs bit for bit, but it runs on {}: {}",
                                    engine::describe(*engine), *engine_reason));
+    if (engine && engine->tensor_parallel_size != reference.tensor_parallel_size)
+      throw UsageError(fmt::format("--threshold 0 asks the engine and the reference for the same bits, but the engine "
+                                   "splits the model over {} tensor-parallel ranks and the reference over {}, which "
+                                   "sum each row-parallel matrix's partial sums in another order",
+                                   engine->tensor_parallel_size, reference.tensor_parallel_size));
   }
   return *given;
 }
@@ -186,10 +195,15 @@ void add_reference_flags(CLI::App& command, forensics::ReferenceOptions& referen
                               "its weights on the GPU: f32 (exact against the CPU), bf16 or f16" + engine_default);
   CLI::Option* gemm =
       add_cuda_gemm_option(command, "--" + prefix + "cuda-gemm", reference.cuda_gemm, kCudaGemmHelp + engine_default);
+  CLI::Option* ranks = add_tensor_parallel_option(
+      command, "--" + prefix + "tensor-parallel-size", reference.tensor_parallel_size,
+      "ranks it splits the model over (docs/DESIGN.md: tensor parallelism); the engine's split gives the engine's "
+      "bits" + engine_default);
   if (!defaults_from_engine) {
     backend->default_str(std::string(name(reference.backend)));
     weights->default_str(std::string(name(reference.cuda_weights)));
     gemm->default_str(std::string(name(reference.cuda_gemm)));
+    ranks->capture_default_str();
   }
   command
       .add_option("--" + prefix + "step-tokens", reference.max_step_tokens,

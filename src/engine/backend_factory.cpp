@@ -60,10 +60,6 @@ std::optional<std::string> why_not_bitwise(const BackendChoice& choice) {
   if (choice.state_dtype != DType::F32)
     return fmt::format("a {} state is rounded at every chunk boundary, which a one-shot prefill does not have",
                        state_dtype_name(choice.state_dtype));
-  if (choice.tensor_parallel_size > 1)
-    return fmt::format("{} tensor-parallel ranks sum each row-parallel matrix's partial sums over the ranks, in "
-                       "another order than one rank's sum",
-                       choice.tensor_parallel_size);
   if (choice.kind == BackendKind::Cpu) return std::nullopt;
   if (choice.cuda_gemm == CudaGemm::Cublas)
     return std::string(

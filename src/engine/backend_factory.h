@@ -43,7 +43,7 @@ std::string describe(const BackendChoice& choice);
 // Why the choice's logprobs may differ from its own reference path's (a one-shot prefill of each sequence alone),
 // or nothing where they cannot: the choice is then batch-, chunk- and phase-invariant (docs/DESIGN.md), its forensics
 // hold it to a threshold of 0. That is the CPU backend, and the CUDA backend on the invariant GEMMs (any weight mode),
-// each with an fp32 state.
+// each with an fp32 state, split over any number of ranks (a reference split the same way gives the same bits).
 std::optional<std::string> why_not_bitwise(const BackendChoice& choice);
 
 // The flags' spellings: "cpu", "cuda"; "f32", "bf16", "f16"; "cublas", "invariant"; "f32", "bf16".

@@ -98,8 +98,10 @@ std::vector<std::vector<double>> score_sequences(const model::Model& model,
   if (!has_rows(sequences)) return logprobs;  // no backend needed
 
   const backend::CacheConfig cache = reference_cache(sequences, steps);
-  const engine::BackendChoice choice{
-      .kind = options.backend, .cuda_weights = options.cuda_weights, .cuda_gemm = options.cuda_gemm};
+  const engine::BackendChoice choice{.kind = options.backend,
+                                     .cuda_weights = options.cuda_weights,
+                                     .cuda_gemm = options.cuda_gemm,
+                                     .tensor_parallel_size = options.tensor_parallel_size};
   const std::unique_ptr<backend::Backend> backend = engine::make_backend(choice, model, cache);
   std::vector<int32_t> all_blocks(size_t(cache.num_kv_blocks));  // [num_kv_blocks] 0, 1, 2, ...
   std::iota(all_blocks.begin(), all_blocks.end(), 0);

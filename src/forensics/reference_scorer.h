@@ -21,6 +21,7 @@ struct ReferenceOptions {
   engine::BackendKind backend = engine::BackendKind::Cpu;       // no state dtype: the reference keeps an fp32 state
   engine::CudaWeights cuda_weights = engine::CudaWeights::F32;  // within 1e-4 of the CPU
   engine::CudaGemm cuda_gemm = engine::CudaGemm::Invariant;     // bitwise: the engine's own order
+  int64_t tensor_parallel_size = 1;  // ranks the model is split over: the engine's gives the engine's bits
   int64_t max_step_tokens = 8192;               // tokens of one step; a longer sequence gets a step alone
   int64_t max_step_rows = 256;                  // sequences of one step, i.e. the state slots the backend holds
 };

@@ -362,6 +362,25 @@ fi
 expect_exit 1 "batch over 3 tensor-parallel ranks" "$jambo" batch --model "$demo" --input "$work/shards.jsonl" \
   --output "$work/tp3.jsonl" --tensor-parallel-size 3
 expect_stderr_line "tensor-parallel size that does not divide named" "3 ranks do not divide the 512 Mamba channels"
+# The reference split the same way gives the engine's bits: compare re-scores the split batch at threshold 0 (its
+# default for samples of its own choice); stress over 2 ranks flags nothing at 0 and flags an injected stale state;
+# threshold 0 against a reference split otherwise is refused, naming both splits
+expect_exit 0 "compare of split samples by a reference split alike" "$jambo" compare --model "$demo" \
+  --input "$work/tp2.jsonl" --tensor-parallel-size 2 --summary "$work/tp2_compare.json"
+if jq -e '.threshold == 0 and .max_abs_diff == 0' "$work/tp2_compare.json" >/dev/null; then
+  pass "split samples re-scored bit for bit at threshold 0"
+else
+  fail "split compare: $(head -c 400 "$work/tp2_compare.json")"
+fi
+expect_exit 0 "stress over 2 tensor-parallel ranks" "$jambo" stress --model "$demo" --tensor-parallel-size 2 \
+  --requests 24
+grep -q "every |Δ logprob| is 0" "$work/out" && pass "split stress: every logprob the reference's bits" ||
+  fail "split stress: $(tail -2 "$work/out")"
+expect_exit 3 "stress over 2 ranks flags decode-before-prefill" "$jambo" stress --model "$demo" \
+  --tensor-parallel-size 2 --requests 24 --inject decode-before-prefill
+expect_exit 2 "threshold 0 against a reference split otherwise" "$jambo" stress --model "$demo" \
+  --tensor-parallel-size 2 --reference-tensor-parallel-size 1 --threshold 0 --requests 4
+expect_stderr "threshold 0 across splits names both" "over 2 tensor-parallel ranks and the reference over 1"
 
 # trace: the life of one request
 expect_exit 0 "trace" "$jambo" trace --input "$work/trace.jsonl" --request sampled
