@@ -363,7 +363,7 @@ expect_exit 1 "batch over 3 tensor-parallel ranks" "$jambo" batch --model "$demo
   --output "$work/tp3.jsonl" --tensor-parallel-size 3
 expect_stderr_line "tensor-parallel size that does not divide named" "3 ranks do not divide the 512 Mamba channels"
 # The reference split the same way gives the engine's bits: compare re-scores the split batch at threshold 0 (its
-# default for samples of its own choice); stress over 2 ranks flags nothing at 0 and flags an injected stale state;
+# default for samples of its own choice); stress over 2 ranks flags nothing at 0 and flags both historical bugs;
 # threshold 0 against a reference split otherwise is refused, naming both splits
 expect_exit 0 "compare of split samples by a reference split alike" "$jambo" compare --model "$demo" \
   --input "$work/tp2.jsonl" --tensor-parallel-size 2 --summary "$work/tp2_compare.json"
@@ -376,8 +376,10 @@ expect_exit 0 "stress over 2 tensor-parallel ranks" "$jambo" stress --model "$de
   --requests 24
 grep -q "every |Δ logprob| is 0" "$work/out" && pass "split stress: every logprob the reference's bits" ||
   fail "split stress: $(tail -2 "$work/out")"
-expect_exit 3 "stress over 2 ranks flags decode-before-prefill" "$jambo" stress --model "$demo" \
-  --tensor-parallel-size 2 --requests 24 --inject decode-before-prefill
+for inject in decode-before-prefill offset-wrap; do  # the wrap at each rank's share of the slot
+  expect_exit 3 "stress over 2 ranks flags $inject" "$jambo" stress --model "$demo" --tensor-parallel-size 2 \
+    --requests 24 --inject "$inject"
+done
 expect_exit 2 "threshold 0 against a reference split otherwise" "$jambo" stress --model "$demo" \
   --tensor-parallel-size 2 --reference-tensor-parallel-size 1 --threshold 0 --requests 4
 expect_stderr "threshold 0 across splits names both" "over 2 tensor-parallel ranks and the reference over 1"
