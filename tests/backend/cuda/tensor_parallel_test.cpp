@@ -79,11 +79,12 @@ TEST_F(TensorParallelCudaTest, ARowsLogitsAreTheSameBitsAloneAsInABatch) {
   const int64_t vocab = model.config.vocab_size;
   for (const std::string weights : {"f32", "bf16"}) {
     SCOPED_TRACE(weights);
-    const std::vector<int32_t> tokens = testing::random_tokens(12, vocab, 8);
+    // A prompt of 12 tokens, then 3 decode steps: each sequence holds the tokens of its prefill and its decodes.
+    const std::vector<int32_t> tokens = testing::random_tokens(15, vocab, 8);
     auto alone = split_backend(model, 2, weights);
     auto batched = split_backend(model, 2, weights);
-    Sequence probe(0, tokens), probe_again(0, tokens), other(1, testing::random_tokens(9, vocab, 9)),
-        third(2, testing::random_tokens(4, vocab, 10));
+    Sequence probe(0, tokens), probe_again(0, tokens), other(1, testing::random_tokens(12, vocab, 9)),
+        third(2, testing::random_tokens(7, vocab, 10));
     Logits by_itself, among_others, unused;
     testing::step(*alone, {&probe}, {12}, {&by_itself});
     testing::step(*batched, {&other, &probe_again, &third}, {9, 12, 4}, {&unused, &among_others, &unused});
@@ -91,6 +92,7 @@ TEST_F(TensorParallelCudaTest, ARowsLogitsAreTheSameBitsAloneAsInABatch) {
       testing::step(*alone, {&probe}, {1}, {&by_itself});
       testing::step(*batched, {&other, &probe_again, &third}, {1, 1, 1}, {&unused, &among_others, &unused});
     }
+    EXPECT_EQ(by_itself.size(), 15u);
     EXPECT_EQ(by_itself, among_others);
   }
 }
