@@ -13,17 +13,22 @@
 namespace jambo::backend {
 namespace {
 
+// Cutting a shard out of a tensor in GPU memory would need the GPU; a folder's tensors are cut on the host.
+constexpr const char* kNoIpcUpdates =
+    "weights from GPU memory (CUDA IPC) cannot be split over tensor-parallel ranks yet: send them as a checkpoint "
+    "folder (/update_weights_from_disk)";
+
 class TensorParallelBackend final : public Backend {
  public:
-  TensorParallelBackend(const model::Model& model, const CacheConfig& cache,
-                        std::vector<std::unique_ptr<Backend>> ranks, RankThreadSetup setup_thread)
-      : whole_(model),
-        config_(model.config),
-        cache_(cache),
-        ranks_(std::move(ranks)),
-        setup_thread_(std::move(setup_thread)),
-        outputs_(ranks_.size()) {
-    JAMBO_REQUIRE(!ranks_.empty(), "a tensor-parallel backend needs at least one rank");
+  TensorParallelBackend(const model::Model& model, const CacheConfig& cache, int64_t size, const MakeRank& make_rank,
+                        RankThreadSetup setup_thread)
+      : whole_(model), config_(model.config), cache_(cache), setup_thread_(std::move(setup_thread)) {
+    JAMBO_REQUIRE(size >= 1, "a tensor-parallel backend needs at least one rank, got {}", size);
+    for (int64_t rank = 0; rank < size; ++rank) {
+      shards_.push_back(model::shard_model(model, rank, size));
+      ranks_.push_back(make_rank(rank, shards_.back()));
+    }
+    outputs_.resize(ranks_.size());
   }
 
   const model::JambaConfig& config() const override { return config_; }
@@ -76,8 +81,10 @@ class TensorParallelBackend final : public Backend {
     }
   }
   // Each rank takes its shard of the new values: the pieces put into a copy of the whole model's views, sharded as at
-  // load, and the shard's views of the updated weights handed to the rank, which copies them before this returns.
+  // load, and the shard's views of the updated weights handed to the rank as the new values of its load-time shard's
+  // views (which a CUDA rank finds its weights by), copied before this returns.
   void update_weights(const model::WeightUpdate& update) override {
+    JAMBO_REQUIRE(!update.on_device, kNoIpcUpdates);
     model::Model updated = whole_;
     std::map<std::string, TensorView*> whole_slots = slots_by_name(updated);
     for (const model::WeightUpdate::Piece& piece : update.pieces) *whole_slots.at(piece.name) = piece.source;
@@ -85,18 +92,17 @@ class TensorParallelBackend final : public Backend {
     for (size_t rank = 0; rank < ranks_.size(); ++rank) {
       model::Model shard = model::shard_model(updated, int64_t(rank), int64_t(ranks_.size()));
       std::map<std::string, TensorView*> shard_slots = slots_by_name(shard);
+      std::map<std::string, TensorView*> loaded_slots = slots_by_name(shards_[rank]);
       model::WeightUpdate share;
       for (const model::WeightUpdate::Piece& piece : update.pieces) {
         const TensorView& values = *shard_slots.at(piece.name);
-        share.pieces.push_back({piece.name, values, values});
+        share.pieces.push_back({piece.name, values, *loaded_slots.at(piece.name)});
         share.num_bytes += values.numel() * dtype_size(values.dtype);
       }
       ranks_[rank]->update_weights(share);
     }
   }
-  model::Checkpoint open_ipc_tensors(std::span<const IpcTensor> tensors) override {
-    return ranks_[0]->open_ipc_tensors(tensors);  // refuses, as the CPU backend does
-  }
+  model::Checkpoint open_ipc_tensors(std::span<const IpcTensor>) override { fail(kNoIpcUpdates); }
   void sleep(SleepLevel level) override {
     for (auto& rank : ranks_) rank->sleep(level);
   }
@@ -122,6 +128,7 @@ class TensorParallelBackend final : public Backend {
   model::Model whole_;  // the checkpoint's views, which each weight update's shards are cut from
   model::JambaConfig config_;
   CacheConfig cache_;
+  std::vector<model::Model> shards_;             // [size] as loaded: the views each rank's weights were made from
   std::vector<std::unique_ptr<Backend>> ranks_;  // [size]
   RankThreadSetup setup_thread_;
   std::vector<StepOutput> outputs_;  // [size] ranks 1.. write theirs here
@@ -130,9 +137,9 @@ class TensorParallelBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_tensor_parallel_backend(const model::Model& model, const CacheConfig& cache,
-                                                      std::vector<std::unique_ptr<Backend>> ranks,
+                                                      int64_t size, const MakeRank& make_rank,
                                                       RankThreadSetup setup_thread) {
-  return std::make_unique<TensorParallelBackend>(model, cache, std::move(ranks), std::move(setup_thread));
+  return std::make_unique<TensorParallelBackend>(model, cache, size, make_rank, std::move(setup_thread));
 }
 
 }  // namespace jambo::backend

@@ -11,15 +11,17 @@
 
 namespace jambo::backend {
 
+// Makes rank r's backend of its shard of the model (model::shard_model), holding communicator r of one group.
+using MakeRank = std::function<std::unique_ptr<Backend>(int64_t rank, const model::Model& shard)>;
 // Runs on a rank's thread before its share of a step (the CPU ranks' share of the OpenMP threads), or nothing.
 using RankThreadSetup = std::function<void(int64_t rank)>;
 
-// `ranks[r]` is a backend of shard r of `model` (model::shard_model(model, r, ranks.size())) holding communicator r of
-// one group. Every rank runs every step; rank 0's logits are the step's, and every rank holds the same bits of them.
-// A weight update gives each rank its shard of the new values. The state of a slot and a KV block are each rank's
-// share of them.
+// `size` ranks, each made by make_rank from its shard (kept for weight updates). Every rank runs every step; rank 0's
+// logits are the step's, and every rank holds the same bits of them. A weight update from a folder gives each rank its
+// shard of the new values; one from GPU memory is refused. The state of a slot and a KV block are each rank's share
+// of them.
 std::unique_ptr<Backend> make_tensor_parallel_backend(const model::Model& model, const CacheConfig& cache,
-                                                      std::vector<std::unique_ptr<Backend>> ranks,
+                                                      int64_t size, const MakeRank& make_rank,
                                                       RankThreadSetup setup_thread = {});
 
 }  // namespace jambo::backend

@@ -137,6 +137,7 @@ int64_t backend_weight_bytes(BackendKind kind, const model::Model& model, [[mayb
 
 MemoryShare memory_share(const BackendChoice& choice, const model::Model& model) {
   if (choice.kind == BackendKind::Cuda && choice.tensor_parallel_size > 1) {
+    require_host_data(model, "tensor parallelism on the CUDA backend");
     const model::Model shard = model::shard_model(model, 0, choice.tensor_parallel_size);
     return {shard.config, backend_weight_bytes(choice.kind, shard, choice.cuda_weights)};
   }

@@ -72,5 +72,18 @@ TEST(BackendFactory, CpuBackendRefusesAModelWithoutHostData) {
             make_random_model(small_config(), DType::BF16, 5).weights.bytes_total);
 }
 
+// A memory plan of a split CUDA backend sizes rank 0's shard, which is cut from host data: a described model is
+// refused naming why, before any GPU is asked for.
+TEST(BackendFactory, TheMemoryShareOfASplitCudaBackendNeedsHostData) {
+  const model::Model described = describe_random_model(small_config(), DType::BF16, 5);
+  try {
+    engine::memory_share({.kind = engine::BackendKind::Cuda, .tensor_parallel_size = 2}, described);
+    FAIL() << "expected jambo::Error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("tensor parallelism on the CUDA backend"), std::string::npos)
+        << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace jambo::testing

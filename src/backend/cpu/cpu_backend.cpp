@@ -13,7 +13,6 @@
 #include "backend/state_layout.h"
 #include "backend/tensor_parallel_backend.h"
 #include "core/error.h"
-#include "model/tensor_parallel.h"
 #include "model/weight_layout.h"
 
 #include <omp.h>
@@ -261,12 +260,12 @@ std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const Cache
 std::unique_ptr<Backend> make_tensor_parallel_cpu_backend(const model::Model& model, const CacheConfig& cache,
                                                           int64_t size) {
   std::vector<std::unique_ptr<Communicator>> group = make_in_process_group(size);
-  std::vector<std::unique_ptr<Backend>> ranks;
-  for (int64_t rank = 0; rank < size; ++rank)
-    ranks.push_back(make_cpu_backend(model::shard_model(model, rank, size), cache, std::move(group[size_t(rank)])));
+  const auto make_rank = [&](int64_t rank, const model::Model& shard) {
+    return make_cpu_backend(shard, cache, std::move(group[size_t(rank)]));
+  };
   // Each rank's parallel loops get its share of the threads.
   const int threads_per_rank = std::max(1, omp_get_max_threads() / int(size));
-  return make_tensor_parallel_backend(model, cache, std::move(ranks),
+  return make_tensor_parallel_backend(model, cache, size, make_rank,
                                       [threads_per_rank](int64_t) { omp_set_num_threads(threads_per_rank); });
 }
 

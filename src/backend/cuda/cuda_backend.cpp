@@ -13,7 +13,6 @@
 #include "backend/row_validation.h"
 #include "backend/state_layout.h"
 #include "backend/tensor_parallel_backend.h"
-#include "model/tensor_parallel.h"
 
 #include <cuda_profiler_api.h>
 
@@ -88,6 +87,7 @@ class CudaBackend final : public Backend {
   void run_attention(int64_t layer, const DeviceRows& rows);
   KvLayout kv_layout(int64_t attention_layer) const;
   void allocate_caches();  // the state pool and KV cache, zeroed; the GEMMs' handles and the graph recorder
+  void release_device_memory();  // all but the few buffers of a step's rows and results
 
   std::unique_ptr<DeviceCommunicator> communicator_;  // a tensor-parallel rank's, or null
   int device_;                                        // the GPU of every buffer and launch: the communicator's, or 0
@@ -170,14 +170,18 @@ void CudaBackend::allocate_caches() {
   if (decode_graphs_) graphs_ = std::make_unique<StepGraphs>(stream_);
 }
 
-// The recorded graphs go first: they hold the addresses of the buffers freed after them. The few buffers of a step's
-// rows and results (uploader_, logits_outputs_) stay.
 void CudaBackend::sleep(SleepLevel level) {
   const DeviceScope scope(device_);
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
   // The weights' copy first: if it fails (host memory), nothing has been let go of.
   if (level == SleepLevel::DropWeights) sleeping_weights_ = {};
   if (weights_ != nullptr && level == SleepLevel::KeepWeights) sleeping_weights_ = weights_->save();
+  release_device_memory();
+}
+
+// The recorded graphs go first: they hold the addresses of the buffers freed after them. The few buffers of a step's
+// rows and results (uploader_, logits_outputs_) stay.
+void CudaBackend::release_device_memory() {
   graphs_.reset();
   gemm_.reset();
   states_ = {};
@@ -201,13 +205,13 @@ void CudaBackend::wake_up(const WakeTags& tags) {
   if (tags.caches && gemm_ == nullptr) allocate_caches();
 }
 
+// The large buffers go here, on the backend's GPU, rather than as members after it.
 CudaBackend::~CudaBackend() {
   const DeviceScope scope(device_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (layers_start_ != nullptr) cudaEventDestroy(layers_start_);
   if (layers_end_ != nullptr) cudaEventDestroy(layers_end_);
-  graphs_.reset();
-  gemm_.reset();
+  release_device_memory();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -434,12 +438,13 @@ std::unique_ptr<Backend> make_tensor_parallel_cuda_backend(const model::Model& m
                                                            std::vector<std::unique_ptr<DeviceCommunicator>> group,
                                                            const std::string& weights, bool decode_graphs,
                                                            bool invariant_gemm) {
-  const int64_t size = int64_t(group.size());
-  std::vector<std::unique_ptr<Backend>> ranks;
-  for (int64_t rank = 0; rank < size; ++rank)
-    ranks.push_back(make_cuda_backend(model::shard_model(model, rank, size), cache, weights, decode_graphs,
-                                      invariant_gemm, std::move(group[size_t(rank)])));
-  return make_tensor_parallel_backend(model, cache, std::move(ranks));
+  // No decode graphs yet: each rank decides on its own whether a step replays a graph (its buffers may have moved),
+  // and NCCL needs the two sides of every send and receive captured alike.
+  const bool graphs = decode_graphs && group.size() == 1;
+  const auto make_rank = [&](int64_t rank, const model::Model& shard) {
+    return make_cuda_backend(shard, cache, weights, graphs, invariant_gemm, std::move(group[size_t(rank)]));
+  };
+  return make_tensor_parallel_backend(model, cache, int64_t(group.size()), make_rank);
 }
 
 int64_t cuda_graph_replays(const Backend& backend) {

@@ -29,7 +29,7 @@ std::unique_ptr<Backend> make_cuda_backend(const model::Model& model, const Cach
                                            std::unique_ptr<DeviceCommunicator> communicator = nullptr);
 
 // One rank per communicator of `group` (make_nccl_group: one GPU each), each a CUDA backend of its shard of the model,
-// behind one backend (backend/tensor_parallel_backend.h).
+// behind one backend (backend/tensor_parallel_backend.h). Over several ranks every step runs launch by launch.
 std::unique_ptr<Backend> make_tensor_parallel_cuda_backend(const model::Model& model, const CacheConfig& cache,
                                                            std::vector<std::unique_ptr<DeviceCommunicator>> group,
                                                            const std::string& weights, bool decode_graphs,

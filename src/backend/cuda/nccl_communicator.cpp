@@ -32,7 +32,11 @@ namespace {
 class NcclCommunicator final : public DeviceCommunicator {
  public:
   NcclCommunicator(ncclComm_t comm, int64_t rank, int64_t size) : comm_(comm), rank_(rank), size_(size) {}
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  ~NcclCommunicator() override {
+    const DeviceScope scope(device());
+    received_ = {};
+    ncclCommDestroy(comm_);
+  }
 
   int64_t rank() const override { return rank_; }
   int64_t size() const override { return size_; }
@@ -93,8 +97,9 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_group(int64_t size) {
                 "{} tensor-parallel ranks need {} GPUs, one each, and {} are visible (check nvidia-smi and "
                 "CUDA_VISIBLE_DEVICES)",
                 size, size, num_devices);
-  // NVLink multicast (NVLS) can take GPUs of a shared host out of service; the sends and receives never need it.
-  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
+  // NVLink multicast (NVLS) can take GPUs of a shared host out of service, and the sends and receives never need it:
+  // off unless the environment says otherwise.
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   std::vector<ncclComm_t> comms(static_cast<size_t>(size));
   std::vector<int> devices(static_cast<size_t>(size));
   for (int64_t rank = 0; rank < size; ++rank) devices[size_t(rank)] = int(rank);
