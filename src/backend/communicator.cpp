@@ -2,16 +2,38 @@
 
 #include "core/error.h"
 
-#include <barrier>
-
 namespace jambo::backend {
+
+void GroupBarrier::arrive_and_wait() {
+  std::unique_lock lock(mutex_);
+  const auto require_not_aborted = [&] {
+    JAMBO_REQUIRE(!aborted_, "the tensor-parallel group was aborted: another rank failed in this step");
+  };
+  require_not_aborted();
+  const int64_t generation = generation_;
+  if (++num_arrived_ == size_) {
+    num_arrived_ = 0;
+    ++generation_;
+    changed_.notify_all();
+    return;
+  }
+  changed_.wait(lock, [&] { return aborted_ || generation_ != generation; });
+  if (generation_ == generation) require_not_aborted();
+}
+
+void GroupBarrier::abort() {
+  const std::lock_guard lock(mutex_);
+  aborted_ = true;
+  changed_.notify_all();
+}
+
 namespace {
 
 // What the ranks of one group share: each rank's buffer of the collective in progress, and a barrier.
 struct InProcessShared {
-  explicit InProcessShared(int64_t size) : buffers(size_t(size)), barrier(std::ptrdiff_t(size)) {}
+  explicit InProcessShared(int64_t size) : buffers(size_t(size)), barrier(size) {}
   std::vector<std::span<float>> buffers;  // [size]
-  std::barrier<> barrier;
+  GroupBarrier barrier;
 };
 
 class InProcessCommunicator : public Communicator {
@@ -21,6 +43,7 @@ class InProcessCommunicator : public Communicator {
 
   int64_t rank() const override { return rank_; }
   int64_t size() const override { return int64_t(shared_->buffers.size()); }
+  void abort() override { shared_->barrier.abort(); }
 
   // Every rank posts its buffer; once all have, each sums all of them in rank order into its own scratch, and once
   // all have read them, copies the sum back.

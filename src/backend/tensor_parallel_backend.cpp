@@ -8,10 +8,22 @@
 
 #include <exception>
 #include <map>
+#include <mutex>
+#include <string>
 #include <thread>
 
 namespace jambo::backend {
 namespace {
+
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& exception) {
+    return exception.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
 
 // Cutting a shard out of a tensor in GPU memory would need the GPU; a folder's tensors are cut on the host.
 constexpr const char* kNoIpcUpdates =
@@ -21,8 +33,12 @@ constexpr const char* kNoIpcUpdates =
 class TensorParallelBackend final : public Backend {
  public:
   TensorParallelBackend(const model::Model& model, const CacheConfig& cache, int64_t size, const MakeRank& make_rank,
-                        RankThreadSetup setup_thread)
-      : whole_(model), config_(model.config), cache_(cache), setup_thread_(std::move(setup_thread)) {
+                        AbortGroup abort_group, RankThreadSetup setup_thread)
+      : whole_(model),
+        config_(model.config),
+        cache_(cache),
+        abort_group_(std::move(abort_group)),
+        setup_thread_(std::move(setup_thread)) {
     JAMBO_REQUIRE(size >= 1, "a tensor-parallel backend needs at least one rank, got {}", size);
     for (int64_t rank = 0; rank < size; ++rank) {
       shards_.push_back(model::shard_model(model, rank, size));
@@ -33,27 +49,39 @@ class TensorParallelBackend final : public Backend {
 
   const model::JambaConfig& config() const override { return config_; }
 
-  // Every rank runs the step on a thread of its own. The rows are checked first, once: a rank that threw while the
-  // others wait in an all-reduce would leave them waiting.
+  // Every rank runs the step on a thread of its own. The rows are checked first, once, so that bad rows fail on no
+  // rank. A rank that fails anyway (out of memory, say) aborts the group, so that the others' collectives end rather
+  // than wait for it; the step throws the first rank's error, and the backend, its ranks' states now apart, steps no
+  // more.
   void forward(std::span<const BatchRow> rows, StepOutput& output) override {
+    JAMBO_REQUIRE(failure_.empty(),
+                  "a tensor-parallel rank failed in an earlier step ({}), which left the ranks' states apart: start "
+                  "a new engine",
+                  failure_);
+    validate_rows(rows, config_,
+                  {cache_.num_state_slots, cache_.num_kv_blocks, cache_.kv_block_size, cache_.num_checkpoints});
     const std::vector<StepOutput*> targets = outputs_for(output);
-    std::vector<std::exception_ptr> errors(ranks_.size());
+    std::mutex first_error_mutex;
+    std::exception_ptr first_error;
     const auto run_rank = [&](size_t rank) {
       try {
         if (setup_thread_) setup_thread_(int64_t(rank));
         ranks_[rank]->forward(rows, *targets[rank]);
       } catch (...) {
-        errors[rank] = std::current_exception();
+        {
+          const std::lock_guard lock(first_error_mutex);
+          if (first_error == nullptr) first_error = std::current_exception();
+        }
+        abort_group_();
       }
     };
-    validate_rows(rows, config_,
-                  {cache_.num_state_slots, cache_.num_kv_blocks, cache_.kv_block_size, cache_.num_checkpoints});
     std::vector<std::thread> threads;
     for (size_t rank = 1; rank < ranks_.size(); ++rank) threads.emplace_back(run_rank, rank);
     run_rank(0);
     for (std::thread& thread : threads) thread.join();
-    for (const std::exception_ptr& error : errors)
-      if (error) std::rethrow_exception(error);
+    if (first_error == nullptr) return;
+    failure_ = message_of(first_error);
+    std::rethrow_exception(first_error);
   }
 
   void copy_state(int64_t from_slot, int64_t to_slot) override {
@@ -130,7 +158,9 @@ class TensorParallelBackend final : public Backend {
   CacheConfig cache_;
   std::vector<model::Model> shards_;             // [size] as loaded: the views each rank's weights were made from
   std::vector<std::unique_ptr<Backend>> ranks_;  // [size]
+  AbortGroup abort_group_;
   RankThreadSetup setup_thread_;
+  std::string failure_;  // the error of a step a rank failed in: the backend steps no more
   std::vector<StepOutput> outputs_;  // [size] ranks 1.. write theirs here
 };
 
@@ -138,8 +168,9 @@ class TensorParallelBackend final : public Backend {
 
 std::unique_ptr<Backend> make_tensor_parallel_backend(const model::Model& model, const CacheConfig& cache,
                                                       int64_t size, const MakeRank& make_rank,
-                                                      RankThreadSetup setup_thread) {
-  return std::make_unique<TensorParallelBackend>(model, cache, size, make_rank, std::move(setup_thread));
+                                                      AbortGroup abort_group, RankThreadSetup setup_thread) {
+  return std::make_unique<TensorParallelBackend>(model, cache, size, make_rank, std::move(abort_group),
+                                                 std::move(setup_thread));
 }
 
 }  // namespace jambo::backend

@@ -72,5 +72,16 @@ TEST(InProcessCommunicator, LengthsThatDifferAreRefusedOnEveryRank) {
   EXPECT_THROW(make_in_process_group(0), Error);
 }
 
+// A rank that aborts instead of joining the all-reduce ends it on the others, which would otherwise wait forever, and
+// every collective after it fails too.
+TEST(InProcessCommunicator, AnAbortEndsTheCollectivesOfEveryRank) {
+  const std::vector<std::string> errors = on_every_rank(3, [](Communicator& communicator) {
+    std::vector<float> values(4, 1.0f);
+    if (communicator.rank() == 1) communicator.abort();
+    communicator.all_reduce_sum(values);
+  });
+  for (const std::string& error : errors) EXPECT_NE(error.find("group was aborted"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace jambo::backend

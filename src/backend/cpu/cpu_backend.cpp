@@ -260,12 +260,13 @@ std::unique_ptr<Backend> make_cpu_backend(const model::Model& model, const Cache
 std::unique_ptr<Backend> make_tensor_parallel_cpu_backend(const model::Model& model, const CacheConfig& cache,
                                                           int64_t size) {
   std::vector<std::unique_ptr<Communicator>> group = make_in_process_group(size);
+  Communicator* any_rank = group.front().get();  // an abort through any rank ends the group
   const auto make_rank = [&](int64_t rank, const model::Model& shard) {
     return make_cpu_backend(shard, cache, std::move(group[size_t(rank)]));
   };
   // Each rank's parallel loops get its share of the threads.
   const int threads_per_rank = std::max(1, omp_get_max_threads() / int(size));
-  return make_tensor_parallel_backend(model, cache, size, make_rank,
+  return make_tensor_parallel_backend(model, cache, size, make_rank, [any_rank] { any_rank->abort(); },
                                       [threads_per_rank](int64_t) { omp_set_num_threads(threads_per_rank); });
 }
 

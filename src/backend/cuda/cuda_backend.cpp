@@ -441,10 +441,12 @@ std::unique_ptr<Backend> make_tensor_parallel_cuda_backend(const model::Model& m
   // No decode graphs yet: each rank decides on its own whether a step replays a graph (its buffers may have moved),
   // and NCCL needs the two sides of every send and receive captured alike.
   const bool graphs = decode_graphs && group.size() == 1;
+  DeviceCommunicator* any_rank = group.front().get();  // an abort through any rank ends the group
+  const int64_t size = int64_t(group.size());
   const auto make_rank = [&](int64_t rank, const model::Model& shard) {
     return make_cuda_backend(shard, cache, weights, graphs, invariant_gemm, std::move(group[size_t(rank)]));
   };
-  return make_tensor_parallel_backend(model, cache, int64_t(group.size()), make_rank);
+  return make_tensor_parallel_backend(model, cache, size, make_rank, [any_rank] { any_rank->abort(); });
 }
 
 int64_t cuda_graph_replays(const Backend& backend) {

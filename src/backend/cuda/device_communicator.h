@@ -28,6 +28,9 @@ class DeviceCommunicator {
   virtual bool capturable() const = 0;
   // Lets go of the scratch memory the collectives grew (a sleeping backend's).
   virtual void release_scratch() = 0;
+  // Ends the group: every rank's collective in progress or to come fails, so that the others do not wait forever for
+  // a rank that failed mid-step (backend/communicator.h). Any rank may call it, from any thread.
+  virtual void abort() = 0;
 };
 
 constexpr int64_t kMaxRanks = 16;

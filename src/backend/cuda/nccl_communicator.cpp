@@ -8,7 +8,9 @@
 #ifdef JAMBO_WITH_NCCL
 #include <nccl.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #endif
 
 namespace jambo::backend::cuda {
@@ -29,13 +31,31 @@ namespace {
     if (jambo_status_ != ncclSuccess) fail_nccl(jambo_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
+// The communicators of one group: an abort ends them all (ncclCommAbort), and an aborted one is not destroyed again.
+struct NcclGroup {
+  std::vector<ncclComm_t> comms;  // [size]
+  std::once_flag aborted_once;
+  std::atomic<bool> aborted{false};
+
+  void abort() {
+    std::call_once(aborted_once, [&] {
+      aborted = true;
+      for (ncclComm_t comm : comms) ncclCommAbort(comm);
+    });
+  }
+};
+
 class NcclCommunicator final : public DeviceCommunicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int64_t rank, int64_t size) : comm_(comm), rank_(rank), size_(size) {}
+  NcclCommunicator(std::shared_ptr<NcclGroup> group, int64_t rank)
+      : group_(std::move(group)),
+        comm_(group_->comms[size_t(rank)]),
+        rank_(rank),
+        size_(int64_t(group_->comms.size())) {}
   ~NcclCommunicator() override {
     const DeviceScope scope(device());
     received_ = {};
-    ncclCommDestroy(comm_);
+    if (!group_->aborted) ncclCommDestroy(comm_);
   }
 
   int64_t rank() const override { return rank_; }
@@ -43,6 +63,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   int device() const override { return int(rank_); }
   bool capturable() const override { return true; }
   void release_scratch() override { received_ = {}; }
+  void abort() override { group_->abort(); }
 
   void all_reduce_sum(float* values, int64_t count, cudaStream_t stream) override {
     if (size_ == 1 || count == 0) return;
@@ -80,6 +101,7 @@ class NcclCommunicator final : public DeviceCommunicator {
     JAMBO_NCCL_CHECK(ncclRecv(values, size_t(count), ncclFloat32, int(peer), comm_, stream));
   }
 
+  std::shared_ptr<NcclGroup> group_;
   ncclComm_t comm_;
   int64_t rank_, size_;
   DeviceBuffer<float> received_;  // [size, chunk]
@@ -100,13 +122,13 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_group(int64_t size) {
   // NVLink multicast (NVLS) can take GPUs of a shared host out of service, and the sends and receives never need it:
   // off unless the environment says otherwise.
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
-  std::vector<ncclComm_t> comms(static_cast<size_t>(size));
+  auto shared = std::make_shared<NcclGroup>();
+  shared->comms.resize(size_t(size));
   std::vector<int> devices(static_cast<size_t>(size));
   for (int64_t rank = 0; rank < size; ++rank) devices[size_t(rank)] = int(rank);
-  JAMBO_NCCL_CHECK(ncclCommInitAll(comms.data(), int(size), devices.data()));
+  JAMBO_NCCL_CHECK(ncclCommInitAll(shared->comms.data(), int(size), devices.data()));
   std::vector<std::unique_ptr<DeviceCommunicator>> group;
-  for (int64_t rank = 0; rank < size; ++rank)
-    group.push_back(std::make_unique<NcclCommunicator>(comms[size_t(rank)], rank, size));
+  for (int64_t rank = 0; rank < size; ++rank) group.push_back(std::make_unique<NcclCommunicator>(shared, rank));
   return group;
 }
 

@@ -3,6 +3,7 @@
 // unsharded backend's, through chunked prefills, decode steps of several sequences and a state copied to a fork; and
 // the ranks' sums in a fixed order keep a row's logits the same bits alone as beside other rows.
 #include "backend/cpu/cpu_backend.h"
+#include "backend/tensor_parallel_backend.h"
 #include "model/tensor_parallel.h"
 #include "support/tensor_parallel_scenario.h"
 
@@ -81,6 +82,35 @@ TEST(TensorParallelCpuBackend, ARowsLogitsAreTheSameBitsAloneAsInABatch) {
   }
   EXPECT_EQ(by_itself.size(), 15u);
   EXPECT_EQ(by_itself, among_others);
+}
+
+// A rank that fails in a step after the rows were checked aborts the group: the other rank's all-reduce ends with an
+// error instead of waiting forever, the step throws the failing rank's own error, and the backend steps no more. Rank 1
+// holds fewer state slots than the backend, so a row in the last slot passes the backend's check and fails rank 1's.
+TEST(TensorParallelCpuBackend, ARankThatFailsMidStepEndsTheStepOnEveryRank) {
+  const model::Model model = fixture("moe-top2-gqa2-fp32");
+  const int64_t vocab = model.config.vocab_size;
+  std::vector<std::unique_ptr<Communicator>> group = make_in_process_group(2);
+  Communicator* any_rank = group.front().get();
+  const auto make_rank = [&](int64_t rank, const model::Model& shard) {
+    return make_cpu_backend(shard, testing::test_cache(rank == 1 ? 2 : 3), std::move(group[size_t(rank)]));
+  };
+  auto backend = make_tensor_parallel_backend(model, testing::test_cache(3), 2, make_rank, [any_rank] {
+    any_rank->abort();
+  });
+  Sequence in_last_slot(2, testing::random_tokens(6, vocab, 4)), in_first_slot(0, testing::random_tokens(6, vocab, 5));
+  try {
+    testing::step(*backend, {&in_last_slot}, {6});
+    FAIL() << "expected jambo::Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()).find("aborted"), std::string::npos) << error.what();  // rank 1's own
+  }
+  try {
+    testing::step(*backend, {&in_first_slot}, {6});
+    FAIL() << "expected jambo::Error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("failed in an earlier step"), std::string::npos) << error.what();
+  }
 }
 
 TEST(TensorParallelCpuBackend, AModelThatCannotBeSplitIsRefusedNamingWhy) {

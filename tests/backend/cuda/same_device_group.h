@@ -4,9 +4,9 @@
 // host wait inside a step, so its backends run no graphs.
 #pragma once
 
+#include "backend/communicator.h"
 #include "backend/cuda/device_communicator.h"
 
-#include <barrier>
 #include <memory>
 #include <vector>
 
@@ -15,9 +15,9 @@ namespace jambo::testing {
 class SameDeviceCommunicator final : public backend::cuda::DeviceCommunicator {
  public:
   struct Shared {
-    explicit Shared(int64_t size) : values(size_t(size)), barrier(std::ptrdiff_t(size)) {}
+    explicit Shared(int64_t size) : values(size_t(size)), barrier(size) {}
     std::vector<const float*> values;  // [size] each rank's values of the all-reduce in progress
-    std::barrier<> barrier;
+    backend::GroupBarrier barrier;
   };
 
   SameDeviceCommunicator(int64_t rank, std::shared_ptr<Shared> shared) : rank_(rank), shared_(std::move(shared)) {}
@@ -27,6 +27,7 @@ class SameDeviceCommunicator final : public backend::cuda::DeviceCommunicator {
   int device() const override { return 0; }
   bool capturable() const override { return false; }
   void release_scratch() override { sum_ = {}; }
+  void abort() override { shared_->barrier.abort(); }
 
   void all_reduce_sum(float* values, int64_t count, cudaStream_t stream) override {
     JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream));
