@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace jambo::testing {
@@ -32,6 +33,23 @@ inline std::vector<Logits> run_split_scenario(backend::Backend& backend, int64_t
   fork.num_computed = first.num_computed;
   for (int i = 0; i < 3; ++i) step(backend, {&first, &fork}, {1, 1}, {&logits[0], &logits[2]});
   return logits;
+}
+
+// A probe's logits by itself on `alone`, and beside two other sequences on `batched` (a twin of `alone`): a prompt of
+// 12 tokens, then 3 decode steps, 15 positions each.
+inline std::pair<Logits, Logits> run_alone_and_batched(backend::Backend& alone, backend::Backend& batched,
+                                                       int64_t vocab_size) {
+  const std::vector<int32_t> tokens = random_tokens(15, vocab_size, 8);  // the prefill's and the decodes'
+  Sequence probe(0, tokens), probe_again(0, tokens), other(1, random_tokens(12, vocab_size, 9)),
+      third(2, random_tokens(7, vocab_size, 10));
+  Logits by_itself, among_others, unused;
+  step(alone, {&probe}, {12}, {&by_itself});
+  step(batched, {&other, &probe_again, &third}, {9, 12, 4}, {&unused, &among_others, &unused});
+  for (int i = 0; i < 3; ++i) {
+    step(alone, {&probe}, {1}, {&by_itself});
+    step(batched, {&other, &probe_again, &third}, {1, 1, 1}, {&unused, &among_others, &unused});
+  }
+  return {by_itself, among_others};
 }
 
 // The largest |logit| of a sequence's positions.

@@ -67,19 +67,9 @@ TEST(TensorParallelCpuBackend, LogprobsAreCloseToTheUnshardedBackendOnTheDemoAnd
 TEST(TensorParallelCpuBackend, ARowsLogitsAreTheSameBitsAloneAsInABatch) {
   const model::Model model = fixture("moe-top2-gqa2-fp32");
   const int64_t vocab = model.config.vocab_size;
-  // A prompt of 12 tokens, then 3 decode steps: each sequence holds the tokens of its prefill and its decodes.
-  const std::vector<int32_t> tokens = testing::random_tokens(15, vocab, 8);
-  auto alone = make_tensor_parallel_cpu_backend(model, testing::test_cache(3), 2);
-  auto batched = make_tensor_parallel_cpu_backend(model, testing::test_cache(3), 2);
-  Sequence probe(0, tokens), probe_again(0, tokens), other(1, testing::random_tokens(12, vocab, 9)),
-      third(2, testing::random_tokens(7, vocab, 10));
-  Logits by_itself, among_others, unused;
-  testing::step(*alone, {&probe}, {12}, {&by_itself});
-  testing::step(*batched, {&other, &probe_again, &third}, {9, 12, 4}, {&unused, &among_others, &unused});
-  for (int i = 0; i < 3; ++i) {
-    testing::step(*alone, {&probe}, {1}, {&by_itself});
-    testing::step(*batched, {&other, &probe_again, &third}, {1, 1, 1}, {&unused, &among_others, &unused});
-  }
+  const auto [by_itself, among_others] = testing::run_alone_and_batched(
+      *make_tensor_parallel_cpu_backend(model, testing::test_cache(3), 2),
+      *make_tensor_parallel_cpu_backend(model, testing::test_cache(3), 2), vocab);
   EXPECT_EQ(by_itself.size(), 15u);
   EXPECT_EQ(by_itself, among_others);
 }

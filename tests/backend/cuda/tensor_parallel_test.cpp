@@ -24,7 +24,6 @@ namespace jambo::backend::cuda {
 namespace {
 
 using testing::Logits;
-using testing::Sequence;
 
 class TensorParallelCudaTest : public testing::GpuTest {};
 
@@ -83,19 +82,8 @@ TEST_F(TensorParallelCudaTest, ARowsLogitsAreTheSameBitsAloneAsInABatch) {
   const int64_t vocab = model.config.vocab_size;
   for (const std::string weights : {"f32", "bf16"}) {
     SCOPED_TRACE(weights);
-    // A prompt of 12 tokens, then 3 decode steps: each sequence holds the tokens of its prefill and its decodes.
-    const std::vector<int32_t> tokens = testing::random_tokens(15, vocab, 8);
-    auto alone = split_backend(model, 2, weights);
-    auto batched = split_backend(model, 2, weights);
-    Sequence probe(0, tokens), probe_again(0, tokens), other(1, testing::random_tokens(12, vocab, 9)),
-        third(2, testing::random_tokens(7, vocab, 10));
-    Logits by_itself, among_others, unused;
-    testing::step(*alone, {&probe}, {12}, {&by_itself});
-    testing::step(*batched, {&other, &probe_again, &third}, {9, 12, 4}, {&unused, &among_others, &unused});
-    for (int i = 0; i < 3; ++i) {
-      testing::step(*alone, {&probe}, {1}, {&by_itself});
-      testing::step(*batched, {&other, &probe_again, &third}, {1, 1, 1}, {&unused, &among_others, &unused});
-    }
+    const auto [by_itself, among_others] = testing::run_alone_and_batched(
+        *split_backend(model, 2, weights), *split_backend(model, 2, weights), vocab);
     EXPECT_EQ(by_itself.size(), 15u);
     EXPECT_EQ(by_itself, among_others);
   }
