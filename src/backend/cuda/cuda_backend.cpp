@@ -96,7 +96,7 @@ class CudaBackend final : public Backend {
   CacheConfig cache_;
   WeightMode mode_;
   bool decode_graphs_, invariant_gemm_;
-  HostWeights sleeping_weights_;  // the weights while asleep at level 1
+  HostWeights host_weights_;  // the weights while asleep at level 1; its memory kept for the next sleep
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<DeviceWeights> weights_;
@@ -174,8 +174,8 @@ void CudaBackend::sleep(SleepLevel level) {
   const DeviceScope scope(device_);
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
   // The weights' copy first: if it fails (host memory), nothing has been let go of.
-  if (level == SleepLevel::DropWeights) sleeping_weights_ = {};
-  if (weights_ != nullptr && level == SleepLevel::KeepWeights) sleeping_weights_ = weights_->save();
+  if (level == SleepLevel::DropWeights) host_weights_ = {};
+  if (weights_ != nullptr && level == SleepLevel::KeepWeights) weights_->save(host_weights_);
   release_device_memory();
 }
 
@@ -197,10 +197,9 @@ void CudaBackend::release_device_memory() {
 void CudaBackend::wake_up(const WakeTags& tags) {
   const DeviceScope scope(device_);
   if (tags.weights && weights_ == nullptr) {
-    weights_ = sleeping_weights_.bytes != nullptr
-                   ? std::make_unique<DeviceWeights>(model_, mode_, stream_, sleeping_weights_)
-                   : std::make_unique<DeviceWeights>(model_, mode_, stream_);
-    sleeping_weights_ = {};
+    weights_ = host_weights_.num_bytes.empty() ? std::make_unique<DeviceWeights>(model_, mode_, stream_)
+                                               : std::make_unique<DeviceWeights>(model_, mode_, stream_, host_weights_);
+    host_weights_.num_bytes.clear();
   }
   if (tags.caches && gemm_ == nullptr) allocate_caches();
 }

@@ -90,30 +90,52 @@ class DeviceBuffer {
   int64_t size_ = 0;
 };
 
-// cudaMallocHost'd (page-locked) storage of T on the host, grown on demand like DeviceBuffer::reserve: what a
-// transfer to or from the GPU stages through, so that cudaMemcpyAsync is truly asynchronous.
+// cudaMallocHost'd (page-locked) storage of num_elements T on the host, as DeviceBuffer: what a transfer to or from
+// the GPU stages through, so that cudaMemcpyAsync is truly asynchronous and runs at the bus's speed.
 template <typename T>
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
+  explicit PinnedBuffer(int64_t num_elements) { allocate(num_elements); }
+  ~PinnedBuffer() { release(); }
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+
+  T* data() const { return data_; }
+  int64_t size() const { return size_; }
 
   // Makes room for at least num_elements; old contents are lost when it grows.
   T* reserve(int64_t num_elements) {
     if (num_elements > size_) {
-      if (data_ != nullptr) JAMBO_CUDA_CHECK(cudaFreeHost(data_));
-      data_ = nullptr;
-      size_ = num_elements + num_elements / 4;  // headroom, as DeviceBuffer's
-      JAMBO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), size_t(device_offset(size_, sizeof(T)))));
+      release();
+      allocate(num_elements + num_elements / 4);  // headroom, as DeviceBuffer's
     }
     return data_;
   }
 
  private:
+  void allocate(int64_t num_elements) {
+    require(num_elements >= 0, "negative host allocation of " + std::to_string(num_elements) + " elements");
+    if (num_elements > 0)
+      JAMBO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), size_t(device_offset(num_elements, sizeof(T)))));
+    size_ = num_elements;
+  }
+  void release() {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+
   T* data_ = nullptr;
   int64_t size_ = 0;
 };

@@ -36,29 +36,26 @@ DeviceWeights::DeviceWeights(const model::Model& model, WeightMode mode, cudaStr
   int64_t offset = 0;
   for (size_t i = 0; i < targets.size(); ++i) {
     JAMBO_ASSERT(targets[i].num_bytes == saved.num_bytes[i]);
-    JAMBO_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(targets[i].data), saved.bytes.get() + offset,
+    JAMBO_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(targets[i].data), saved.bytes.data() + offset,
                                      size_t(targets[i].num_bytes), cudaMemcpyHostToDevice, stream_));
     offset += targets[i].num_bytes;
   }
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-HostWeights DeviceWeights::save() const {
-  HostWeights saved;
+void DeviceWeights::save(HostWeights& into) const {
+  into.num_bytes.clear();
   int64_t total = 0;
-  for (const Allocation& allocation : allocations()) {
-    saved.num_bytes.push_back(allocation.num_bytes);
-    total += allocation.num_bytes;
-  }
-  saved.bytes = std::make_unique_for_overwrite<std::byte[]>(size_t(total));
+  for (const Allocation& allocation : allocations()) total += allocation.num_bytes;
+  if (into.bytes.size() != total) into.bytes = PinnedBuffer<std::byte>(total);
   int64_t offset = 0;
   for (const Allocation& allocation : allocations()) {
-    JAMBO_CUDA_CHECK(cudaMemcpyAsync(saved.bytes.get() + offset, allocation.data, size_t(allocation.num_bytes),
+    JAMBO_CUDA_CHECK(cudaMemcpyAsync(into.bytes.data() + offset, allocation.data, size_t(allocation.num_bytes),
                                      cudaMemcpyDeviceToHost, stream_));
     offset += allocation.num_bytes;
   }
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return saved;
+  for (const Allocation& allocation : allocations()) into.num_bytes.push_back(allocation.num_bytes);
 }
 
 int64_t DeviceWeights::bytes_needed(const model::Model& model, WeightMode mode) {

@@ -82,9 +82,12 @@ struct DeviceLayer {
 
 // The bytes of every allocation of a DeviceWeights in host memory, in allocations() order: the weights of a backend
 // asleep at level 1.
+// The weights' bytes on the host, allocation after allocation: what a sleep at level 1 keeps. Page-locked, so that
+// the copies run at the bus's speed; a backend keeps its copy's memory from one sleep to the next, so that an RL
+// loop that sleeps every step pins it once.
 struct HostWeights {
-  std::unique_ptr<std::byte[]> bytes;
-  std::vector<int64_t> num_bytes;  // [allocations]
+  PinnedBuffer<std::byte> bytes;   // [sum of num_bytes]
+  std::vector<int64_t> num_bytes;  // [allocations]; empty while it holds no weights
 };
 
 class DeviceWeights {
@@ -92,7 +95,7 @@ class DeviceWeights {
   DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream);
   // The weights saved by save(), from a DeviceWeights of the same model and mode, put back (the checkpoint unread).
   DeviceWeights(const model::Model& model, WeightMode mode, cudaStream_t stream, const HostWeights& saved);
-  HostWeights save() const;
+  void save(HostWeights& into) const;  // into's memory reused when it is the right size
 
   // The bytes DeviceWeights(model, mode, ...) takes on the GPU, counted without a GPU (for memory plans).
   static int64_t bytes_needed(const model::Model& model, WeightMode mode);
