@@ -115,7 +115,6 @@ std::unique_ptr<backend::Backend> make_backend(const BackendChoice& choice, cons
   const std::string weights(name(choice.cuda_weights));
   const bool invariant_gemm = choice.cuda_gemm == CudaGemm::Invariant;
   if (choice.tensor_parallel_size > 1) {
-    require_host_data(model, "tensor parallelism on the CUDA backend");
     return backend::cuda::make_tensor_parallel_cuda_backend(
         model, cache, backend::cuda::make_nccl_group(choice.tensor_parallel_size), weights, /*decode_graphs=*/true,
         invariant_gemm);
@@ -137,7 +136,6 @@ int64_t backend_weight_bytes(BackendKind kind, const model::Model& model, [[mayb
 
 MemoryShare memory_share(const BackendChoice& choice, const model::Model& model) {
   if (choice.kind == BackendKind::Cuda && choice.tensor_parallel_size > 1) {
-    require_host_data(model, "tensor parallelism on the CUDA backend");
     const model::Model shard = model::shard_model(model, 0, choice.tensor_parallel_size);
     return {shard.config, backend_weight_bytes(choice.kind, shard, choice.cuda_weights)};
   }

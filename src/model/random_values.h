@@ -66,12 +66,26 @@ struct RandomInitializer {
   }
 };
 
-// One random tensor: its elements are init's values for indices [0, numel) of `stream`, rounded to `dtype`.
+// Where element i of a tensor lies in the tensor whose random stream it follows: i itself (block 0), or in a
+// tensor-parallel shard's slice of it (model/tensor_parallel.h), blocks of `block` consecutive elements taken
+// `block_stride` apart from `block_offset` on: a run of rows (one block), a share of each row's columns (a block a
+// row), or a share of each of several parts of the rows.
+struct ElementMap {
+  int64_t block = 0, block_stride = 0, block_offset = 0;
+
+  JAMBO_HOST_DEVICE int64_t source(int64_t index) const {
+    return block == 0 ? index : index / block * block_stride + block_offset + index % block;
+  }
+};
+
+// One random tensor: element i is init's value for index map.source(i) of `stream`, rounded to `dtype`, for i in
+// [0, numel).
 struct RandomTensor {
   RandomInitializer init;
   uint64_t stream = 0;
   DType dtype = DType::F32;
   int64_t numel = 0;
+  ElementMap map;
 };
 
 }  // namespace jambo::model

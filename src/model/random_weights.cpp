@@ -111,11 +111,14 @@ RandomInitializer make_initializer(const WeightSlot& slot, const JambaConfig& co
 
 template <typename T>
 void fill_range(T* out, int64_t begin, int64_t end, const RandomTensor& tensor) {
+  const ElementMap& map = tensor.map;
   if (tensor.init.is_arithmetic()) {
-    for (int64_t i = begin; i < end; ++i) out[i] = from_float<T>(tensor.init.arithmetic_value(tensor.stream, i));
+    for (int64_t i = begin; i < end; ++i)
+      out[i] = from_float<T>(tensor.init.arithmetic_value(tensor.stream, map.source(i)));
     return;
   }
-  for (int64_t i = begin; i < end; ++i) out[i] = from_float<T>(transcendental_value(tensor.init, tensor.stream, i));
+  for (int64_t i = begin; i < end; ++i)
+    out[i] = from_float<T>(transcendental_value(tensor.init, tensor.stream, map.source(i)));
 }
 
 // One tensor of a random model: its name, how it is generated, and where its view points.
@@ -144,7 +147,7 @@ RandomModelParts random_model_skeleton(const JambaConfig& config, DType dtype, u
     for (int64_t extent : slot.shape) numel *= extent;
     const uint64_t stream = random_bits(seed, int64_t(hash_name(slot.name) >> 1));
     parts.tensors.push_back(
-        {slot.name, RandomTensor{make_initializer(slot, model.config), stream, dtype, numel}, nullptr});
+        {slot.name, RandomTensor{make_initializer(slot, model.config), stream, dtype, numel, {}}, nullptr});
     offsets.push_back(num_bytes);
     num_bytes += aligned_size(numel * dtype_size(dtype));
   }
@@ -175,6 +178,12 @@ const RandomTensor& RandomWeights::tensor(const TensorView& view) const {
                 "a view of random tensor '{}' has {} {} elements, the tensor {} {}", view.name, view.numel(),
                 dtype_name(view.dtype), found->second.numel, dtype_name(found->second.dtype));
   return found->second;
+}
+
+RandomWeights RandomWeights::with(const std::unordered_map<std::string, RandomTensor>& replacements) const {
+  std::unordered_map<std::string, RandomTensor> tensors = tensors_;
+  for (const auto& [name, tensor] : replacements) tensors.at(name) = tensor;
+  return RandomWeights(std::move(tensors));
 }
 
 void RandomWeights::fill_host(const RandomTensor& tensor, void* out, int64_t begin, int64_t end) {

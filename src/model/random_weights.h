@@ -21,6 +21,9 @@ class RandomWeights {
   // naming the view when the model has no such tensor.
   const RandomTensor& tensor(const TensorView& view) const;
 
+  // This recipe with some of its tensors replaced, by name (a tensor-parallel shard's slices of them).
+  RandomWeights with(const std::unordered_map<std::string, RandomTensor>& replacements) const;
+
   // Elements [begin, end) of `tensor`, written at out[begin..end) in tensor.dtype, on the host.
   static void fill_host(const RandomTensor& tensor, void* out, int64_t begin, int64_t end);
 

@@ -1,6 +1,7 @@
 #include "model/tensor_parallel.h"
 
 #include "core/error.h"
+#include "model/random_weights.h"
 
 #include <cstring>
 
@@ -13,9 +14,12 @@ struct ShardStorage {
   std::vector<std::vector<char>> copies;
 };
 
+// Slices of the model's views. A described model (random weights without host data) has no bytes to copy: a slice
+// keeps the view's address, which stands for it, and the shard's recipe maps the slice's elements to the tensor's.
 class Slicer {
  public:
-  Slicer(int64_t rank, int64_t size, ShardStorage& storage) : rank_(rank), size_(size), storage_(storage) {}
+  Slicer(int64_t rank, int64_t size, ShardStorage& storage, const RandomWeights* recipe)
+      : rank_(rank), size_(size), storage_(storage), recipe_(recipe) {}
 
   // The rank's share of a view's rows (dimension 0): a view.
   TensorView rows(const TensorView& view) const {
@@ -29,6 +33,7 @@ class Slicer {
     TensorView out = view;
     out.data = static_cast<const char*>(view.data) + element_offset(first, row_elements * dtype_size(view.dtype));
     out.shape[0] = count;
+    describe(view, out, {.block = out.numel(), .block_offset = first * row_elements});
     return out;
   }
 
@@ -36,38 +41,59 @@ class Slicer {
   TensorView columns(const TensorView& view) const {
     if (view.empty()) return view;
     const int64_t width = view.cols() / size_, row_bytes = view.cols() * dtype_size(view.dtype);
+    TensorView out = view;
+    out.shape = {view.rows(), width};
+    describe(view, out, {width, view.cols(), rank_ * width});
+    if (recipe_ != nullptr) return out;
     const int64_t bytes = width * dtype_size(view.dtype);
     std::vector<char>& copy = storage_.copies.emplace_back(size_t(element_offset(view.rows(), bytes)));
     for (int64_t r = 0; r < view.rows(); ++r)
       std::memcpy(copy.data() + element_offset(r, bytes),
                   static_cast<const char*>(view.data) + element_offset(r, row_bytes) + element_offset(rank_, bytes),
                   size_t(bytes));
-    TensorView out = view;
     out.data = copy.data();
-    out.shape = {view.rows(), width};
     return out;
   }
 
   // The rank's share of each of a view's `parts` equal blocks of rows, joined: a copy (in_proj's u and z).
   TensorView rows_of_parts(const TensorView& view, int64_t parts) const {
     if (view.empty()) return view;
+    const int64_t row_elements = view.numel() / view.shape[0];
     const int64_t part_rows = view.shape[0] / parts, share = part_rows / size_;
-    const int64_t share_bytes = element_offset(share, view.numel() / view.shape[0] * dtype_size(view.dtype));
+    TensorView out = view;
+    out.shape[0] = share * parts;
+    describe(view, out, {share * row_elements, part_rows * row_elements, rank_ * share * row_elements});
+    if (recipe_ != nullptr) return out;
+    const int64_t share_bytes = element_offset(share, row_elements * dtype_size(view.dtype));
     std::vector<char>& copy = storage_.copies.emplace_back(size_t(share_bytes * parts));
     for (int64_t p = 0; p < parts; ++p)
       std::memcpy(copy.data() + element_offset(p, share_bytes),
                   rows_at(view, p * part_rows + rank_ * share, share).data, size_t(share_bytes));
-    TensorView out = view;
     out.data = copy.data();
-    out.shape[0] = share * parts;
     return out;
   }
 
   TensorView on_rank_zero(const TensorView& view) const { return rank_ == 0 ? view : TensorView{}; }
 
+  // The shard's recipe: the model's, with the slices described so far (null for a model with host data).
+  std::shared_ptr<const RandomWeights> shard_recipe() const {
+    return recipe_ == nullptr ? nullptr : std::make_shared<const RandomWeights>(recipe_->with(slices_));
+  }
+
  private:
+  // A described model's recipe learns that `slice` is cut from `view` as `map` says.
+  void describe(const TensorView& view, const TensorView& slice, ElementMap map) const {
+    if (recipe_ == nullptr) return;
+    RandomTensor tensor = recipe_->tensor(view);
+    tensor.numel = slice.numel();
+    tensor.map = map;
+    slices_[slice.name] = tensor;
+  }
+
   int64_t rank_, size_;
   ShardStorage& storage_;
+  const RandomWeights* recipe_;
+  mutable std::unordered_map<std::string, RandomTensor> slices_;  // by name
 };
 
 MlpWeights shard_mlp(const MlpWeights& mlp, const Slicer& slice) {
@@ -130,10 +156,9 @@ Model shard_model(const Model& model, int64_t rank, int64_t size) {
   const std::string obstacle = tensor_parallel_obstacle(config, size);
   JAMBO_REQUIRE(obstacle.empty(), "cannot shard the model: {}", obstacle);
   JAMBO_REQUIRE(rank >= 0 && rank < size, "rank {} is outside 0..{}", rank, size - 1);
-  require_host_data(model, "tensor-parallel sharding");
   auto storage = std::make_shared<ShardStorage>();
   storage->model_storage = model.storage;
-  const Slicer slice(rank, size, *storage);
+  const Slicer slice(rank, size, *storage, model.random_recipe.get());
 
   Model shard;
   shard.config = config;
@@ -153,6 +178,7 @@ Model shard_model(const Model& model, int64_t rank, int64_t size) {
       layer.mlp = shard_mlp(layer.mlp, slice);
   }
   shard.storage = storage;
+  shard.random_recipe = slice.shard_recipe();
   return shard;
 }
 

@@ -1,13 +1,17 @@
 // Tensor-parallel shards (model/tensor_parallel.h): on every fixture model and every rank count it can be split over,
 // the shards' slices put back together (rows after rows, columns beside columns, u and z parts each) are the
 // checkpoint's tensors bit for bit; replicated tensors are the checkpoint's own; a row-parallel bias is rank 0's only;
-// where the model cannot be split, the reason names what does not divide.
+// where the model cannot be split, the reason names what does not divide. A described random model (no host data:
+// the CUDA backend generates its weights on the GPU) splits into shards whose recipes give every slice's bytes.
 #include "model/tensor_parallel.h"
+#include "checkpoint_builder.h"
 #include "core/error.h"
+#include "model/random_weights.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 
 namespace jambo::model {
 namespace {
@@ -131,6 +135,43 @@ TEST(TensorParallel, ShardsJoinBackIntoTheCheckpointBitForBit) {
       ++num_checked;
     }
   EXPECT_EQ(num_checked, 12);  // every fixture over 2 ranks, 5 over 4 too
+}
+
+// Each shard of a described model against the same shard of the random model made on the host: the same views,
+// each filled from the shard's recipe to the host shard's bytes, at distinct addresses (uploads are de-duplicated by
+// address).
+TEST(TensorParallel, ADescribedModelsShardsFillToTheHostShardsBytes) {
+  int64_t num_checked = 0;
+  for (const std::string& name : kFixtures)
+    for (const int64_t size : {2, 4}) {
+      const JambaConfig config = fixture(name).config;
+      if (!tensor_parallel_obstacle(config, size).empty()) continue;
+      const DType dtype = DType::BF16;
+      const Model made = make_random_model(config, dtype, 7), described = describe_random_model(config, dtype, 7);
+      for (int64_t rank = 0; rank < size; ++rank) {
+        SCOPED_TRACE(name + ", rank " + std::to_string(rank) + " of " + std::to_string(size));
+        const Model host = shard_model(made, rank, size), shard = shard_model(described, rank, size);
+        ASSERT_FALSE(shard.has_host_data());
+        const auto expected = model_test::all_tensors(host.weights), actual = model_test::all_tensors(shard.weights);
+        ASSERT_EQ(expected.size(), actual.size());
+        std::set<const void*> addresses;
+        for (size_t i = 0; i < expected.size(); ++i) {
+          const TensorView &want = *expected[i], &view = *actual[i];
+          ASSERT_EQ(want.empty(), view.empty()) << want.name;
+          if (want.empty()) continue;
+          EXPECT_EQ(view.shape, want.shape) << want.name;
+          if (&view != &shard.weights.lm_head || !config.tie_word_embeddings) {
+            EXPECT_TRUE(addresses.insert(view.data).second) << want.name;
+          }
+          const RandomTensor& tensor = shard.random_recipe->tensor(view);
+          std::vector<char> bytes(size_t(view.numel() * dtype_size(view.dtype)));
+          RandomWeights::fill_host(tensor, bytes.data(), 0, tensor.numel);
+          EXPECT_EQ(bytes, bytes_of(want)) << want.name;
+        }
+      }
+      ++num_checked;
+    }
+  EXPECT_EQ(num_checked, 12);
 }
 
 TEST(TensorParallel, AModelThatCannotBeSplitSaysWhatDoesNotDivide) {

@@ -30,11 +30,10 @@ __device__ auto stored<DType::F16>(float value) {
 }
 
 template <DType kType, typename Bits>
-__global__ void fill_random_kernel(model::RandomInitializer init, uint64_t stream, int64_t count,
-                                   Bits* out) {  // [count]
+__global__ void fill_random_kernel(model::RandomTensor tensor, Bits* out) {  // out: [tensor.numel]
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
-    out[i] = stored<kType>(init.arithmetic_value(stream, i));
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < tensor.numel; i += stride)
+    out[i] = stored<kType>(tensor.init.arithmetic_value(tensor.stream, tensor.map.source(i)));
 }
 
 }  // namespace
@@ -46,15 +45,15 @@ void fill_random(const model::RandomTensor& tensor, void* out, cudaStream_t stre
   switch (tensor.dtype) {
     case DType::F32:
       fill_random_kernel<DType::F32>
-          <<<blocks, kThreads, 0, stream>>>(tensor.init, tensor.stream, tensor.numel, static_cast<float*>(out));
+          <<<blocks, kThreads, 0, stream>>>(tensor, static_cast<float*>(out));
       break;
     case DType::BF16:
       fill_random_kernel<DType::BF16>
-          <<<blocks, kThreads, 0, stream>>>(tensor.init, tensor.stream, tensor.numel, static_cast<uint16_t*>(out));
+          <<<blocks, kThreads, 0, stream>>>(tensor, static_cast<uint16_t*>(out));
       break;
     case DType::F16:
       fill_random_kernel<DType::F16>
-          <<<blocks, kThreads, 0, stream>>>(tensor.init, tensor.stream, tensor.numel, static_cast<uint16_t*>(out));
+          <<<blocks, kThreads, 0, stream>>>(tensor, static_cast<uint16_t*>(out));
       break;
   }
   JAMBO_CUDA_CHECK_LAUNCH(fill_random_kernel);

@@ -1,7 +1,8 @@
 // The CUDA backend split over ranks (make_tensor_parallel_cuda_backend, model/tensor_parallel.h). Without several
 // GPUs the ranks share one (same_device_group.h): every fixture split over every rank count it allows gives
 // logprobs close to the unsharded CUDA backend's, a row's logits are the same bits alone as beside other rows, and an
-// update from a folder serves the new weights bit for bit.
+// update from a folder serves the new weights bit for bit; random weights generated on the GPU split into the same
+// bits as the same weights made on the host.
 // The NCCL group sums in rank order on every GPU there is; the rank-order sum kernel equals the host's sum.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_communicator.h"
@@ -106,6 +107,25 @@ TEST_F(TensorParallelCudaTest, AnUpdateServesTheNewWeightsBitForBit) {
     backend->update_weights(model::read_weight_update(folder.path(), serving));
     EXPECT_EQ(testing::run_split_scenario(*backend, vocab),
               testing::run_split_scenario(*split_backend(updated, 2, "f32"), vocab));
+  }
+}
+
+// A described model (no host data) gives each rank its slices generated on its GPU, from the shard's recipe: the split
+// backend serves the same bits as one split from the same random model made on the host (an MoE model with fewer KV
+// heads than ranks, and a dense one with more, in both 16-bit and f32 weights).
+TEST_F(TensorParallelCudaTest, RandomWeightsMadeOnTheGpusSplitAsTheHostsDo) {
+  for (const std::string name : {"moe-top1-mqa-tied-bf16", "sharded-gqa4-bf16"}) {
+    const model::JambaConfig config = testing::load_fixture(name).config;
+    for (const int64_t size : {2, 4}) {
+      if (!model::tensor_parallel_obstacle(config, size).empty()) continue;
+      for (const std::string weights : {"f32", "bf16"}) {
+        SCOPED_TRACE(name + ", " + std::to_string(size) + " ranks, " + weights);
+        const model::Model made = model::make_random_model(config, DType::BF16, /*seed=*/3);
+        const model::Model described = model::describe_random_model(config, DType::BF16, /*seed=*/3);
+        EXPECT_EQ(testing::run_split_scenario(*split_backend(described, size, weights), config.vocab_size),
+                  testing::run_split_scenario(*split_backend(made, size, weights), config.vocab_size));
+      }
+    }
   }
 }
 
