@@ -136,7 +136,8 @@ int64_t backend_weight_bytes(BackendKind kind, const model::Model& model, [[mayb
 
 MemoryShare memory_share(const BackendChoice& choice, const model::Model& model) {
   if (choice.kind == BackendKind::Cuda && choice.tensor_parallel_size > 1) {
-    const model::Model shard = model::shard_model(model, 0, choice.tensor_parallel_size);
+    const model::Model shard =
+        model::shard_model(model, 0, choice.tensor_parallel_size, model::ShardContents::ShapesOnly);
     return {shard.config, backend_weight_bytes(choice.kind, shard, choice.cuda_weights)};
   }
   return {model.config, backend_weight_bytes(choice.kind, model, choice.cuda_weights)};

@@ -14,12 +14,13 @@ struct ShardStorage {
   std::vector<std::vector<char>> copies;
 };
 
-// Slices of the model's views. A described model (random weights without host data) has no bytes to copy: a slice
-// keeps the view's address, which stands for it, and the shard's recipe maps the slice's elements to the tensor's.
+// Slices of the model's views. Without values to copy (a described model, random weights without host data, or a
+// shard of shapes only) a slice keeps the view's address, which stands for it; a described model's shard recipe maps
+// the slice's elements to the tensor's.
 class Slicer {
  public:
-  Slicer(int64_t rank, int64_t size, ShardStorage& storage, const RandomWeights* recipe)
-      : rank_(rank), size_(size), storage_(storage), recipe_(recipe) {}
+  Slicer(int64_t rank, int64_t size, ShardStorage& storage, const RandomWeights* recipe, bool copies)
+      : rank_(rank), size_(size), storage_(storage), recipe_(recipe), copies_(copies) {}
 
   // The rank's share of a view's rows (dimension 0): a view.
   TensorView rows(const TensorView& view) const {
@@ -44,7 +45,7 @@ class Slicer {
     TensorView out = view;
     out.shape = {view.rows(), width};
     describe(view, out, {width, view.cols(), rank_ * width});
-    if (recipe_ != nullptr) return out;
+    if (!copies_) return out;
     const int64_t bytes = width * dtype_size(view.dtype);
     std::vector<char>& copy = storage_.copies.emplace_back(size_t(element_offset(view.rows(), bytes)));
     for (int64_t r = 0; r < view.rows(); ++r)
@@ -63,7 +64,7 @@ class Slicer {
     TensorView out = view;
     out.shape[0] = share * parts;
     describe(view, out, {share * row_elements, part_rows * row_elements, rank_ * share * row_elements});
-    if (recipe_ != nullptr) return out;
+    if (!copies_) return out;
     const int64_t share_bytes = element_offset(share, row_elements * dtype_size(view.dtype));
     std::vector<char>& copy = storage_.copies.emplace_back(size_t(share_bytes * parts));
     for (int64_t p = 0; p < parts; ++p)
@@ -93,6 +94,7 @@ class Slicer {
   int64_t rank_, size_;
   ShardStorage& storage_;
   const RandomWeights* recipe_;
+  bool copies_;
   mutable std::unordered_map<std::string, RandomTensor> slices_;  // by name
 };
 
@@ -151,14 +153,15 @@ std::string tensor_parallel_obstacle(const JambaConfig& config, int64_t size) {
   return "";
 }
 
-Model shard_model(const Model& model, int64_t rank, int64_t size) {
+Model shard_model(const Model& model, int64_t rank, int64_t size, ShardContents contents) {
   const JambaConfig& config = model.config;
   const std::string obstacle = tensor_parallel_obstacle(config, size);
   JAMBO_REQUIRE(obstacle.empty(), "cannot shard the model: {}", obstacle);
   JAMBO_REQUIRE(rank >= 0 && rank < size, "rank {} is outside 0..{}", rank, size - 1);
   auto storage = std::make_shared<ShardStorage>();
   storage->model_storage = model.storage;
-  const Slicer slice(rank, size, *storage, model.random_recipe.get());
+  const Slicer slice(rank, size, *storage, model.random_recipe.get(),
+                     model.has_host_data() && contents == ShardContents::Values);
 
   Model shard;
   shard.config = config;

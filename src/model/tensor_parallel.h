@@ -24,9 +24,14 @@ namespace jambo::model {
 // the intermediate size or the query heads, or KV heads that neither divide nor are divided by it.
 std::string tensor_parallel_obstacle(const JambaConfig& config, int64_t size);
 
+// What a shard's views hold: the slices' values, or only their names, shapes and dtypes (for counting the bytes a
+// rank takes: its views' addresses stand for the slices, and nothing is copied).
+enum class ShardContents { Values, ShapesOnly };
+
 // Rank `rank` of `size`'s shard: a config with the local sizes (mamba_d_inner, num_attention_heads,
 // num_key_value_heads, intermediate_size) and the weights' slices, row slices as views into the model's storage and
-// column slices as copies the shard owns. Throws jambo::Error where tensor_parallel_obstacle is not empty.
-Model shard_model(const Model& model, int64_t rank, int64_t size);
+// column slices as copies the shard owns. A model without host data (random weights described for the GPU) gives a
+// shard whose recipe describes its slices. Throws jambo::Error where tensor_parallel_obstacle is not empty.
+Model shard_model(const Model& model, int64_t rank, int64_t size, ShardContents contents = ShardContents::Values);
 
 }  // namespace jambo::model

@@ -2,6 +2,7 @@
 // make_backend's guard: the CPU backend reads weights from host memory, so a model whose random weights are only
 // described (for the GPU to generate) is refused with a message saying so, before any read.
 #include "engine/backend_factory.h"
+#include "model/tensor_parallel.h"
 #include "support/sequences.h"
 #include "support/test_models.h"
 
@@ -73,14 +74,16 @@ TEST(BackendFactory, CpuBackendRefusesAModelWithoutHostData) {
 }
 
 #ifdef JAMBO_WITH_CUDA
-// A memory plan of a split CUDA backend sizes rank 0's shard; a described model (random weights made on the GPUs)
-// splits as the same model made on the host does.
+// A memory plan of a split CUDA backend sizes rank 0's shard (its shapes, nothing copied) as loaded; a described model
+// (random weights made on the GPUs) splits as the same model made on the host does.
 TEST(BackendFactory, TheMemoryShareOfASplitCudaBackendNeedsNoHostData) {
   const engine::BackendChoice split{.kind = engine::BackendKind::Cuda, .tensor_parallel_size = 2};
   const model::Model whole = make_random_model(small_config(), DType::BF16, 5);
   const engine::MemoryShare made = engine::memory_share(split, whole);
   const engine::MemoryShare described =
       engine::memory_share(split, describe_random_model(small_config(), DType::BF16, 5));
+  EXPECT_EQ(made.weight_bytes,
+            engine::backend_weight_bytes(engine::BackendKind::Cuda, model::shard_model(whole, 0, 2)));
   EXPECT_EQ(described.weight_bytes, made.weight_bytes);
   EXPECT_EQ(described.config.mamba_d_inner, made.config.mamba_d_inner);
   EXPECT_EQ(made.config.mamba_d_inner * 2, whole.config.mamba_d_inner);

@@ -174,6 +174,25 @@ TEST(TensorParallel, ADescribedModelsShardsFillToTheHostShardsBytes) {
   EXPECT_EQ(num_checked, 12);
 }
 
+// A shard of shapes only (what a memory plan counts) has the values shard's views, and copies nothing: a column
+// slice keeps the address of the tensor it is cut from.
+TEST(TensorParallel, AShardOfShapesOnlyHasTheViewsOfTheShardAndCopiesNothing) {
+  const Model model = fixture("sharded-gqa4-bf16");
+  const Model values = shard_model(model, 1, 2), shapes = shard_model(model, 1, 2, ShardContents::ShapesOnly);
+  const auto expected = model_test::all_tensors(values.weights), actual = model_test::all_tensors(shapes.weights);
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(actual[i]->name, expected[i]->name);
+    EXPECT_EQ(actual[i]->shape, expected[i]->shape) << expected[i]->name;
+    EXPECT_EQ(actual[i]->dtype, expected[i]->dtype) << expected[i]->name;
+    EXPECT_EQ(actual[i]->empty(), expected[i]->empty()) << expected[i]->name;
+  }
+  const MambaWeights &whole = model.weights.layers[0].mamba, &sliced = shapes.weights.layers[0].mamba;
+  EXPECT_EQ(sliced.x_proj.data, whole.x_proj.data);
+  EXPECT_EQ(sliced.in_proj.data, whole.in_proj.data);
+  EXPECT_NE(values.weights.layers[0].mamba.x_proj.data, whole.x_proj.data);
+}
+
 TEST(TensorParallel, AModelThatCannotBeSplitSaysWhatDoesNotDivide) {
   const Model model = fixture("mqa-top2-tied-fp32");  // 6 heads, 1 KV head, I = 32
   EXPECT_EQ(tensor_parallel_obstacle(model.config, 2), "");
