@@ -7,7 +7,8 @@
 // The prompts run to 300 tokens and some generations past attention's split boundaries (kAttentionSplitKeys), so
 // that queries fold several splits in a prefill and in a decode step. Dense and MoE models, MQA and GQA. And the CPU
 // engine's settings (support/engine_settings.h: budgets of 1 to all tokens, 1 to 64 sequences, preemption forced,
-// each slot policy) over 64 requests, in the bf16 mode.
+// each slot policy) over 64 requests, in the bf16 mode; and some of them, with a budget of 4,096 tokens and 256
+// sequences at once, at the Reasoning-3B shape, whose GEMMs take the launches of production sizes.
 #include "support/engine_settings.h"
 #include "backend/cuda/device_rows.h"
 #include "cuda_test_util.h"
@@ -137,15 +138,35 @@ TEST_P(CudaEngineSettingsTest, EveryRequestMatchesItsRunAlone) {
   expect_setting_held(setting, engine.counters(), trace.path());
 }
 
+// "jambo_demo_budget_7": a test name of the model and setting.
+std::string setting_case_name(const ::testing::TestParamInfo<std::tuple<std::string, EngineSetting>>& info) {
+  std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Settings, CudaEngineSettingsTest,
     ::testing::Combine(::testing::Values(std::string("jambo-demo"), std::string("moe-top1-mqa-tied-bf16")),
                        ::testing::ValuesIn(engine_settings())),
-    [](const auto& info) {
-      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name;
-    });
+    setting_case_name);
+
+// The Reasoning-3B shape under the settings that stretch its steps most: a budget of 7 tokens, 4,096 with up to 256
+// sequences in a step (the 112 samples of the workload at once), preemption forced, random slots.
+std::vector<EngineSetting> settings_3b() {
+  std::vector<EngineSetting> settings;
+  for (const EngineSetting& setting : engine_settings())
+    if (setting.name == "budget_7" || setting.name == "preemption" || setting.name == "random_slots")
+      settings.push_back(setting);
+  settings.push_back(EngineSetting{.name = "budget_4096_seqs_256", .max_num_batched_tokens = 4096,
+                                   .max_num_seqs = 256});
+  return settings;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Settings3B, CudaEngineSettingsTest,
+    ::testing::Combine(::testing::Values(std::string("reasoning-3b")), ::testing::ValuesIn(settings_3b())),
+    setting_case_name);
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaEngineInvarianceTest,
                          ::testing::Values(EngineCase{"jambo-demo", engine::CudaWeights::Bf16},
