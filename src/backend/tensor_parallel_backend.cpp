@@ -108,13 +108,16 @@ class TensorParallelBackend final : public Backend {
       rank->inject_faults(rank_faults);
     }
   }
-  // Each rank takes its shard of the new values: the pieces put into a copy of the whole model's views, sharded as at
-  // load, and the shard's views of the updated weights handed to the rank as the new values of its load-time shard's
-  // views (which a CUDA rank finds its weights by), copied before this returns.
+  // Each rank takes its shard of the new values: the pieces put into the whole model's views, every other view left
+  // empty, sharded as at load (as host values, whether or not the model's weights are: random weights made on the
+  // GPUs take updates too), and the shard's views of the pieces handed to the rank as the new values of its load-time
+  // shard's views (which a CUDA rank finds its weights by), copied before this returns.
   void update_weights(const model::WeightUpdate& update) override {
     JAMBO_REQUIRE(!update.on_device, kNoIpcUpdates);
     model::Model updated = whole_;
+    updated.random_recipe = nullptr;
     std::map<std::string, TensorView*> whole_slots = slots_by_name(updated);
+    for (auto& [name, view] : whole_slots) *view = TensorView{};
     for (const model::WeightUpdate::Piece& piece : update.pieces) *whole_slots.at(piece.name) = piece.source;
     if (updated.config.tie_word_embeddings) updated.weights.lm_head = updated.weights.embed_tokens;
     for (size_t rank = 0; rank < ranks_.size(); ++rank) {
@@ -131,8 +134,15 @@ class TensorParallelBackend final : public Backend {
     }
   }
   model::Checkpoint open_ipc_tensors(std::span<const IpcTensor>) override { fail(kNoIpcUpdates); }
+  // All ranks or none: where a rank cannot sleep (no host memory for its weights' copy), those already asleep wake.
   void sleep(SleepLevel level) override {
-    for (auto& rank : ranks_) rank->sleep(level);
+    size_t num_asleep = 0;
+    try {
+      for (; num_asleep < ranks_.size(); ++num_asleep) ranks_[num_asleep]->sleep(level);
+    } catch (...) {
+      for (size_t rank = 0; rank < num_asleep; ++rank) ranks_[rank]->wake_up({.weights = true, .caches = true});
+      throw;
+    }
   }
   void wake_up(const WakeTags& tags) override {
     for (auto& rank : ranks_) rank->wake_up(tags);

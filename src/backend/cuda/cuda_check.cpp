@@ -5,6 +5,7 @@
 namespace jambo::backend::cuda {
 
 void fail_cuda(cudaError_t status, const char* call, const char* file, int line) {
+  cudaGetLastError();  // an error that leaves the context usable (a failed allocation) must not be reported again
   const char* hint = status == cudaErrorMemoryAllocation ? "lower --memory-budget or the batch size"
                      : status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver
                          ? "no usable GPU: check nvidia-smi and CUDA_VISIBLE_DEVICES"

@@ -103,6 +103,67 @@ TEST(TensorParallelCpuBackend, ARankThatFailsMidStepEndsTheStepOnEveryRank) {
   }
 }
 
+// A rank's backend that counts its sleeps and wakes, and can fail to sleep (as a CUDA rank whose host memory for the
+// weights' copy runs out).
+class SleepCountingRank : public Backend {
+ public:
+  SleepCountingRank(std::unique_ptr<Backend> rank, bool fails_to_sleep)
+      : rank_(std::move(rank)), fails_to_sleep_(fails_to_sleep) {}
+  const model::JambaConfig& config() const override { return rank_->config(); }
+  void forward(std::span<const BatchRow> rows, StepOutput& output) override { rank_->forward(rows, output); }
+  void copy_state(int64_t from_slot, int64_t to_slot) override { rank_->copy_state(from_slot, to_slot); }
+  void copy_kv_block(int64_t from_block, int64_t to_block) override { rank_->copy_kv_block(from_block, to_block); }
+  void poison_state(int64_t slot) override { rank_->poison_state(slot); }
+  int64_t state_elements_per_slot() const override { return rank_->state_elements_per_slot(); }
+  void inject_faults(const FaultInjection& faults) override { rank_->inject_faults(faults); }
+  void update_weights(const model::WeightUpdate& update) override { rank_->update_weights(update); }
+  model::Checkpoint open_ipc_tensors(std::span<const IpcTensor> tensors) override {
+    return rank_->open_ipc_tensors(tensors);
+  }
+  void sleep(SleepLevel level) override {
+    if (fails_to_sleep_) fail("no host memory for the weights' copy");
+    rank_->sleep(level);
+    ++num_sleeps;
+  }
+  void wake_up(const WakeTags& tags) override {
+    rank_->wake_up(tags);
+    ++num_wakes;
+  }
+  int64_t num_sleeps = 0, num_wakes = 0;
+
+ private:
+  std::unique_ptr<Backend> rank_;
+  bool fails_to_sleep_;
+};
+
+// The ranks sleep all or none: where rank 1 cannot, rank 0, already asleep, wakes again, the error is rank 1's, and
+// the backend steps on as before.
+TEST(TensorParallelCpuBackend, ARankThatCannotSleepWakesTheOthers) {
+  const model::Model model = fixture("moe-top2-gqa2-fp32");
+  const int64_t vocab = model.config.vocab_size;
+  std::vector<std::unique_ptr<Communicator>> group = make_in_process_group(2);
+  std::vector<SleepCountingRank*> ranks;
+  const auto make_rank = [&](int64_t rank, const model::Model& shard) {
+    auto counting = std::make_unique<SleepCountingRank>(
+        make_cpu_backend(shard, testing::test_cache(3), std::move(group[size_t(rank)])), rank == 1);
+    ranks.push_back(counting.get());
+    return counting;
+  };
+  auto backend = make_tensor_parallel_backend(model, testing::test_cache(3), 2, make_rank, [] {});
+  ASSERT_EQ(ranks.size(), 2u);
+  try {
+    backend->sleep(SleepLevel::KeepWeights);
+    FAIL() << "expected jambo::Error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("no host memory"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(ranks[0]->num_sleeps, 1);
+  EXPECT_EQ(ranks[0]->num_wakes, 1);
+  EXPECT_EQ(ranks[1]->num_sleeps, 0);
+  EXPECT_EQ(testing::run_split_scenario(*backend, vocab),
+            testing::run_split_scenario(*make_tensor_parallel_cpu_backend(model, testing::test_cache(3), 2), vocab));
+}
+
 TEST(TensorParallelCpuBackend, AModelThatCannotBeSplitIsRefusedNamingWhy) {
   const model::Model model = fixture("mqa-top2-tied-fp32");
   try {

@@ -163,6 +163,9 @@ std::vector<EngineSetting> settings_3b() {
   return settings;
 }
 
+// A setting renamed in engine_settings() must not drop out of the 3B cases unseen.
+TEST(CudaEngineSettings3B, TakesItsFourSettings) { EXPECT_EQ(settings_3b().size(), 4u); }
+
 INSTANTIATE_TEST_SUITE_P(
     Settings3B, CudaEngineSettingsTest,
     ::testing::Combine(::testing::Values(std::string("reasoning-3b")), ::testing::ValuesIn(settings_3b())),

@@ -92,28 +92,39 @@ TEST_F(TensorParallelCudaTest, ARowsLogitsAreTheSameBitsAloneAsInABatch) {
 
 // An update from a folder, cut into the ranks' shards (whole, and of a column-sharded x_proj and a replicated norm),
 // serves the new weights bit for bit as a split backend loaded from them: each rank finds its weights by the views
-// of its shard as loaded.
+// of its shard as loaded. So for a checkpoint and for random weights made on the GPUs (whose column slices an update
+// must still cut from its host values).
 TEST_F(TensorParallelCudaTest, AnUpdateServesTheNewWeightsBitForBit) {
-  const model::Model serving = testing::load_fixture("moe-top2-gqa2-fp32");
-  const model::Model other = model::make_random_model(serving.config, DType::F32, /*seed=*/5);
-  const int64_t vocab = serving.config.vocab_size;
+  const model::Model checkpoint = testing::load_fixture("moe-top2-gqa2-fp32");
+  const model::JambaConfig& config = checkpoint.config;
+  const model::Model other = model::make_random_model(config, DType::F32, /*seed=*/5);
+  const model::Model made = model::make_random_model(config, DType::F32, /*seed=*/9);
+  const model::Model described = model::describe_random_model(config, DType::F32, /*seed=*/9);
+  struct Serving {
+    std::string what;
+    const model::Model& loaded;  // what the backend loads
+    const model::Model& values;  // the same weights with host data
+  };
   const std::set<std::string> some = {"model.final_layernorm.weight", "model.layers.0.mamba.x_proj.weight"};
-  for (const std::set<std::string>& names : {std::set<std::string>{}, some}) {
-    SCOPED_TRACE(names.empty() ? "whole" : "two weights");
-    const model_test::TempFolder folder;
-    model_test::write_safetensors(folder.path() / "model.safetensors", model_test::weight_tensors(other, names));
-    const model::Model updated = names.empty() ? other : model_test::with_weights_from(serving, other, names);
-    auto backend = split_backend(serving, 2, "f32");
-    backend->update_weights(model::read_weight_update(folder.path(), serving));
-    EXPECT_EQ(testing::run_split_scenario(*backend, vocab),
-              testing::run_split_scenario(*split_backend(updated, 2, "f32"), vocab));
-  }
+  for (const Serving& serving : {Serving{"checkpoint", checkpoint, checkpoint},
+                                 Serving{"random weights made on the GPU", described, made}})
+    for (const std::set<std::string>& names : {std::set<std::string>{}, some}) {
+      SCOPED_TRACE(serving.what + (names.empty() ? ", whole" : ", two weights"));
+      const model_test::TempFolder folder;
+      model_test::write_safetensors(folder.path() / "model.safetensors", model_test::weight_tensors(other, names));
+      const model::Model updated = names.empty() ? other : model_test::with_weights_from(serving.values, other, names);
+      auto backend = split_backend(serving.loaded, 2, "f32");
+      backend->update_weights(model::read_weight_update(folder.path(), serving.loaded));
+      EXPECT_EQ(testing::run_split_scenario(*backend, config.vocab_size),
+                testing::run_split_scenario(*split_backend(updated, 2, "f32"), config.vocab_size));
+    }
 }
 
 // A described model (no host data) gives each rank its slices generated on its GPU, from the shard's recipe: the split
 // backend serves the same bits as one split from the same random model made on the host (an MoE model with fewer KV
 // heads than ranks, and a dense one with more, in both 16-bit and f32 weights).
 TEST_F(TensorParallelCudaTest, RandomWeightsMadeOnTheGpusSplitAsTheHostsDo) {
+  int64_t num_compared = 0;
   for (const std::string name : {"moe-top1-mqa-tied-bf16", "sharded-gqa4-bf16"}) {
     const model::JambaConfig config = testing::load_fixture(name).config;
     for (const int64_t size : {2, 4}) {
@@ -124,9 +135,11 @@ TEST_F(TensorParallelCudaTest, RandomWeightsMadeOnTheGpusSplitAsTheHostsDo) {
         const model::Model described = model::describe_random_model(config, DType::BF16, /*seed=*/3);
         EXPECT_EQ(testing::run_split_scenario(*split_backend(described, size, weights), config.vocab_size),
                   testing::run_split_scenario(*split_backend(made, size, weights), config.vocab_size));
+        ++num_compared;
       }
     }
   }
+  EXPECT_EQ(num_compared, 8);  // 2 and 4 ranks of each model, in two weight modes
 }
 
 TEST_F(TensorParallelCudaTest, SumInRankOrderEqualsTheHostsSumInRankOrder) {
