@@ -1,5 +1,6 @@
-// The bf16 mode's decode at the Jamba-Reasoning-3B shape gives one answer: the same request run in another slot,
-// or its decode steps run as CUDA graphs rather than launch by launch, gives bitwise the same logits. Its kernels
+// The bf16 mode's decode at the Jamba-Reasoning-3B shape, on the engine's default invariant GEMMs, gives one answer:
+// the same request run in another slot, or its decode steps run as CUDA graphs rather than launch by launch, gives
+// bitwise the same logits. Its kernels
 // start early, while the kernel before them still runs (device_math.cuh); a kernel that read its input through the
 // read-only path (__ldg) read it stale now and then, and these comparisons caught it where the small test models
 // did not (their kernels are too short to overlap).
@@ -35,7 +36,7 @@ class Bf16DecodeTest : public GpuTest {
   // One request in slot 0 and again in slot 1, their steps interleaved: a prefill, decodes, a continuing chunk.
   static void expect_slots_agree(bool decode_graphs, const std::string& what) {
     const model::Model model = reasoning_3b_model();
-    auto backend = backend::cuda::make_cuda_backend(model, test_cache(2), "bf16", decode_graphs);
+    auto backend = backend::cuda::make_cuda_backend(model, test_cache(2), "bf16", decode_graphs, /*invariant_gemm=*/true);
     const std::vector<int32_t> tokens = random_tokens(12, model.config.vocab_size, 10);
     Sequence first(0, tokens), second(1, tokens);
     Logits first_logits, second_logits;
@@ -57,8 +58,10 @@ TEST_F(Bf16DecodeTest, SlotOneEqualsSlotZeroAsGraphs) {
 
 TEST_F(Bf16DecodeTest, GraphsEqualLaunchByLaunch) {
   const model::Model model = reasoning_3b_model();
-  auto eager = backend::cuda::make_cuda_backend(model, test_cache(1), "bf16", /*decode_graphs=*/false);
-  auto graphed = backend::cuda::make_cuda_backend(model, test_cache(1), "bf16", /*decode_graphs=*/true);
+  auto eager = backend::cuda::make_cuda_backend(model, test_cache(1), "bf16", /*decode_graphs=*/false,
+                                                /*invariant_gemm=*/true);
+  auto graphed = backend::cuda::make_cuda_backend(model, test_cache(1), "bf16", /*decode_graphs=*/true,
+                                                  /*invariant_gemm=*/true);
   const std::vector<int32_t> tokens = random_tokens(12, model.config.vocab_size, 10);
   const std::vector<int64_t> chunks = {5, 1, 1, 1, 1, 3};
   expect_equal(run_in_chunks(*eager, Sequence(0, tokens), chunks), run_in_chunks(*graphed, Sequence(0, tokens), chunks),
