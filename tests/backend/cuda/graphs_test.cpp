@@ -2,7 +2,7 @@
 // reading the data its buffers hold now, and a fresh start once any buffer is allocated. The CUDA backend with
 // graphs against the same backend launching every kernel itself: decode steps whose rows change order, slots,
 // positions and block tables between replays of one shape, and a first token run as a decode row from zero
-// state (law 1), give bitwise equal logits.
+// state (law 1), give bitwise equal logits, on the invariant GEMMs (the default) and on cuBLAS.
 #include "support/sequences.h"
 #include "support/test_models.h"
 #include "backend/cuda/step_graphs.h"
@@ -55,7 +55,8 @@ TEST_F(StepGraphsTest, WarmsUpCapturesReplaysAndStartsAfreshAfterAnAllocation) {
   cudaStreamDestroy(stream);
 }
 
-class GraphedDecodeTest : public GpuParamTest<TestModelSpec> {};
+// A test model, and the invariant GEMMs (true) or cuBLAS.
+class GraphedDecodeTest : public GpuParamTest<std::tuple<TestModelSpec, bool>> {};
 
 // Prefills six sequences, then decodes with batches of six and of three in changing orders, and starts a
 // seventh sequence with a one-token zero-state row amid decodes. Returns every decode row's logits in order.
@@ -85,10 +86,13 @@ std::vector<std::vector<float>> decode_run(backend::Backend& backend, int64_t vo
 }
 
 TEST_P(GraphedDecodeTest, EqualsLaunchingEveryKernel) {
-  const model::Model model = make_random_model(GetParam().config, GetParam().dtype, 42);
+  const auto& [spec, invariant_gemm] = GetParam();
+  const model::Model model = make_random_model(spec.config, spec.dtype, 42);
   for (const char* weights : {"f32", "bf16"}) {
-    auto eager = backend::cuda::make_cuda_backend(model, test_cache(7), weights, /*decode_graphs=*/false);
-    auto graphed = backend::cuda::make_cuda_backend(model, test_cache(7), weights, /*decode_graphs=*/true);
+    auto eager = backend::cuda::make_cuda_backend(model, test_cache(7), weights, /*decode_graphs=*/false,
+                                                  invariant_gemm);
+    auto graphed = backend::cuda::make_cuda_backend(model, test_cache(7), weights, /*decode_graphs=*/true,
+                                                    invariant_gemm);
     const auto expected = decode_run(*eager, model.config.vocab_size);
     const auto actual = decode_run(*graphed, model.config.vocab_size);
     ASSERT_EQ(expected.size(), actual.size());
@@ -97,12 +101,18 @@ TEST_P(GraphedDecodeTest, EqualsLaunchingEveryKernel) {
     EXPECT_EQ(backend::cuda::cuda_graph_replays(*eager), 0);
     const int64_t replays = backend::cuda::cuda_graph_replays(*graphed);
     EXPECT_GE(replays, 12) << weights << " weights: most decode steps should have replayed a graph";
-    std::printf("[cuda graphs] %s, %s weights: %zu decode rows bitwise equal, %lld of 20 decode steps replayed\n",
-                GetParam().name.c_str(), weights, expected.size(), static_cast<long long>(replays));
+    std::printf("[cuda graphs] %s, %s weights, %s GEMMs: %zu decode rows bitwise equal, %lld of 20 decode steps "
+                "replayed\n",
+                spec.name.c_str(), weights, invariant_gemm ? "invariant" : "cuBLAS", expected.size(),
+                static_cast<long long>(replays));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TestModels, GraphedDecodeTest, ::testing::ValuesIn(test_model_specs()), spec_name);
+INSTANTIATE_TEST_SUITE_P(TestModels, GraphedDecodeTest,
+                         ::testing::Combine(::testing::ValuesIn(test_model_specs()), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + (std::get<1>(info.param) ? "_invariant" : "_cublas");
+                         });
 
 }  // namespace
 }  // namespace jambo::testing
