@@ -1,5 +1,5 @@
-// Device memory: an owning buffer of T that grows on demand, its page-locked host twin (the staging of transfers),
-// the one 64-bit offset helper on the GPU, and the scope that makes a GPU current.
+// Device memory: an owning buffer of T that grows on demand, on the GPU or in page-locked host memory (the staging
+// of transfers), the one 64-bit offset helper on the GPU, and the scope that makes a GPU current.
 #pragma once
 
 #include "backend/cuda/cuda_check.h"
@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 namespace jambo::backend::cuda {
@@ -39,18 +40,40 @@ inline std::atomic<int64_t>& device_allocation_count() {
   return count;
 }
 
-// cudaMalloc'd storage of num_elements T; uninitialized unless zeroed.
-template <typename T>
-class DeviceBuffer {
+// Where a Buffer's memory lives: GPU memory (cudaMalloc, counted by device_allocation_count), or page-locked host
+// memory (cudaMallocHost), what a transfer to or from the GPU stages through, so that cudaMemcpyAsync is truly
+// asynchronous and runs at the bus's speed.
+struct DeviceMemory {
+  static constexpr const char* kName = "device";
+  static void* allocate(size_t num_bytes) {
+    void* data = nullptr;
+    JAMBO_CUDA_CHECK(cudaMalloc(&data, num_bytes));
+    ++device_allocation_count();
+    return data;
+  }
+  static void free(void* data) { cudaFree(data); }
+};
+struct PinnedHostMemory {
+  static constexpr const char* kName = "host";
+  static void* allocate(size_t num_bytes) {
+    void* data = nullptr;
+    JAMBO_CUDA_CHECK(cudaMallocHost(&data, num_bytes));
+    return data;
+  }
+  static void free(void* data) { cudaFreeHost(data); }
+};
+
+// Owning storage of num_elements T in Memory; uninitialized unless zeroed.
+template <typename T, typename Memory>
+class Buffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(int64_t num_elements) { allocate(num_elements); }
-  ~DeviceBuffer() { release(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+  Buffer() = default;
+  explicit Buffer(int64_t num_elements) { allocate(num_elements); }
+  ~Buffer() { release(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& other) noexcept : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  Buffer& operator=(Buffer&& other) noexcept {
     if (this != &other) {
       release();
       data_ = std::exchange(other.data_, nullptr);
@@ -73,15 +96,13 @@ class DeviceBuffer {
 
  private:
   void allocate(int64_t num_elements) {
-    require(num_elements >= 0, "negative device allocation of " + std::to_string(num_elements) + " elements");
-    if (num_elements > 0) {
-      JAMBO_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), size_t(device_offset(num_elements, sizeof(T)))));
-      ++device_allocation_count();
-    }
+    require(num_elements >= 0, std::string("negative ") + Memory::kName + " allocation of " +
+                                   std::to_string(num_elements) + " elements");
+    if (num_elements > 0) data_ = static_cast<T*>(Memory::allocate(size_t(device_offset(num_elements, sizeof(T)))));
     size_ = num_elements;
   }
   void release() {
-    if (data_ != nullptr) cudaFree(data_);
+    if (data_ != nullptr) Memory::free(data_);
     data_ = nullptr;
     size_ = 0;
   }
@@ -90,54 +111,9 @@ class DeviceBuffer {
   int64_t size_ = 0;
 };
 
-// cudaMallocHost'd (page-locked) storage of num_elements T on the host, as DeviceBuffer: what a transfer to or from
-// the GPU stages through, so that cudaMemcpyAsync is truly asynchronous and runs at the bus's speed.
 template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(int64_t num_elements) { allocate(num_elements); }
-  ~PinnedBuffer() { release(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
-    if (this != &other) {
-      release();
-      data_ = std::exchange(other.data_, nullptr);
-      size_ = std::exchange(other.size_, 0);
-    }
-    return *this;
-  }
-
-  T* data() const { return data_; }
-  int64_t size() const { return size_; }
-
-  // Makes room for at least num_elements; old contents are lost when it grows.
-  T* reserve(int64_t num_elements) {
-    if (num_elements > size_) {
-      release();
-      allocate(num_elements + num_elements / 4);  // headroom, as DeviceBuffer's
-    }
-    return data_;
-  }
-
- private:
-  void allocate(int64_t num_elements) {
-    require(num_elements >= 0, "negative host allocation of " + std::to_string(num_elements) + " elements");
-    if (num_elements > 0)
-      JAMBO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), size_t(device_offset(num_elements, sizeof(T)))));
-    size_ = num_elements;
-  }
-  void release() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = nullptr;
-    size_ = 0;
-  }
-
-  T* data_ = nullptr;
-  int64_t size_ = 0;
-};
+using DeviceBuffer = Buffer<T, DeviceMemory>;
+template <typename T>
+using PinnedBuffer = Buffer<T, PinnedHostMemory>;
 
 }  // namespace jambo::backend::cuda

@@ -45,17 +45,18 @@ DeviceWeights::DeviceWeights(const model::Model& model, WeightMode mode, cudaStr
 
 void DeviceWeights::save(HostWeights& into) const {
   into.num_bytes.clear();
+  const std::vector<Allocation> sources = allocations();
   int64_t total = 0;
-  for (const Allocation& allocation : allocations()) total += allocation.num_bytes;
+  for (const Allocation& source : sources) total += source.num_bytes;
   if (into.bytes.size() != total) into.bytes = PinnedBuffer<std::byte>(total);
   int64_t offset = 0;
-  for (const Allocation& allocation : allocations()) {
-    JAMBO_CUDA_CHECK(cudaMemcpyAsync(into.bytes.data() + offset, allocation.data, size_t(allocation.num_bytes),
+  for (const Allocation& source : sources) {
+    JAMBO_CUDA_CHECK(cudaMemcpyAsync(into.bytes.data() + offset, source.data, size_t(source.num_bytes),
                                      cudaMemcpyDeviceToHost, stream_));
-    offset += allocation.num_bytes;
+    offset += source.num_bytes;
   }
   JAMBO_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (const Allocation& allocation : allocations()) into.num_bytes.push_back(allocation.num_bytes);
+  for (const Allocation& source : sources) into.num_bytes.push_back(source.num_bytes);
 }
 
 int64_t DeviceWeights::bytes_needed(const model::Model& model, WeightMode mode) {

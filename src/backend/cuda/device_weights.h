@@ -81,10 +81,8 @@ struct DeviceLayer {
 };
 
 // The bytes of every allocation of a DeviceWeights in host memory, in allocations() order: the weights of a backend
-// asleep at level 1.
-// The weights' bytes on the host, allocation after allocation: what a sleep at level 1 keeps. Page-locked, so that
-// the copies run at the bus's speed; a backend keeps its copy's memory from one sleep to the next, so that an RL
-// loop that sleeps every step pins it once.
+// asleep at level 1. Page-locked, so that the copies run at the bus's speed; a backend keeps its copy's memory from
+// one sleep to the next, so that an RL loop that sleeps every step pins it once.
 struct HostWeights {
   PinnedBuffer<std::byte> bytes;   // [sum of num_bytes]
   std::vector<int64_t> num_bytes;  // [allocations]; empty while it holds no weights
